@@ -1,0 +1,1 @@
+"""Model weights and inference engines: resolve, load, run (off the event loop)."""

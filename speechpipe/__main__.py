@@ -1,0 +1,3 @@
+from speechpipe.cli import main
+import sys
+sys.exit(main())

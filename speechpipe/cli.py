@@ -1,0 +1,180 @@
+"""The ``speechpipe`` command line: translate, eval, serve, bench, models.
+
+Any ``SpeechpipeError`` becomes one line on stderr and a non-zero exit (2 for bad input,
+1 otherwise); nothing spoken is printed to logs, only to the user's own terminal/files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from speechpipe import __version__
+from speechpipe.errors import InputError, SpeechpipeError
+
+__all__ = ["main", "build_parser"]
+
+log = logging.getLogger("speechpipe")
+
+
+def _add_session_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pace", choices=("realtime", "fast"), default="realtime",
+                        help="realtime: wall-clock paced (computation-aware); fast: as fast "
+                             "as the machine goes (computation-unaware latency)")
+    parser.add_argument("--source-lang", default="auto",
+                        help="spoken language (Whisper code, e.g. es) or auto")
+    parser.add_argument("--target-lang", default="en", help="language to speak (default en)")
+    parser.add_argument("--voice", default=None, help="Piper voice name (default: by language)")
+    parser.add_argument("--mt", default="whisper",
+                        help="whisper (default, to English) or ct2:NAME_OR_PATH")
+    parser.add_argument("--mode", choices=("balanced", "fast", "quality"), default="balanced")
+    parser.add_argument("--output-rate", type=int, default=22_050,
+                        help="sample rate of the translated speech (Hz)")
+    parser.add_argument("--asr-model", default="whisper-base",
+                        help="bundled model name or a CTranslate2 Whisper folder")
+    parser.add_argument("--voices-dir", action="append", default=[],
+                        help="extra folder with Piper .onnx + .onnx.json voices")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="speechpipe", description="Streaming speech-to-speech translation."
+    )
+    parser.add_argument("--version", action="version", version=f"speechpipe {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress (no content)")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    translate = commands.add_parser("translate", help="translate an audio file to speech")
+    translate.add_argument("input", help="audio file (anything soundfile reads)")
+    translate.add_argument("--out", required=True, help="output WAV of the translated speech")
+    translate.add_argument("--trace", default=None, help="write the JSON-lines trace here")
+    _add_session_arguments(translate)
+
+    evaluate = commands.add_parser("eval", help="evaluate on a manifest of clips")
+    evaluate.add_argument("manifest", help="JSON-lines manifest (DESIGN.md format)")
+    evaluate.add_argument("--report", default=None, help="write per-clip and aggregate JSON")
+    evaluate.add_argument("--limit", type=int, default=None, help="first N matching clips")
+    evaluate.add_argument("--category", action="append", default=None,
+                          help="only clips of this category (repeatable; default: clips "
+                               "whose language differs from the target)")
+    evaluate.add_argument("--all", action="store_true", help="every clip in the manifest")
+    _add_session_arguments(evaluate)
+
+    _register_optional(commands)
+    return parser
+
+
+def _register_optional(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Subcommands owned by other modules; each registers itself if present."""
+    try:
+        from speechpipe.serve import add_serve_arguments
+    except ImportError:
+        pass
+    else:
+        serve = commands.add_parser("serve", help="run the live server")
+        add_serve_arguments(serve)
+    try:
+        from speechpipe import models_cli
+    except ImportError:
+        pass
+    else:
+        models_cli.register(commands)
+    try:
+        from speechpipe import bench
+    except ImportError:
+        pass
+    else:
+        bench.register(commands)
+
+
+def _request(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from speechpipe.transport.session_api import SessionRequest
+
+    return SessionRequest(
+        source_lang=args.source_lang,
+        target_lang=args.target_lang,
+        voice=args.voice,
+        output_sample_rate=args.output_rate,
+        mode=args.mode,
+        mt=args.mt,
+        priority="replay",
+        pace=args.pace,
+    )
+
+
+def _options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from speechpipe.config import PipelineOptions
+
+    return PipelineOptions(asr_model=args.asr_model, voice_dirs=tuple(args.voices_dir))
+
+
+def _load_pipeline(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from speechpipe.session import Pipeline
+
+    pipeline = Pipeline.load(_options(args))
+    pipeline.resolve(_request(args))  # fail fast on a bad language / voice, before any work
+    return pipeline
+
+
+def cmd_translate(args: argparse.Namespace) -> int:
+    from speechpipe.transport.file_replay import read_audio
+    from speechpipe.translate_file import translate_file
+
+    read_audio(args.input)  # a bad file fails before the models load
+    out = Path(args.out)
+    if out.parent and not out.parent.exists():
+        raise InputError(f"{out.parent}: output folder does not exist")
+    pipeline = _load_pipeline(args)
+    try:
+        run = translate_file(pipeline, args.input, out, _request(args), args.trace)
+    finally:
+        pipeline.close()
+    scores = run.scores
+
+    def fmt(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.2f} s"
+
+    print(f"source:      {run.source_text}")
+    print(f"translation: {run.target_text}")
+    print(f"StartOffset: {fmt(scores.get('start_offset'))}   "
+          f"EndOffset: {fmt(scores.get('end_offset'))}   "
+          f"audio: {run.input_seconds:.1f} s in {run.wall_seconds:.1f} s "
+          f"({run.cpu_seconds / max(run.input_seconds, 1e-9):.2f} CPU-s per audio s)")
+    print(f"wrote {out}" + (f" and {args.trace}" if args.trace else ""))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from speechpipe.evaluate import run_eval
+
+    return run_eval(args, _options(args), _request(args))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    handlers = {"translate": cmd_translate, "eval": cmd_eval}
+    handler = handlers.get(args.command) or getattr(args, "handler", None)
+    if handler is None:
+        parser.error(f"unknown command {args.command}")
+    try:
+        return int(handler(args) or 0)
+    except SpeechpipeError as exc:
+        print(f"speechpipe: error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, InputError) else 1
+    except KeyboardInterrupt:
+        print("speechpipe: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

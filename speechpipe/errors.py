@@ -1,0 +1,79 @@
+"""speechpipe's exception tree. A leaf module: every layer may import it.
+
+::
+
+    SpeechpipeError                 base of everything speechpipe raises on purpose
+    ├── InputError                  bad input from a user: a file, a flag, a message
+    │   ├── AudioInputError         unreadable, empty or malformed audio
+    │   └── LanguageError           unknown or unsupported language code / pair
+    ├── ModelError                  weights missing, corrupt, or of the wrong kind
+    │   └── VoiceError              no usable Piper voice (lists the available ones)
+    ├── SessionError                a session cannot start or must end (carries a code)
+    │   └── AdmissionError          over capacity (carries a retry hint)
+    └── WorkerError                 a model worker failed on one request (recoverable)
+
+Recoverable errors reach a client as an ``ErrorEvent`` and its session continues; fatal ones
+end the session with a documented close code (see ``docs/protocol.md``). The CLI turns any
+``SpeechpipeError`` into one line on stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "SpeechpipeError",
+    "InputError",
+    "AudioInputError",
+    "LanguageError",
+    "ModelError",
+    "VoiceError",
+    "SessionError",
+    "AdmissionError",
+    "WorkerError",
+]
+
+
+class SpeechpipeError(Exception):
+    """Base class; ``code`` is a short machine-readable name used in error events."""
+
+    code = "error"
+
+
+class InputError(SpeechpipeError):
+    code = "bad_input"
+
+
+class AudioInputError(InputError):
+    code = "bad_audio"
+
+
+class LanguageError(InputError):
+    code = "unsupported_language"
+
+
+class ModelError(SpeechpipeError):
+    code = "model_error"
+
+
+class VoiceError(ModelError):
+    code = "no_voice"
+
+
+class SessionError(SpeechpipeError):
+    code = "session_error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class AdmissionError(SessionError):
+    code = "over_capacity"
+
+    def __init__(self, message: str, *, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class WorkerError(SpeechpipeError):
+    code = "worker_error"

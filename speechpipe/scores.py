@@ -1,0 +1,180 @@
+"""Latency and quality figures computed from a trace (pure functions).
+
+Latency follows SimulEval's definitions, in seconds of source stream time:
+- ``start_offset``: first translated audio produced − start of source speech;
+- ``end_offset``: end of the translated audio laid back to back (each chunk starts when it
+  was produced or right after the previous one) − end of source speech;
+- text start/end offsets: the same for committed target text;
+- AL and LAAL on committed target words (delay of word *i* = stream time it was committed);
+- NE, normalized erasure: target words shown and later taken back, per final word.
+Quality: WER (jiwer) of the source captions and BLEU (sacrebleu) of the committed target text,
+both after lowercasing and stripping punctuation (the references are normalized that way).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+__all__ = [
+    "normalize_text",
+    "speech_span",
+    "latency_scores",
+    "average_lagging",
+    "normalized_erasure",
+    "final_texts",
+    "wer",
+    "corpus_bleu",
+    "sentence_bleu",
+    "percentiles",
+]
+
+_NON_WORD = re.compile(r"[^\w\s']+", re.UNICODE)
+
+
+def normalize_text(text: str) -> str:
+    text = _NON_WORD.sub(" ", text.casefold()).replace("'", "")
+    return " ".join(text.split())
+
+
+def speech_span(records: Sequence[dict[str, Any]]) -> tuple[float, float] | None:
+    """(start of the first utterance, end of the last voiced audio) from VAD events."""
+    starts = [r["audio_t"] for r in records if r["event"] == "vad.start"]
+    ends = [r["audio_t"] for r in records if r["event"] == "vad.end"]
+    if not starts:
+        return None
+    return min(starts), max(ends) if ends else max(starts)
+
+
+def final_texts(records: Sequence[dict[str, Any]]) -> tuple[str, str]:
+    """The committed source and target text of the whole stream, utterances in order."""
+    source: dict[int, str] = {}
+    target: dict[int, str] = {}
+    for r in records:
+        if r["event"].startswith("asr."):
+            source[r["utterance"]] = r["committed"]
+        elif r["event"].startswith("mt."):
+            target[r["utterance"]] = r["committed"]
+    join = lambda parts: " ".join(parts[k] for k in sorted(parts) if parts[k])  # noqa: E731
+    return join(source), join(target)
+
+
+def _target_word_delays(records: Sequence[dict[str, Any]]) -> list[float]:
+    delays: list[float] = []
+    counts: dict[int, int] = {}
+    for r in sorted((r for r in records if r["event"] == "mt.commit"),
+                    key=lambda r: (r["utterance"], r["revision"])):
+        n = len(r["committed"].split())
+        before = counts.get(r["utterance"], 0)
+        if n > before:
+            delays.extend([r["stream_t"]] * (n - before))
+            counts[r["utterance"]] = n
+    return delays
+
+
+def average_lagging(
+    delays: Sequence[float], source_duration: float, reference_length: int | None = None
+) -> float | None:
+    """SimulEval AL (or LAAL when ``reference_length`` is given), in seconds."""
+    if not delays or source_duration <= 0:
+        return None
+    target_length = len(delays)
+    if reference_length is not None:
+        target_length = max(target_length, reference_length)
+    rate = source_duration / target_length
+    total = 0.0
+    tau = 0
+    for i, delay in enumerate(delays):
+        total += delay - i * rate
+        tau = i + 1
+        if delay >= source_duration:
+            break
+    return total / tau
+
+
+def normalized_erasure(records: Sequence[dict[str, Any]], side: str = "mt") -> float | None:
+    """Words displayed then changed, over final words (Arivazhagan et al. 2020)."""
+    shown: dict[int, list[str]] = {}
+    erased = 0
+    for r in records:
+        if not r["event"].startswith(side + "."):
+            continue
+        words = (r["committed"] + " " + r["tentative"]).split()
+        before = shown.get(r["utterance"], [])
+        common = 0
+        for a, b in zip(before, words, strict=False):
+            if normalize_text(a) != normalize_text(b):
+                break
+            common += 1
+        erased += len(before) - common
+        shown[r["utterance"]] = words
+    final = sum(len(w) for w in shown.values())
+    return erased / final if final else None
+
+
+def latency_scores(
+    records: Sequence[dict[str, Any]],
+    source_duration: float,
+    reference_words: int | None = None,
+) -> dict[str, float | None]:
+    span = speech_span(records)
+    audio = [r for r in records if r["event"] == "tts.audio"]
+    commits = [r for r in records if r["event"] == "mt.commit" and r["committed"]]
+    out: dict[str, float | None] = {
+        "start_offset": None, "end_offset": None,
+        "text_start_offset": None, "text_end_offset": None,
+    }
+    if span is not None:
+        speech_start, speech_end = span
+        if audio:
+            out["start_offset"] = min(r["stream_t"] for r in audio) - speech_start
+            out["end_offset"] = max(r["audio_start"] + r["audio_dur"] for r in audio) - speech_end
+        if commits:
+            out["text_start_offset"] = min(r["stream_t"] for r in commits) - speech_start
+            out["text_end_offset"] = max(r["stream_t"] for r in commits) - speech_end
+    delays = _target_word_delays(records)
+    out["al"] = average_lagging(delays, source_duration)
+    out["laal"] = average_lagging(delays, source_duration, reference_words)
+    out["ne"] = normalized_erasure(records)
+    return out
+
+
+def wer(reference: str, hypothesis: str) -> float | None:
+    import jiwer
+
+    ref = normalize_text(reference)
+    if not ref:
+        return None
+    return float(jiwer.wer(ref, normalize_text(hypothesis)))
+
+
+def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float | None:
+    import sacrebleu
+
+    if not hypotheses:
+        return None
+    return float(
+        sacrebleu.corpus_bleu(
+            [normalize_text(h) for h in hypotheses], [[normalize_text(r) for r in references]]
+        ).score
+    )
+
+
+def sentence_bleu(hypothesis: str, reference: str) -> float:
+    import sacrebleu
+
+    return float(
+        sacrebleu.sentence_bleu(normalize_text(hypothesis), [normalize_text(reference)]).score
+    )
+
+
+def percentiles(values: Iterable[float]) -> dict[str, float] | None:
+    data = sorted(values)
+    if not data:
+        return None
+    if len(data) == 1:
+        return {"p50": data[0], "p95": data[0], "p99": data[0], "n": 1}
+    q = statistics.quantiles(data, n=100, method="inclusive")
+    return {"p50": statistics.median(data), "p95": q[94], "p99": q[98], "n": len(data)}

@@ -1,0 +1,248 @@
+"""Session assembly: models loaded once per process, one pipeline of stages per session.
+
+::
+
+    push() ─► [input] ─► VadStage ─► [labeled] ─► AsrStage ─► [source] ─► MT ─► [target] ─► TtsStage
+                                                      │                                   │
+                                                      └──────────── events ◄──────────────┘
+
+Channel policies: input audio COALESCE at real-time pace (BLOCK when replaying as fast as the
+machine goes, so every decode step is taken), labeled audio COALESCE, text BLOCK, events
+BLOCK (committed text and audio are never dropped). A session's stages run in one
+``asyncio.TaskGroup``; leaving the session cancels and awaits all of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from speechpipe.config import PipelineOptions
+from speechpipe.errors import InputError, LanguageError, SessionError
+from speechpipe.models.whisper_engine import WhisperEngine
+from speechpipe.models.whisper_weights import resolve_whisper_model
+from speechpipe.models.workers import WhisperWorker
+from speechpipe.stages.asr import AsrOptions, AsrStage
+from speechpipe.stages.cache import LruCache
+from speechpipe.stages.channels import Channel, Overflow
+from speechpipe.stages.clock import BasisStreamClock, StreamClock, WallStreamClock
+from speechpipe.stages.frames import AudioFrame, OutputEvent, TextHypothesis
+from speechpipe.stages.mt import SpeechTranslationPassthrough
+from speechpipe.stages.tts import TtsStage
+from speechpipe.stages.vad import LabeledAudio, VadStage, merge_labeled
+from speechpipe.transport.session_api import SessionRequest
+from speechpipe.voices.piper_engine import PiperSynthesizer
+from speechpipe.voices.registry import VoiceInfo, resolve_voice
+from speechpipe.voices.tts_worker import TtsWorker
+
+__all__ = ["Pipeline", "PipelineSession", "ResolvedRequest"]
+
+log = logging.getLogger("speechpipe.session")
+
+MIN_OUTPUT_RATE = 8_000
+MAX_OUTPUT_RATE = 48_000
+
+
+def _merge_frames(first: AudioFrame, second: AudioFrame) -> AudioFrame:
+    return AudioFrame(np.concatenate([first.samples, second.samples]), first.pts)
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedRequest:
+    request: SessionRequest
+    source_lang: str | None  # None: detect per utterance
+    voice: VoiceInfo
+    asr: AsrOptions
+
+
+class Pipeline:
+    """Models and shared workers; ``pipeline.session`` is a ``SessionFactory``."""
+
+    def __init__(self, options: PipelineOptions, engine: WhisperEngine) -> None:
+        self.options = options
+        self.engine = engine
+        self.whisper = WhisperWorker(engine)
+        self._tts: dict[str, TtsWorker] = {}
+        self._phrase_caches: dict[str, LruCache[tuple[str, int], np.ndarray]] = {}
+        self._tts_lock = threading.Lock()
+        self.sessions_started = 0
+
+    @classmethod
+    def load(cls, options: PipelineOptions | None = None) -> Pipeline:
+        options = options or PipelineOptions()
+        model_dir = resolve_whisper_model(options.asr_model)
+        engine = WhisperEngine(model_dir, cpu_threads=options.asr_threads)
+        return cls(options, engine)
+
+    def warm_up(self) -> None:
+        self.engine.warm_up()
+        voice = resolve_voice(None, "en", self.options.voice_dirs)
+        self._tts_worker(voice).warm_up()
+
+    def close(self) -> None:
+        self.whisper.shutdown()
+        for worker in self._tts.values():
+            worker.shutdown()
+
+    # -- requests ------------------------------------------------------------------------
+    def resolve(self, request: SessionRequest) -> ResolvedRequest:
+        """Validate a request; raises ``InputError`` subclasses with one clear message."""
+        source = request.source_lang.strip().lower()
+        if source != "auto":
+            self.engine.check_language(source)
+        target = request.target_lang.strip().lower()
+        if request.mt == "whisper" and target != "en":
+            raise LanguageError(
+                f"target language {target!r} needs a text MT model: the embedded default "
+                "translates to English only (bring one with --mt ct2:MODEL)"
+            )
+        if request.mt != "whisper":
+            raise InputError(f"unknown MT backend {request.mt!r} (use 'whisper')")
+        if not MIN_OUTPUT_RATE <= request.output_sample_rate <= MAX_OUTPUT_RATE:
+            raise InputError(
+                f"output sample rate {request.output_sample_rate} outside "
+                f"{MIN_OUTPUT_RATE}..{MAX_OUTPUT_RATE} Hz"
+            )
+        voice = resolve_voice(request.voice, target, self.options.voice_dirs)
+        asr = self.options.asr
+        if request.mode == "fast":
+            asr = _replace(asr, step_s=max(asr.step_s, 1.0), final_beam_size=1)
+        elif request.mode == "quality":
+            asr = _replace(asr, beam_size=max(asr.beam_size, 2))
+        return ResolvedRequest(request, None if source == "auto" else source, voice, asr)
+
+    def _tts_worker(self, voice: VoiceInfo) -> TtsWorker:
+        with self._tts_lock:
+            worker = self._tts.get(voice.name)
+            if worker is None:
+                worker = TtsWorker(PiperSynthesizer(voice), voice.name)
+                self._tts[voice.name] = worker
+                self._phrase_caches[voice.name] = LruCache(self.options.phrase_cache_items)
+            return worker
+
+    def phrase_cache(self, voice: VoiceInfo) -> LruCache[tuple[str, int], np.ndarray]:
+        self._tts_worker(voice)
+        return self._phrase_caches[voice.name]
+
+    def session(self, request: SessionRequest) -> PipelineSession:
+        return PipelineSession(self, request)
+
+
+def _replace(options: Any, **changes: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(options, **changes)
+
+
+class PipelineSession:
+    """One running pipeline (implements ``transport.session_api.LiveSession``)."""
+
+    def __init__(self, pipeline: Pipeline, request: SessionRequest) -> None:
+        self.pipeline = pipeline
+        self.request = request
+        self.resolved: ResolvedRequest | None = None
+        self.clock: StreamClock = (
+            WallStreamClock() if request.pace == "realtime" else BasisStreamClock()
+        )
+        self._group: asyncio.TaskGroup | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._next_pts = 0
+        self.vad: VadStage | None = None
+        self.asr: AsrStage | None = None
+
+    async def __aenter__(self) -> PipelineSession:
+        pipeline = self.pipeline
+        self.resolved = resolved = pipeline.resolve(self.request)
+        options = pipeline.options
+        tts_worker = await asyncio.to_thread(pipeline._tts_worker, resolved.voice)
+        cache = pipeline.phrase_cache(resolved.voice)
+        rate = self.request.output_sample_rate
+
+        async def speak(text: str) -> np.ndarray:
+            key = (text, rate)
+            cached = cache.get(key)
+            if cached is not None:
+                return cached
+            samples = await tts_worker.synthesize(text, rate)
+            cache.put(key, samples)
+            return samples
+
+        if self.request.pace == "realtime":
+            self.input: Channel[AudioFrame] = Channel(
+                options.input_capacity_frames, Overflow.COALESCE, merge=_merge_frames, name="input"
+            )
+        else:
+            self.input = Channel(options.fast_input_capacity_frames, Overflow.BLOCK, name="input")
+        labeled: Channel[LabeledAudio] = Channel(
+            options.input_capacity_frames, Overflow.COALESCE, merge=merge_labeled, name="labeled"
+        )
+        source: Channel[TextHypothesis] = Channel(64, name="source")
+        target: Channel[TextHypothesis] = Channel(64, name="target")
+        self._events: Channel[OutputEvent] = Channel(512, name="events")
+        self.vad = VadStage(options.vad)
+        self.asr = AsrStage(
+            pipeline.whisper.recognize,
+            self.clock,
+            options=resolved.asr,
+            language=resolved.source_lang,
+            translate=True,
+            target_language=self.request.target_lang,
+        )
+        mt = SpeechTranslationPassthrough()
+        tts = TtsStage(speak, self.clock, rate, options.phrases)
+
+        async def run_tts() -> None:
+            try:
+                await tts.run(target, self._events)
+            finally:
+                self._events.close()
+
+        async def run_asr() -> None:
+            await self.asr.run(labeled, source, self._events)  # type: ignore[union-attr]
+
+        self._group = asyncio.TaskGroup()
+        await self._group.__aenter__()
+        self._tasks = [
+            self._group.create_task(self.vad.run(self.input, labeled), name="vad"),
+            self._group.create_task(run_asr(), name="asr"),
+            self._group.create_task(mt.run(source, target), name="mt"),
+            self._group.create_task(run_tts(), name="tts"),
+        ]
+        pipeline.sessions_started += 1
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self._group is not None:
+            group, self._group = self._group, None
+            await group.__aexit__(exc_type, exc, tb)
+
+    # -- LiveSession -----------------------------------------------------------------------
+    async def push(self, frame: AudioFrame) -> None:
+        if frame.pts != self._next_pts:
+            raise SessionError(
+                f"audio is not contiguous: expected pts {self._next_pts}, got {frame.pts}",
+                code="bad_audio",
+            )
+        self._next_pts = frame.end
+        await self.input.put(frame)
+
+    def flush(self) -> None:
+        assert self.vad is not None
+        self.vad.request_flush()
+        with contextlib.suppress(asyncio.QueueFull):
+            self.input.put_nowait(AudioFrame(np.zeros(0, np.int16), self._next_pts))
+
+    async def finish(self) -> None:
+        self.input.close()
+
+    async def events(self):  # type: ignore[no-untyped-def]
+        async for event in self._events:
+            yield event

@@ -1,0 +1,116 @@
+"""The trace: session events as JSON-lines records (the contract in DESIGN.md).
+
+Every record has ``event``, ``stream_t`` (seconds of input consumed when it was emitted),
+``wall_t`` (seconds since the stream started) and ``utterance``, plus the event's payload.
+Text events are ``asr.partial``/``asr.commit`` (source) and ``mt.partial``/``mt.commit``
+(target): ``*.commit`` when the committed text grew (or the hypothesis is final).
+``tts.audio`` records where the chunk lies on the output timeline (``audio_start``): at the
+stream time it was produced, or right after the previous chunk.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from speechpipe.stages.frames import (
+    STREAM_RATE,
+    ErrorEvent,
+    SpeechChunk,
+    StatusEvent,
+    TextHypothesis,
+    UtteranceEnd,
+    VadEvent,
+)
+from speechpipe.transport.file_replay import ReplayEvent
+
+__all__ = ["TraceBuilder", "write_trace", "read_trace"]
+
+
+def _sec(pts: int) -> float:
+    return round(pts / STREAM_RATE, 4)
+
+
+class TraceBuilder:
+    """Turns session events into trace records and lays translated speech on a timeline."""
+
+    def __init__(self, output_rate: int) -> None:
+        self.output_rate = output_rate
+        self.records: list[dict[str, Any]] = []
+        self.chunks: list[tuple[float, np.ndarray]] = []  # (laid start seconds, samples)
+        self._committed: dict[tuple[str, int], str] = {}
+        self._laid_end = 0.0
+
+    def add_all(self, events: Iterable[ReplayEvent]) -> TraceBuilder:
+        for item in events:
+            self.add(item)
+        return self
+
+    def add(self, item: ReplayEvent) -> dict[str, Any]:
+        event = item.event
+        base: dict[str, Any] = {"wall_t": round(item.wall_t, 4)}
+        if isinstance(event, VadEvent):
+            record = {"event": f"vad.{event.kind}", "stream_t": _sec(event.detected_at),
+                      "utterance": event.utterance, "audio_t": _sec(event.pts),
+                      "forced": event.forced}
+        elif isinstance(event, TextHypothesis):
+            prefix = "asr" if event.side == "source" else "mt"
+            key = (event.side, event.utterance)
+            grew = event.committed != self._committed.get(key, "")
+            self._committed[key] = event.committed
+            kind = "commit" if grew or event.final else "partial"
+            record = {"event": f"{prefix}.{kind}", "stream_t": _sec(event.stream_pts),
+                      "utterance": event.utterance, "revision": event.revision,
+                      "committed": event.committed, "tentative": event.tentative,
+                      "final": event.final, "language": event.language,
+                      "source_start": _sec(event.audio_start), "source_end": _sec(event.audio_end),
+                      "timings": {t.stage: round(t.seconds, 5) for t in event.timings}}
+        elif isinstance(event, SpeechChunk):
+            produced = event.stream_pts / STREAM_RATE
+            start = max(produced, self._laid_end)
+            self._laid_end = start + event.duration
+            self.chunks.append((start, event.samples))
+            record = {"event": "tts.audio", "stream_t": _sec(event.stream_pts),
+                      "utterance": event.utterance, "text": event.text,
+                      "audio_start": round(start, 4), "audio_dur": round(event.duration, 4),
+                      "timings": {t.stage: round(t.seconds, 5) for t in event.timings}}
+        elif isinstance(event, UtteranceEnd):
+            record = {"event": "utterance.end", "stream_t": _sec(event.stream_pts),
+                      "utterance": event.utterance, "source_text": event.source_text,
+                      "text": event.target_text}
+        elif isinstance(event, StatusEvent):
+            record = {"event": "status", "stream_t": _sec(event.stream_pts), "utterance": None,
+                      "status": event.status, "message": event.message, **event.detail}
+        elif isinstance(event, ErrorEvent):
+            record = {"event": "error", "stream_t": _sec(event.stream_pts),
+                      "utterance": event.utterance, "code": event.code, "message": event.message}
+        else:  # pragma: no cover - OutputEvent is closed
+            raise TypeError(f"unknown event {event!r}")
+        record = {"event": record.pop("event"), "stream_t": record.pop("stream_t"), **base,
+                  **record}
+        self.records.append(record)
+        return record
+
+    def render(self, input_samples: int) -> np.ndarray:
+        """The translated speech on the input's timeline (at least as long as the input)."""
+        length = int(max([input_samples / STREAM_RATE, self._laid_end]) * self.output_rate) + 1
+        out = np.zeros(length, np.int16)
+        for start, samples in self.chunks:
+            i = int(round(start * self.output_rate))
+            out[i : i + len(samples)] = samples[: len(out) - i]
+        return out
+
+
+def write_trace(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        for record in records:
+            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+def read_trace(path: str | Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]

@@ -1,0 +1,1 @@
+"""Pipeline stages (VAD, ASR, MT, TTS) and their shared vocabulary (frames, channels)."""

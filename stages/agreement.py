@@ -1,0 +1,97 @@
+"""LocalAgreement: commit the words on which successive hypotheses agree.
+
+The decoder is forced to continue the committed text, so every hypothesis is a continuation:
+``update(words)`` receives only the words after the committed prefix. A word is committed once
+the last ``n`` continuations agree on it (LocalAgreement-n, Polák et al. 2022; the policy of
+whisper_streaming). Comparison ignores case and punctuation; the committed form is taken from
+the newest hypothesis, which saw the most audio.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Sequence
+
+__all__ = ["LocalAgreement", "normalize_word", "split_words"]
+
+_PUNCT = re.compile(r"[^\w']+", re.UNICODE)
+
+
+def normalize_word(word: str) -> str:
+    return _PUNCT.sub("", word.casefold())
+
+
+def split_words(text: str) -> list[str]:
+    return text.split()
+
+
+class LocalAgreement:
+    """Append-only committed words plus a tentative tail, from scripted hypotheses."""
+
+    def __init__(self, n: int = 2) -> None:
+        if n < 1:
+            raise ValueError("n must be >= 1")
+        self.n = n
+        self.committed: list[str] = []
+        self.tentative: list[str] = []
+        self._history: deque[list[str]] = deque(maxlen=n)
+
+    @property
+    def committed_text(self) -> str:
+        return " ".join(self.committed)
+
+    @property
+    def tentative_text(self) -> str:
+        return " ".join(self.tentative)
+
+    def update(self, continuation: Sequence[str]) -> list[str]:
+        """Record a new continuation of the committed text; return the newly committed words."""
+        words = [w for w in continuation if w]
+        self._history.append(words)
+        newly: list[str] = []
+        if len(self._history) == self.n:
+            agreed = _common_prefix_length(list(self._history))
+            newly = words[:agreed]
+            if newly:
+                self.committed.extend(newly)
+                # older hypotheses now continue past the new commit point
+                self._history = deque(
+                    (h[agreed:] for h in self._history), maxlen=self.n
+                )
+        self.tentative = words[len(newly):]
+        return newly
+
+    def glue(self, fragment: str) -> bool:
+        """Attach punctuation the decoder put right after the last committed word.
+
+        Committed text stays append-only as a string. A fragment with letters would change a
+        committed word, so it is refused (returns False) and dropped.
+        """
+        if not fragment or not self.committed or normalize_word(fragment):
+            return False
+        self.committed[-1] += fragment
+        return True
+
+    def finalize(self, continuation: Sequence[str] | None = None) -> list[str]:
+        """End of utterance: commit ``continuation`` (or the current tentative words)."""
+        words = list(self.tentative if continuation is None else continuation)
+        words = [w for w in words if w]
+        self.committed.extend(words)
+        self.tentative = []
+        self._history.clear()
+        return words
+
+    def reset(self) -> None:
+        self.committed = []
+        self.tentative = []
+        self._history.clear()
+
+
+def _common_prefix_length(hypotheses: list[list[str]]) -> int:
+    length = min(len(h) for h in hypotheses)
+    for i in range(length):
+        first = normalize_word(hypotheses[0][i])
+        if any(normalize_word(h[i]) != first for h in hypotheses[1:]):
+            return i
+    return length

@@ -1,0 +1,391 @@
+"""Streaming ASR (and Whisper speech translation) over VAD-labeled audio.
+
+``UtteranceDecoder`` is the synchronous core for one utterance: it holds the utterance's
+audio, decides when a decode is due, builds the request (committed text forced as prefix) and
+applies results through LocalAgreement, so captions only ever grow. ``AsrStage`` is the async
+shell: it coalesces all audio that arrived during a decode into the next one, so a slow model
+raises latency, not memory.
+
+Decode schedule (stream time):
+- every ``step_s`` of new audio while the speaker talks (partials, greedy);
+- at a VAD ``pause``: everything heard so far is committed (a pause is a phrase boundary);
+- at the VAD ``end``: the final decode (``final_beam_size``). When the last decode already
+  covered all voiced audio, its hypothesis is committed without decoding again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from speechpipe.errors import SpeechpipeError
+from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest, WhisperResult
+from speechpipe.stages.agreement import LocalAgreement
+from speechpipe.stages.channels import Channel, ChannelClosed
+from speechpipe.stages.clock import StreamClock
+from speechpipe.stages.frames import (
+    STREAM_RATE,
+    ErrorEvent,
+    OutputEvent,
+    StageTiming,
+    TextHypothesis,
+    VadEvent,
+)
+from speechpipe.stages.vad import LabeledAudio
+
+__all__ = ["AsrOptions", "UtteranceDecoder", "AsrStage", "Recognize"]
+
+Recognize = Callable[[WhisperRequest], Awaitable[WhisperResult]]
+
+
+@dataclass(frozen=True, slots=True)
+class AsrOptions:
+    step_s: float = 0.5  # re-decode cadence while speaking
+    min_voiced_s: float = 0.3  # no decode before this much voiced audio
+    agreement: int = 2  # LocalAgreement-n
+    beam_size: int = 1  # partial decodes
+    final_beam_size: int = 1  # decodes that commit everything (pause, end); see README
+    tokens_per_second: float = 7.0  # decode length cap per second of uncommitted audio
+    commit_on_pause: bool = True
+    language_lock_s: float = 1.5  # auto-detected language is fixed after this much audio
+    keep_detected_language: bool = True  # later utterances reuse the language found first
+    pre_roll_s: float = 0.3  # audio kept before the VAD's speech start
+    min_utterance_voiced_s: float = 0.5  # shorter "utterances" are treated as noise
+    partial_max_new_tokens: int = 16  # partials only need the next few words
+
+
+@dataclass
+class UtteranceDecoder:
+    """One utterance: audio, agreement state for source (and target) text, revisions."""
+
+    utterance: int
+    start_pts: int
+    options: AsrOptions
+    language: str | None
+    translate: bool
+    audio: list[np.ndarray] = field(default_factory=list)
+    n_samples: int = 0
+    voiced_samples: int = 0
+    last_decode_end: int = -1
+    last_voiced_end: int = 0
+    language_locked: bool = False
+    ended: bool = False
+    end_pts: int = 0
+    pause_pending: bool = False
+    pause_pts: int = 0  # end of voiced audio before the pause
+    last_truncated: bool = False  # the last decode hit its length cap
+    committed_at: int = 0  # audio position of the last decode that committed everything
+    revision: int = 0
+    source: LocalAgreement = field(init=False)
+    target: LocalAgreement = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.source = LocalAgreement(self.options.agreement)
+        self.target = LocalAgreement(self.options.agreement)
+        self.language_locked = self.language is not None
+
+    @property
+    def end(self) -> int:
+        return self.start_pts + self.n_samples
+
+    def add(self, samples: np.ndarray, voiced: int) -> None:
+        if len(samples):
+            self.audio.append(samples)
+            self.n_samples += len(samples)
+        self.voiced_samples += voiced
+
+    def tasks(self) -> tuple[DecodeTask, ...]:
+        tasks = [DecodeTask("transcribe", self.source.committed_text)]
+        if self.translate:
+            tasks.append(DecodeTask("translate", self.target.committed_text))
+        return tuple(tasks)
+
+    def due(self) -> str | None:
+        """Which decode is due now: ``final``, ``pause``, ``partial`` or None."""
+        enough_voice = self.voiced_samples >= self.options.min_voiced_s * STREAM_RATE
+        if self.ended:
+            return "final"
+        if self.pause_pending and enough_voice and self.options.commit_on_pause:
+            return "pause"
+        step = int(self.options.step_s * STREAM_RATE)
+        since = self.end - max(self.last_decode_end, self.start_pts)
+        if enough_voice and since >= step:
+            return "partial"
+        return None
+
+    def covered(self) -> bool:
+        """Did the last decode already hear every voiced sample?"""
+        return (
+            self.last_decode_end >= self.last_voiced_end
+            and self.last_decode_end > 0
+            and not self.last_truncated
+        )
+
+    def basis(self, kind: str) -> int:
+        """Where the audio of this decode ends. A pause decode stops at the pause (plus a
+        little silence), so committing everything never cuts a word that went on after it."""
+        if kind == "pause":
+            return min(self.end, self.pause_pts + int(0.2 * STREAM_RATE))
+        return self.end
+
+    def request(self, kind: str) -> WhisperRequest:
+        audio = np.concatenate(self.audio) if self.audio else np.zeros(0, np.int16)
+        audio = audio[: max(0, self.basis(kind) - self.start_pts)]
+        if kind == "partial":
+            cap = self.options.partial_max_new_tokens
+        else:  # enough for the audio not yet committed, not for a loop
+            uncommitted = (self.basis(kind) - max(self.start_pts, self.committed_at)) / STREAM_RATE
+            cap = 8 + int(self.options.tokens_per_second * uncommitted)
+        return WhisperRequest(
+            audio=audio.astype(np.float32) / 32768.0,
+            language=self.language if self.language_locked else None,
+            tasks=self.tasks(),
+            beam_size=self.options.beam_size if kind == "partial" else self.options.final_beam_size,
+            tokens_per_second=self.options.tokens_per_second,
+            max_new_tokens=cap,
+        )
+
+    def apply(self, result: WhisperResult, kind: str, basis_pts: int) -> list[tuple[str, str, str]]:
+        """Feed a decode result; return (side, committed, tentative) for each changed side."""
+        self.last_decode_end = basis_pts
+        self.last_truncated = any(d.truncated for d in result.decodes)
+        if not self.language_locked:
+            self.language = result.language
+            if self.n_samples >= self.options.language_lock_s * STREAM_RATE:
+                self.language_locked = True
+        commit_all = kind in ("final", "pause")
+        changed = []
+        for decode in result.decodes:
+            agreement = self.source if decode.task == "transcribe" else self.target
+            before = (agreement.committed_text, agreement.tentative_text)
+            words = decode.continuation.split()
+            if decode.glued and (commit_all or self.language_locked):
+                agreement.glue(decode.glued)
+            if commit_all:
+                agreement.finalize(words)
+            elif not self.language_locked:
+                agreement.tentative = words  # language still uncertain: show, never commit
+            else:
+                agreement.update(words)
+            after = (agreement.committed_text, agreement.tentative_text)
+            if after != before or kind == "final":
+                side = "source" if decode.task == "transcribe" else "target"
+                changed.append((side, *after))
+        if kind == "pause":
+            self.pause_pending = False
+        if commit_all:
+            self.committed_at = basis_pts
+        return changed
+
+    def commit_last(self) -> list[tuple[str, str, str]]:
+        """Commit the last hypothesis without decoding (it already heard all the speech)."""
+        sides = [("source", self.source)] + ([("target", self.target)] if self.translate else [])
+        out = []
+        for side, agreement in sides:
+            agreement.finalize()
+            out.append((side, agreement.committed_text, ""))
+        self.pause_pending = False
+        return out
+
+
+class AsrStage:
+    """Async shell around ``UtteranceDecoder``; one utterance at a time, in stream order."""
+
+    def __init__(
+        self,
+        recognize: Recognize,
+        clock: StreamClock,
+        *,
+        options: AsrOptions = AsrOptions(),
+        language: str | None = None,
+        translate: bool = True,
+        target_language: str = "en",
+    ) -> None:
+        self.recognize = recognize
+        self.clock = clock
+        self.options = options
+        self.language = language
+        self.translate = translate
+        self.target_language = target_language
+        self._history: deque[np.ndarray] = deque()
+        self._history_samples = 0
+        self._history_end = 0
+        self._current: UtteranceDecoder | None = None
+        self._closed: deque[UtteranceDecoder] = deque()
+        self._last_arrival = time.monotonic()
+        self.detected_language: str | None = None
+
+    async def run(
+        self,
+        inbox: Channel[LabeledAudio],
+        outbox: Channel[TextHypothesis],
+        events: Channel[OutputEvent],
+    ) -> None:
+        try:
+            finished = False
+            while not finished:
+                try:
+                    batch = await inbox.get_batch()
+                except ChannelClosed:
+                    finished = True
+                    batch = []
+                for item in batch:
+                    await self._intake(item, events)
+                if finished and self._current is not None:
+                    self._end_current(self._current.end)
+                await self._decode_due(outbox, events)
+        finally:
+            outbox.close()
+
+    # -- intake --------------------------------------------------------------------------
+    async def _intake(self, item: LabeledAudio, events: Channel[OutputEvent]) -> None:
+        self._last_arrival = item.arrived
+        cursor = item.pts
+        for event in item.events:
+            offset = max(0, min(len(item.samples), event.detected_at - item.pts))
+            self._add_audio(item.samples[cursor - item.pts : offset], cursor, item)
+            cursor = item.pts + offset
+            await self._on_vad(event, events)
+        self._add_audio(item.samples[cursor - item.pts :], cursor, item)
+
+    def _add_audio(self, samples: np.ndarray, pts: int, item: LabeledAudio) -> None:
+        if not len(samples):
+            return
+        # voiced share is only known per labeled chunk: spread it proportionally
+        voiced = int(item.voiced_samples * len(samples) / max(1, len(item.samples)))
+        if self._current is not None:
+            self._current.add(samples, voiced)
+        self._history.append(samples)
+        self._history_samples += len(samples)
+        self._history_end = pts + len(samples)
+        keep = int(self.options.pre_roll_s * STREAM_RATE) + int(1.0 * STREAM_RATE)
+        while self._history and self._history_samples - len(self._history[0]) >= keep:
+            self._history_samples -= len(self._history.popleft())
+
+    async def _on_vad(self, event: VadEvent, events: Channel[OutputEvent]) -> None:
+        await events.put(event)
+        if event.kind == "start":
+            if self._current is not None:
+                self._end_current(event.pts)
+            decoder = UtteranceDecoder(
+                utterance=event.utterance,
+                start_pts=event.pts,
+                options=self.options,
+                language=self.language or self.detected_language,
+                translate=self.translate,
+            )
+            # seed with history from the start (pre-roll and detection delay)
+            seed = self._history_audio(event.pts - int(self.options.pre_roll_s * STREAM_RATE))
+            decoder.start_pts = self._history_end - len(seed)
+            # only the VAD's start window is known to be voiced
+            decoder.add(seed, min(len(seed), max(0, event.detected_at - event.pts)))
+            self._current = decoder
+        elif self._current is not None and event.utterance == self._current.utterance:
+            if event.kind == "pause":
+                current = self._current
+                current.last_voiced_end = event.pts
+                # a pause before enough speech is no phrase boundary; never a stale one either
+                current.pause_pending = current.voiced_samples >= (
+                    self.options.min_voiced_s * STREAM_RATE
+                )
+                current.pause_pts = event.pts
+            elif event.kind == "end":
+                self._current.last_voiced_end = event.pts
+                self._end_current(event.detected_at)
+
+    def _history_audio(self, from_pts: int) -> np.ndarray:
+        if not self._history:
+            return np.zeros(0, np.int16)
+        audio = np.concatenate(self._history)
+        start = self._history_end - len(audio)
+        return audio[max(0, from_pts - start) :]
+
+    def _end_current(self, end_pts: int) -> None:
+        assert self._current is not None
+        self._current.ended = True
+        self._current.end_pts = end_pts
+        if self._current.last_voiced_end == 0:
+            self._current.last_voiced_end = self._current.end
+        self._closed.append(self._current)
+        self._current = None
+
+    # -- decoding ------------------------------------------------------------------------
+    async def _decode_due(
+        self, outbox: Channel[TextHypothesis], events: Channel[OutputEvent]
+    ) -> None:
+        while self._closed:
+            await self._step(self._closed.popleft(), outbox, events)
+        if self._current is not None and self._current.due():
+            await self._step(self._current, outbox, events)
+
+    async def _step(
+        self,
+        decoder: UtteranceDecoder,
+        outbox: Channel[TextHypothesis],
+        events: Channel[OutputEvent],
+    ) -> None:
+        kind = decoder.due()
+        if kind is None:
+            return
+        too_little_voice = (
+            decoder.voiced_samples < self.options.min_utterance_voiced_s * STREAM_RATE
+        )
+        basis = decoder.basis(kind)
+        timings: tuple[StageTiming, ...] = ()
+        if kind in ("final", "pause") and (decoder.covered() or too_little_voice):
+            changed = decoder.commit_last() if decoder.covered() else [
+                ("source", decoder.source.committed_text, ""),
+                ("target", decoder.target.committed_text, ""),
+            ][: 2 if decoder.translate else 1]
+            if kind == "pause":
+                decoder.pause_pending = False
+        else:
+            request = decoder.request(kind)
+            queued = max(0.0, time.monotonic() - self._last_arrival)
+            try:
+                result = await self.recognize(request)
+            except SpeechpipeError as exc:
+                await events.put(ErrorEvent(exc.code, str(exc), self.clock.stamp(basis),
+                                            decoder.utterance))
+                if kind != "final":
+                    decoder.last_decode_end = basis
+                    decoder.pause_pending = False
+                    return
+                changed = decoder.commit_last()
+            else:
+                timings = (
+                    StageTiming("queue.asr", queued),
+                    *(StageTiming(k, v) for k, v in result.timings.items()),
+                )
+                changed = decoder.apply(result, kind, basis)
+                if (self.options.keep_detected_language and decoder.language_locked
+                        and self.language is None):
+                    self.detected_language = decoder.language
+        final = kind == "final"
+        if final:
+            decoder.revision += 1
+        stamp = self.clock.stamp(basis)
+        for side, committed, tentative in changed:
+            if not final:
+                decoder.revision += 1
+            hypothesis = TextHypothesis(
+                side=side,  # type: ignore[arg-type]
+                utterance=decoder.utterance,
+                revision=decoder.revision,
+                committed=committed,
+                tentative=tentative,
+                language=(decoder.language or "") if side == "source" else self.target_language,
+                audio_start=decoder.start_pts,
+                audio_end=basis,
+                stream_pts=stamp,
+                final=final,
+                timings=timings if side == "source" else (),
+            )
+            await events.put(hypothesis)
+            await outbox.put(hypothesis)
+        await asyncio.sleep(0)

@@ -1,0 +1,52 @@
+"""The stream clock: at which stream position an output counts as produced.
+
+Stages stamp every output with ``clock.stamp(basis_pts)``, where ``basis_pts`` is the end of
+the source audio the decision was based on.
+
+- ``WallStreamClock`` (live sessions, ``--pace realtime``): the stream position the speaker
+  has reached *now*, from wall-clock time since the stream started. Slow inference shows up
+  as later stamps: computation-aware latency.
+- ``BasisStreamClock`` (``--pace fast``): the basis itself, as if inference took no time:
+  computation-unaware latency (SimulEval's non-computation-aware delays).
+
+Same pipeline code, different clock.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+from speechpipe.stages.frames import STREAM_RATE
+
+__all__ = ["StreamClock", "WallStreamClock", "BasisStreamClock"]
+
+
+class StreamClock(Protocol):
+    def stamp(self, basis_pts: int) -> int: ...
+
+    def wall_seconds(self) -> float:
+        """Seconds of wall-clock time since the stream started."""
+        ...
+
+
+class WallStreamClock:
+    def __init__(self, start: float | None = None) -> None:
+        self.start = time.monotonic() if start is None else start
+
+    def wall_seconds(self) -> float:
+        return time.monotonic() - self.start
+
+    def stamp(self, basis_pts: int) -> int:
+        return max(basis_pts, int(self.wall_seconds() * STREAM_RATE))
+
+
+class BasisStreamClock:
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+
+    def wall_seconds(self) -> float:
+        return time.monotonic() - self.start
+
+    def stamp(self, basis_pts: int) -> int:
+        return basis_pts

@@ -1,0 +1,153 @@
+"""The shared vocabulary: what flows between stages and out of a session.
+
+Every frame is a frozen, slotted dataclass. Time is counted in **samples of the 16 kHz
+stream** (``pts``), the stream clock; seconds are derived at the edges. Text hypotheses
+carry their stability: ``committed`` text is final and only ever grows, ``tentative`` text
+may still change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = [
+    "STREAM_RATE",
+    "FRAME_SAMPLES",
+    "AudioFrame",
+    "VadEvent",
+    "TextHypothesis",
+    "SpeechChunk",
+    "UtteranceEnd",
+    "StatusEvent",
+    "ErrorEvent",
+    "StageTiming",
+    "OutputEvent",
+    "samples_to_seconds",
+]
+
+STREAM_RATE = 16_000
+"""Sample rate of the internal stream (mono int16)."""
+
+FRAME_SAMPLES = 320
+"""20 ms at ``STREAM_RATE``."""
+
+
+def samples_to_seconds(samples: int) -> float:
+    return samples / STREAM_RATE
+
+
+@dataclass(frozen=True, slots=True)
+class AudioFrame:
+    """Mono int16 audio at ``STREAM_RATE``; ``pts`` is the index of its first sample."""
+
+    samples: NDArray[np.int16]
+    pts: int
+
+    @property
+    def end(self) -> int:
+        return self.pts + len(self.samples)
+
+
+@dataclass(frozen=True, slots=True)
+class VadEvent:
+    """Speech boundaries found by VAD: ``start``/``end`` of an utterance, or a short ``pause``.
+
+    ``pts`` is where the boundary lies in the stream (the first voiced frame of a start,
+    or the end of the last voiced frame); ``detected_at`` is the stream position at which VAD
+    could decide (after its hangover).
+    """
+
+    kind: Literal["start", "end", "pause"]
+    utterance: int
+    pts: int
+    detected_at: int
+    forced: bool = False  # an ``end`` forced by the max utterance length
+
+
+@dataclass(frozen=True, slots=True)
+class StageTiming:
+    """Wall-clock seconds a stage spent on one piece of work (for the latency breakdown)."""
+
+    stage: str
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class TextHypothesis:
+    """A partial or final hypothesis of one utterance's text.
+
+    ``side`` is ``source`` (captions in the spoken language) or ``target`` (the translation).
+    ``committed`` never shrinks between revisions of the same utterance; ``tentative`` may.
+    ``audio_start``/``audio_end`` is the source-audio span (stream samples) it covers;
+    ``stream_pts`` is the stream position at which it was emitted (see ``StreamClock``).
+    """
+
+    side: Literal["source", "target"]
+    utterance: int
+    revision: int
+    committed: str
+    tentative: str
+    language: str
+    audio_start: int
+    audio_end: int
+    stream_pts: int
+    final: bool = False
+    timings: tuple[StageTiming, ...] = ()
+
+    @property
+    def text(self) -> str:
+        return " ".join(part for part in (self.committed, self.tentative) if part)
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechChunk:
+    """Translated speech for one phrase: int16 mono at ``sample_rate``."""
+
+    samples: NDArray[np.int16]
+    sample_rate: int
+    utterance: int
+    text: str
+    stream_pts: int
+    timings: tuple[StageTiming, ...] = ()
+
+    @property
+    def duration(self) -> float:
+        return len(self.samples) / self.sample_rate
+
+
+@dataclass(frozen=True, slots=True)
+class UtteranceEnd:
+    utterance: int
+    stream_pts: int
+    source_text: str
+    target_text: str
+
+
+@dataclass(frozen=True, slots=True)
+class StatusEvent:
+    """Something the user should know: ``degraded``, ``queued``, ``ready`` ...
+
+    ``detail`` holds machine-readable fields (e.g. ``{"position": 3}``).
+    """
+
+    status: str
+    message: str
+    stream_pts: int = 0
+    detail: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorEvent:
+    """A recoverable error in one session: the session goes on (see ``speechpipe.errors``)."""
+
+    code: str
+    message: str
+    stream_pts: int = 0
+    utterance: int | None = None
+
+
+OutputEvent = VadEvent | TextHypothesis | SpeechChunk | UtteranceEnd | StatusEvent | ErrorEvent

@@ -1,0 +1,54 @@
+"""The shared TTS worker: Piper synthesis plus resampling, on a dedicated thread."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import soxr
+from numpy.typing import NDArray
+
+from speechpipe.errors import SpeechpipeError, WorkerError
+from speechpipe.voices.piper_engine import PiperSynthesizer
+
+__all__ = ["TtsWorker", "resample_int16"]
+
+
+def resample_int16(samples: NDArray[np.int16], rate_in: int, rate_out: int) -> NDArray[np.int16]:
+    if rate_in == rate_out or not len(samples):
+        return samples
+    out = soxr.resample(samples.astype(np.float32) / 32768.0, rate_in, rate_out, quality="HQ")
+    return np.clip(np.round(out * 32768.0), -32768, 32767).astype(np.int16)
+
+
+class TtsWorker:
+    def __init__(self, synthesizer: PiperSynthesizer, name: str) -> None:
+        self.synthesizer = synthesizer
+        self.name = name
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tts-{name}")
+
+    @property
+    def sample_rate(self) -> int:
+        return self.synthesizer.sample_rate
+
+    def _synthesize(self, text: str, rate: int) -> NDArray[np.int16]:
+        return resample_int16(self.synthesizer.synthesize(text), self.sample_rate, rate)
+
+    async def synthesize(self, text: str, rate: int) -> NDArray[np.int16]:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(
+                self._executor, functools.partial(self._synthesize, text, rate)
+            )
+        except (SpeechpipeError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            raise WorkerError(f"tts {self.name} failed: {type(exc).__name__}: {exc}") from exc
+
+    def warm_up(self) -> None:
+        self._synthesize("Hello.", self.sample_rate)
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
