@@ -61,7 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--category", action="append", default=None,
                           help="only clips of this category (repeatable; default: clips "
                                "whose language differs from the target)")
-    evaluate.add_argument("--all", action="store_true", help="every clip in the manifest")
+    evaluate.add_argument("--all", action="store_true",
+                          help="every clip whose language differs from the target")
+    evaluate.add_argument("--detect-language", action="store_true",
+                          help="let Whisper detect each clip's language instead of the "
+                               "manifest's 'lang'")
     _add_session_arguments(evaluate)
 
     _register_optional(commands)

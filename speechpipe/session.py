@@ -232,6 +232,7 @@ class PipelineSession:
                 code="bad_audio",
             )
         self._next_pts = frame.end
+        self.clock.begin()
         await self.input.put(frame)
 
     def flush(self) -> None:

@@ -23,6 +23,10 @@ __all__ = ["StreamClock", "WallStreamClock", "BasisStreamClock"]
 
 
 class StreamClock(Protocol):
+    def begin(self) -> None:
+        """The stream starts now (the first audio frame arrived); later calls do nothing."""
+        ...
+
     def stamp(self, basis_pts: int) -> int: ...
 
     def wall_seconds(self) -> float:
@@ -32,10 +36,14 @@ class StreamClock(Protocol):
 
 class WallStreamClock:
     def __init__(self, start: float | None = None) -> None:
-        self.start = time.monotonic() if start is None else start
+        self.start = start
+
+    def begin(self) -> None:
+        if self.start is None:
+            self.start = time.monotonic()
 
     def wall_seconds(self) -> float:
-        return time.monotonic() - self.start
+        return 0.0 if self.start is None else time.monotonic() - self.start
 
     def stamp(self, basis_pts: int) -> int:
         return max(basis_pts, int(self.wall_seconds() * STREAM_RATE))
@@ -43,10 +51,14 @@ class WallStreamClock:
 
 class BasisStreamClock:
     def __init__(self) -> None:
-        self.start = time.monotonic()
+        self.start: float | None = None
+
+    def begin(self) -> None:
+        if self.start is None:
+            self.start = time.monotonic()
 
     def wall_seconds(self) -> float:
-        return time.monotonic() - self.start
+        return 0.0 if self.start is None else time.monotonic() - self.start
 
     def stamp(self, basis_pts: int) -> int:
         return basis_pts

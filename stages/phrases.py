@@ -17,7 +17,7 @@ _CLAUSE_END = (",", ".", ";", ":", "?", "!", "…")
 
 @dataclass(frozen=True, slots=True)
 class PhraseOptions:
-    first_words: int = 3
+    first_words: int = 2
     max_words: int = 5
     min_words_at_punctuation: int = 1
 

@@ -66,6 +66,8 @@ async def replay(
     collected: list[ReplayEvent] = []
 
     async def feed() -> None:
+        nonlocal start
+        start = time.monotonic()
         for offset in range(0, len(audio), FRAME_SAMPLES):
             if pace == "realtime":
                 delay = start + offset / STREAM_RATE - time.monotonic()

@@ -1,0 +1,44 @@
+"""Shared fixtures: the real pipeline (loaded once per test run) and the sample folders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_SAMPLES = ROOT.parent / "shared" / "samples"
+OWN_SAMPLES = ROOT / "samples"
+
+
+def shared_clip(clip_id: str) -> Path:
+    """A real human recording from ../shared/samples; skips where that folder is absent."""
+    path = SHARED_SAMPLES / "wav" / f"{clip_id}.wav"
+    if not path.is_file():
+        pytest.skip(f"needs ../shared/samples (real recordings, not in the repo): {path}")
+    return path
+
+
+def shared_manifest_row(clip_id: str) -> dict:
+    manifest = SHARED_SAMPLES / "manifest.jsonl"
+    if not manifest.is_file():
+        pytest.skip("needs ../shared/samples/manifest.jsonl")
+    for line in manifest.read_text().splitlines():
+        row = json.loads(line)
+        if row["id"] == clip_id:
+            return row
+    pytest.skip(f"{clip_id} not in the shared manifest")
+
+
+@pytest.fixture(scope="session")
+def pipeline():
+    """The real models (Whisper base int8 + Piper joe), loaded and warmed once."""
+    from speechpipe.session import Pipeline
+
+    loaded = Pipeline.load()
+    loaded.warm_up()
+    yield loaded
+    loaded.close()
+
+from conftest_server import *  # noqa: E402,F403  (live-server fixtures: live_server, spanish_clip)
