@@ -38,6 +38,10 @@ def _add_session_arguments(parser: argparse.ArgumentParser) -> None:
                         help="bundled model name or a CTranslate2 Whisper folder")
     parser.add_argument("--voices-dir", action="append", default=[],
                         help="extra folder with Piper .onnx + .onnx.json voices")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="GROUP.FIELD=VALUE",
+                        help="override a pipeline option, e.g. asr.step_s=1.0 or "
+                             "phrases.first_words=3 (groups: vad, asr, phrases)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,9 +115,10 @@ def _request(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def _options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from speechpipe.config import PipelineOptions
+    from speechpipe.config import PipelineOptions, with_overrides
 
-    return PipelineOptions(asr_model=args.asr_model, voice_dirs=tuple(args.voices_dir))
+    options = PipelineOptions(asr_model=args.asr_model, voice_dirs=tuple(args.voices_dir))
+    return with_overrides(options, args.overrides)
 
 
 def _load_pipeline(args: argparse.Namespace):  # type: ignore[no-untyped-def]

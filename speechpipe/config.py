@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+from speechpipe.errors import InputError
 
 from speechpipe.stages.asr import AsrOptions
 from speechpipe.stages.phrases import PhraseOptions
 from speechpipe.stages.vad import VadOptions
 
-__all__ = ["PipelineOptions"]
+__all__ = ["PipelineOptions", "with_overrides"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,3 +26,30 @@ class PipelineOptions:
     phrases: PhraseOptions = field(default_factory=PhraseOptions)
     input_capacity_frames: int = 1500  # 30 s of 20 ms frames before audio is coalesced
     fast_input_capacity_frames: int = 5  # --pace fast: the producer waits, every step decodes
+
+
+def with_overrides(options: PipelineOptions, overrides: Iterable[str]) -> PipelineOptions:
+    """Apply ``group.field=value`` overrides (``--set``), converting to the field's type."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        group, _, name = key.strip().partition(".")
+        if not sep or group not in ("vad", "asr", "phrases") or not name:
+            raise InputError(f"--set {item!r}: expected GROUP.FIELD=VALUE (vad, asr, phrases)")
+        section = getattr(options, group)
+        fields = {f.name: f for f in dataclasses.fields(section)}
+        if name not in fields:
+            raise InputError(f"--set {item!r}: {group} has no option {name!r} "
+                             f"(has: {', '.join(sorted(fields))})")
+        current = getattr(section, name)
+        try:
+            if isinstance(current, bool):
+                if raw.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(raw)
+                value: object = raw.lower() in ("true", "1")
+            else:
+                value = type(current)(raw)
+            section = dataclasses.replace(section, **{name: value})
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"--set {item!r}: {exc}") from None
+        options = dataclasses.replace(options, **{group: section})
+    return options

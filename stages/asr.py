@@ -47,7 +47,9 @@ Recognize = Callable[[WhisperRequest], Awaitable[WhisperResult]]
 class AsrOptions:
     step_s: float = 0.5  # re-decode cadence while speaking
     min_voiced_s: float = 0.3  # no decode before this much voiced audio
-    agreement: int = 2  # LocalAgreement-n
+    agreement: int = 2  # LocalAgreement-n for source captions
+    target_agreement: int = 2  # LocalAgreement-n for the translation (what gets spoken)
+    pause_commit_margin_s: float = 0.15  # a decode this far past the pause heard the word end
     beam_size: int = 1  # partial decodes
     final_beam_size: int = 1  # decodes that commit everything (pause, end); see README
     tokens_per_second: float = 7.0  # decode length cap per second of uncommitted audio
@@ -86,7 +88,7 @@ class UtteranceDecoder:
 
     def __post_init__(self) -> None:
         self.source = LocalAgreement(self.options.agreement)
-        self.target = LocalAgreement(self.options.agreement)
+        self.target = LocalAgreement(self.options.target_agreement)
         self.language_locked = self.language is not None
 
     @property
@@ -119,9 +121,10 @@ class UtteranceDecoder:
         return None
 
     def covered(self) -> bool:
-        """Did the last decode already hear every voiced sample?"""
+        """Did the last decode already hear every voiced sample, and silence after it?"""
+        margin = int(self.options.pause_commit_margin_s * STREAM_RATE)
         return (
-            self.last_decode_end >= self.last_voiced_end
+            self.last_decode_end >= self.last_voiced_end + margin
             and self.last_decode_end > 0
             and not self.last_truncated
         )

@@ -11,7 +11,7 @@ from speechpipe.transport.file_replay import read_audio
 from speechpipe.transport.session_api import SessionRequest
 from speechpipe.translate_file import translate_audio
 
-from .conftest import OWN_SAMPLES, shared_clip, shared_manifest_row
+from conftest import OWN_SAMPLES, shared_clip, shared_manifest_row
 
 pytestmark = pytest.mark.slow
 
