@@ -21,6 +21,8 @@ class PipelineOptions:
     asr_threads: int = 2
     voice_dirs: tuple[str, ...] = ()
     phrase_cache_items: int = 2048
+    mt_threads: int = 2
+    translation_memory_items: int = 4096
     vad: VadOptions = field(default_factory=VadOptions)
     asr: AsrOptions = field(default_factory=AsrOptions)
     phrases: PhraseOptions = field(default_factory=PhraseOptions)

@@ -25,6 +25,7 @@ import numpy as np
 
 from speechpipe.config import PipelineOptions
 from speechpipe.errors import InputError, LanguageError, SessionError
+from speechpipe.models.ct2_translator import Ct2TextTranslator, Ct2TranslationWorker
 from speechpipe.models.whisper_engine import WhisperEngine
 from speechpipe.models.whisper_weights import resolve_whisper_model
 from speechpipe.models.workers import WhisperWorker
@@ -34,6 +35,8 @@ from speechpipe.stages.channels import Channel, Overflow
 from speechpipe.stages.clock import BasisStreamClock, StreamClock, WallStreamClock
 from speechpipe.stages.frames import AudioFrame, OutputEvent, TextHypothesis
 from speechpipe.stages.mt import SpeechTranslationPassthrough
+from speechpipe.stages.text_mt import TextMtStage
+from speechpipe.stages.translation_memory import TranslationMemory
 from speechpipe.stages.tts import TtsStage
 from speechpipe.stages.vad import LabeledAudio, VadStage, merge_labeled
 from speechpipe.transport.session_api import SessionRequest
@@ -59,6 +62,7 @@ class ResolvedRequest:
     source_lang: str | None  # None: detect per utterance
     voice: VoiceInfo
     asr: AsrOptions
+    text_mt: Ct2TranslationWorker | None = None  # None: Whisper speech translation
 
 
 class Pipeline:
@@ -71,6 +75,9 @@ class Pipeline:
         self._tts: dict[str, TtsWorker] = {}
         self._phrase_caches: dict[str, LruCache[tuple[str, int], np.ndarray]] = {}
         self._tts_lock = threading.Lock()
+        self._text_mt: dict[str, Ct2TranslationWorker] = {}
+        self._text_mt_lock = threading.Lock()
+        self.mt_memory = TranslationMemory(options.translation_memory_items)
         self.sessions_started = 0
 
     @classmethod
@@ -89,6 +96,8 @@ class Pipeline:
         self.whisper.shutdown()
         for worker in self._tts.values():
             worker.shutdown()
+        for mt_worker in self._text_mt.values():
+            mt_worker.shutdown()
 
     # -- requests ------------------------------------------------------------------------
     def resolve(self, request: SessionRequest) -> ResolvedRequest:
@@ -97,13 +106,18 @@ class Pipeline:
         if source != "auto":
             self.engine.check_language(source)
         target = request.target_lang.strip().lower()
-        if request.mt == "whisper" and target != "en":
-            raise LanguageError(
-                f"target language {target!r} needs a text MT model: the embedded default "
-                "translates to English only (bring one with --mt ct2:MODEL)"
-            )
-        if request.mt != "whisper":
-            raise InputError(f"unknown MT backend {request.mt!r} (use 'whisper')")
+        text_mt = None
+        if request.mt == "whisper":
+            if target != "en":
+                raise LanguageError(
+                    f"target language {target!r} needs a text MT model: the embedded default "
+                    "translates to English only (bring one with --mt ct2:MODEL)"
+                )
+        elif request.mt.startswith("ct2:"):
+            text_mt = self.text_mt_worker(request.mt)
+            text_mt.check_languages(source, target)
+        else:
+            raise InputError(f"unknown MT backend {request.mt!r} (use whisper or ct2:MODEL)")
         if not MIN_OUTPUT_RATE <= request.output_sample_rate <= MAX_OUTPUT_RATE:
             raise InputError(
                 f"output sample rate {request.output_sample_rate} outside "
@@ -115,7 +129,21 @@ class Pipeline:
             asr = _replace(asr, step_s=max(asr.step_s, 1.0), final_beam_size=1)
         elif request.mode == "quality":
             asr = _replace(asr, beam_size=max(asr.beam_size, 2))
-        return ResolvedRequest(request, None if source == "auto" else source, voice, asr)
+        return ResolvedRequest(request, None if source == "auto" else source, voice, asr, text_mt)
+
+    def text_mt_worker(self, spec: str) -> Ct2TranslationWorker:
+        """The shared worker for a CTranslate2 MT model (loaded once; blocking)."""
+        from speechpipe.models_cli import resolve_mt_model
+
+        path = resolve_mt_model(spec.removeprefix("ct2:"))
+        with self._text_mt_lock:
+            worker = self._text_mt.get(str(path))
+            if worker is None:
+                translator = Ct2TextTranslator(path, model_id=str(path),
+                                               intra_threads=self.options.mt_threads)
+                worker = Ct2TranslationWorker(translator)
+                self._text_mt[str(path)] = worker
+            return worker
 
     def _tts_worker(self, voice: VoiceInfo) -> TtsWorker:
         with self._tts_lock:
@@ -158,7 +186,7 @@ class PipelineSession:
 
     async def __aenter__(self) -> PipelineSession:
         pipeline = self.pipeline
-        self.resolved = resolved = pipeline.resolve(self.request)
+        self.resolved = resolved = await asyncio.to_thread(pipeline.resolve, self.request)
         options = pipeline.options
         tts_worker = await asyncio.to_thread(pipeline._tts_worker, resolved.voice)
         cache = pipeline.phrase_cache(resolved.voice)
@@ -179,9 +207,13 @@ class PipelineSession:
             )
         else:
             self.input = Channel(options.fast_input_capacity_frames, Overflow.BLOCK, name="input")
-        labeled: Channel[LabeledAudio] = Channel(
-            options.input_capacity_frames, Overflow.COALESCE, merge=merge_labeled, name="labeled"
-        )
+        if self.request.pace == "realtime":
+            labeled: Channel[LabeledAudio] = Channel(
+                options.input_capacity_frames, Overflow.COALESCE, merge=merge_labeled,
+                name="labeled",
+            )
+        else:  # every hop blocks, so the ASR sees the audio in small steps, as it would live
+            labeled = Channel(1, Overflow.BLOCK, name="labeled")
         source: Channel[TextHypothesis] = Channel(64, name="source")
         target: Channel[TextHypothesis] = Channel(64, name="target")
         self._events: Channel[OutputEvent] = Channel(512, name="events")
@@ -191,11 +223,30 @@ class PipelineSession:
             self.clock,
             options=resolved.asr,
             language=resolved.source_lang,
-            translate=True,
+            translate=resolved.text_mt is None,
             target_language=self.request.target_lang,
         )
-        mt = SpeechTranslationPassthrough()
         tts = TtsStage(speak, self.clock, rate, options.phrases)
+        if resolved.text_mt is None:
+            passthrough = SpeechTranslationPassthrough()
+
+            async def run_mt() -> None:
+                await passthrough.run(source, target)
+        else:
+            text_mt = TextMtStage(
+                resolved.text_mt.translate,
+                source_lang=resolved.source_lang or "auto",
+                target_lang=self.request.target_lang,
+                clock=self.clock,
+                memory=pipeline.mt_memory,
+                forward_source=True,
+            )
+
+            async def run_mt() -> None:
+                try:
+                    await text_mt.run(source, target, self._events)
+                finally:
+                    target.close()
 
         async def run_tts() -> None:
             try:
@@ -211,7 +262,7 @@ class PipelineSession:
         self._tasks = [
             self._group.create_task(self.vad.run(self.input, labeled), name="vad"),
             self._group.create_task(run_asr(), name="asr"),
-            self._group.create_task(mt.run(source, target), name="mt"),
+            self._group.create_task(run_mt(), name="mt"),
             self._group.create_task(run_tts(), name="tts"),
         ]
         pipeline.sessions_started += 1

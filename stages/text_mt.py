@@ -37,6 +37,7 @@ segments that went to MT, ``hits`` count MT calls avoided.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -48,7 +49,7 @@ from speechpipe.models.ct2_translator import TextMtRequest, TextMtResult
 from speechpipe.stages.agreement import LocalAgreement, normalize_word
 from speechpipe.stages.channels import Channel, ChannelClosed
 from speechpipe.stages.clock import StreamClock
-from speechpipe.stages.frames import StageTiming, TextHypothesis
+from speechpipe.stages.frames import ErrorEvent, OutputEvent, StageTiming, TextHypothesis
 from speechpipe.stages.translation_memory import TranslationMemory
 
 __all__ = [
@@ -282,9 +283,13 @@ class TextMtStage:
     Hypotheses that queue up while a translation runs are coalesced: only the newest of an
     utterance is translated (committed text only grows), so slow MT raises latency, not
     backlog. A ``SpeechpipeError`` from the translator (an unsupported detected language, a
-    worker failure) goes to ``on_error`` and the session goes on; without ``on_error`` it
-    propagates. At the utterance end a failed final translation still emits a ``final``
-    hypothesis with what was committed.
+    worker failure) goes to ``on_error`` (which may be async), else becomes an ``ErrorEvent``
+    on ``events``, and the session goes on; with neither it propagates. At the utterance end
+    a failed final translation still emits a ``final`` hypothesis with what was committed.
+
+    With ``forward_source`` the source hypotheses are passed on too (ahead of the target ones
+    they produce), for a downstream stage that wants both sides, e.g. TTS pairing the final
+    source text with the translation in ``UtteranceEnd``.
     """
 
     def __init__(
@@ -297,7 +302,8 @@ class TextMtStage:
         memory: TranslationMemory | None = None,
         model_id: str | None = None,
         options: TextMtOptions | None = None,
-        on_error: Callable[[SpeechpipeError, int], None] | None = None,
+        on_error: Callable[[SpeechpipeError, int], Awaitable[None] | None] | None = None,
+        forward_source: bool = False,
     ) -> None:
         if model_id is None:
             model_id = str(getattr(getattr(translate, "__self__", None), "model_id", ""))
@@ -306,20 +312,36 @@ class TextMtStage:
         self.target_lang = target_lang
         self.clock = clock
         self.on_error = on_error
+        self.forward_source = forward_source
         self.policy = IncrementalTextTranslation(
             source_lang, target_lang, memory=memory, model_id=model_id, options=options
         )
         self._utterance: int | None = None
         self._last_source: TextHypothesis | None = None
         self._revision = 0
+        self._events: Channel[OutputEvent] | None = None
 
-    async def run(self, inbox: Channel[TextHypothesis], outbox: Channel[TextHypothesis]) -> None:
-        """Translate until ``inbox`` is closed and drained; does not close ``outbox``."""
+    async def run(
+        self,
+        inbox: Channel[TextHypothesis],
+        outbox: Channel[TextHypothesis],
+        events: Channel[OutputEvent] | None = None,
+    ) -> None:
+        """Translate until ``inbox`` is closed and drained; does not close ``outbox``.
+
+        With ``events``, every target hypothesis is also put there (for the client and the
+        trace), and translation errors become ``ErrorEvent``s there unless ``on_error`` is set.
+        """
+        self._events = events
         while True:
             try:
                 batch = await inbox.get_batch()
             except ChannelClosed:
                 break
+            if self.forward_source:
+                for hyp in batch:
+                    if hyp.side == "source":
+                        await outbox.put(hyp)
             for hyp in _newest_per_utterance(batch):
                 await self._handle(hyp, outbox)
         if self._last_source is not None and not self.policy.final:
@@ -346,7 +368,7 @@ class TextMtStage:
             results = await asyncio.gather(*(self._translate(r) for r in requests))
         except SpeechpipeError as exc:
             self.policy.abandon()
-            self._report(exc, hyp.utterance)
+            await self._report(exc, hyp)
             if not hyp.final:
                 return
             update = self.policy.finish_without_mt()
@@ -355,28 +377,35 @@ class TextMtStage:
         if not (update.changed or update.final):
             return
         seconds = time.perf_counter() - started
-        await outbox.put(
-            TextHypothesis(
-                side="target",
-                utterance=hyp.utterance,
-                revision=self._revision,
-                committed=update.committed,
-                tentative=update.tentative,
-                language=self.target_lang,
-                audio_start=hyp.audio_start,
-                audio_end=hyp.audio_end,
-                stream_pts=self.clock.stamp(hyp.stream_pts),
-                final=update.final,
-                timings=(StageTiming("mt", seconds),),
-            )
+        target = TextHypothesis(
+            side="target",
+            utterance=hyp.utterance,
+            revision=self._revision,
+            committed=update.committed,
+            tentative=update.tentative,
+            language=self.target_lang,
+            audio_start=hyp.audio_start,
+            audio_end=hyp.audio_end,
+            stream_pts=self.clock.stamp(hyp.stream_pts),
+            final=update.final,
+            timings=(StageTiming("mt", seconds),),
         )
+        await outbox.put(target)
+        if self._events is not None:
+            await self._events.put(target)
         self._revision += 1
 
-    def _report(self, exc: SpeechpipeError, utterance: int) -> None:
-        if self.on_error is None:
+    async def _report(self, exc: SpeechpipeError, hyp: TextHypothesis) -> None:
+        _LOGGER.warning("text MT failed for utterance %d: %s", hyp.utterance, exc.code)
+        if self.on_error is not None:
+            result = self.on_error(exc, hyp.utterance)
+            if inspect.isawaitable(result):
+                await result
+        elif self._events is not None:
+            stamp = self.clock.stamp(hyp.stream_pts)
+            await self._events.put(ErrorEvent(exc.code, str(exc), stamp, hyp.utterance))
+        else:
             raise exc
-        _LOGGER.warning("text MT failed for utterance %d: %s", utterance, exc.code)
-        self.on_error(exc, utterance)
 
 
 def _newest_per_utterance(batch: list[TextHypothesis]) -> list[TextHypothesis]:

@@ -1,0 +1,405 @@
+"""``speechpipe models``: list, add and convert the models and voices a user brings.
+
+- ``models list``: the ASR model, registered CTranslate2 MT models and Piper voices, with
+  sizes and languages (``--json`` for scripts).
+- ``models add PATH [--name NAME]``: register a CTranslate2 MT model folder (checked by loading
+  it: weights, family, tokenizer against vocabulary) in ``$SPEECHPIPE_HOME/registry.json``,
+  which records the folder's path (models can be gigabytes; they are not copied); or install a
+  Piper ``.onnx`` + ``.onnx.json`` pair (checked by loading it) into
+  ``$SPEECHPIPE_HOME/voices/``.
+- ``models convert HF_MODEL_DIR --out DIR``: ctranslate2's Transformers converter, copying the
+  tokenizer files the translator needs. Needs the optional ``speechpipe[convert]`` extra.
+
+Every check runs before anything is written, and writes are atomic (temp file + rename), so
+bad input leaves nothing half-registered. ``resolve_mt_model`` is what ``--mt ct2:SPEC`` uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from speechpipe.errors import InputError, ModelError, SpeechpipeError, VoiceError
+from speechpipe.models.whisper_weights import WHISPER_BASE, speechpipe_home
+
+__all__ = [
+    "register",
+    "resolve_mt_model",
+    "registry_path",
+    "registered_mt_models",
+    "cmd_models_list",
+    "cmd_models_add",
+    "cmd_models_convert",
+]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_REGISTRY_VERSION = 1
+# Tokenizer files the translator reads, copied by ``models convert`` when present.
+_TOKENIZER_FILES = (
+    "source.spm", "target.spm", "sentencepiece.bpe.model", "spm.model", "sentencepiece.model",
+    "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``models list|add|convert`` to the ``speechpipe`` command's subparsers."""
+    models = subparsers.add_parser("models", help="list, add and convert models and voices")
+    sub = models.add_subparsers(dest="models_command", required=True)
+
+    listing = sub.add_parser("list", help="installed ASR/MT models and voices")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    listing.add_argument("--voices-dir", action="append", default=[],
+                         help="extra folder with Piper voices")
+    listing.set_defaults(handler=cmd_models_list)
+
+    add = sub.add_parser("add", help="register a CTranslate2 MT folder or a Piper .onnx voice")
+    add.add_argument("path", help="CTranslate2 model folder, or a Piper .onnx (with .onnx.json)")
+    add.add_argument("--name", default=None, help="name to use with --mt ct2:NAME / --voice")
+    add.add_argument("--replace", action="store_true", help="overwrite an entry of that name")
+    add.set_defaults(handler=cmd_models_add)
+
+    convert = sub.add_parser("convert", help="convert a Hugging Face MT model to CTranslate2")
+    convert.add_argument("hf_model_dir", help="local Hugging Face model folder")
+    convert.add_argument("--out", required=True, help="output folder")
+    convert.add_argument("--quantization", default="int8",
+                         help="int8 (default), int8_float32, int16, float16, float32")
+    convert.add_argument("--force", action="store_true", help="replace an existing --out")
+    convert.set_defaults(handler=cmd_models_convert)
+
+
+# --- registry ----------------------------------------------------------------------------
+
+
+def registry_path() -> Path:
+    return speechpipe_home() / "registry.json"
+
+
+def _read_registry(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {"version": _REGISTRY_VERSION, "mt": {}}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ModelError(f"model registry {path} is unreadable ({exc}); fix or delete it") from None
+    if not isinstance(data, dict) or not isinstance(data.get("mt", {}), dict):
+        raise ModelError(f"model registry {path} is malformed; fix or delete it")
+    data.setdefault("mt", {})
+    return data
+
+
+def registered_mt_models() -> dict[str, dict[str, Any]]:
+    """Registered MT models: name -> entry (``path``, ``family``, languages, size)."""
+    return dict(_read_registry(registry_path())["mt"])
+
+
+@contextlib.contextmanager
+def _locked_registry() -> Iterator[dict[str, Any]]:
+    """Read-modify-write under an ``flock``; the new file replaces the old in one rename."""
+    path = registry_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(".registry.lock"), "a+b") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            data = _read_registry(path)
+            yield data
+            tmp = path.with_name(f".registry.{uuid.uuid4().hex}.tmp")
+            try:
+                with open(tmp, "w", encoding="utf-8") as f:
+                    json.dump(data, f, indent=2, sort_keys=True)
+                    f.write("\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def resolve_mt_model(spec: str) -> Path:
+    """The folder for ``--mt ct2:SPEC``: a registered name, else a path to a model folder.
+
+    Raises ``ModelError`` with what is registered when neither matches. The folder is not
+    loaded here; ``Ct2TextTranslator`` checks it.
+    """
+    spec = spec.removeprefix("ct2:").strip()
+    if not spec:
+        raise InputError("--mt ct2: needs a model name or folder, e.g. --mt ct2:opus-en-fr")
+    entries = registered_mt_models()
+    if spec in entries:
+        path = Path(str(entries[spec].get("path", "")))
+        if not path.is_dir():
+            raise ModelError(
+                f"MT model {spec!r} is registered at {path}, which no longer exists; "
+                f"re-add it with `speechpipe models add PATH --name {spec} --replace`"
+            )
+        return path
+    path = Path(spec).expanduser()
+    if path.exists():
+        return path.resolve()
+    names = ", ".join(sorted(entries)) or "none"
+    raise ModelError(
+        f"no MT model named {spec!r} and no such folder (registered: {names}); "
+        "add one with `speechpipe models add PATH`"
+    )
+
+
+# --- handlers ----------------------------------------------------------------------------
+
+
+def _fail(exc: SpeechpipeError | str, code: int = 1) -> int:
+    print(f"speechpipe: error: {exc}", file=sys.stderr)
+    return code
+
+
+def _handles_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except SpeechpipeError as exc:
+            return _fail(exc, 2 if isinstance(exc, InputError) else 1)
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+@_handles_errors
+def cmd_models_add(args: argparse.Namespace) -> int:
+    path = Path(args.path).expanduser()
+    if args.name is not None and not _NAME.match(args.name):
+        raise InputError(f"bad name {args.name!r}: use letters, digits, '.', '_' and '-'")
+    if path.name.endswith((".onnx", ".onnx.json")):
+        return _add_voice(path, args.name, args.replace)
+    if not path.exists():
+        raise ModelError(f"{path} does not exist")
+    if path.is_dir():
+        return _add_mt(path, args.name, args.replace)
+    raise InputError(
+        f"{path} is neither a CTranslate2 model folder nor a Piper voice (.onnx + .onnx.json)"
+    )
+
+
+def _add_mt(path: Path, name: str | None, replace: bool) -> int:
+    from speechpipe.models.ct2_translator import Ct2TextTranslator
+
+    path = path.resolve()
+    name = name or path.name
+    if not _NAME.match(name):
+        raise InputError(f"cannot use the folder name {name!r} as a model name; pass --name")
+    translator = Ct2TextTranslator(path, intra_threads=1)  # loads it: weights and tokenizer
+    info = translator.info
+    del translator
+    entry = {
+        "path": str(path),
+        "family": info.family.value,
+        "source_langs": sorted(info.source_langs) if info.source_langs is not None else None,
+        "target_langs": sorted(info.target_langs) if info.target_langs is not None else None,
+        "size_bytes": info.size_bytes,
+    }
+    with _locked_registry() as registry:
+        old = registry["mt"].get(name)
+        if old is not None and old.get("path") != entry["path"] and not replace:
+            raise InputError(
+                f"an MT model named {name!r} is already registered ({old.get('path')}); "
+                "choose another --name or pass --replace"
+            )
+        registry["mt"][name] = entry
+    print(f"registered MT model {name!r} ({info.family}, {_langs(info.source_langs)} -> "
+          f"{_langs(info.target_langs)}); use it with --mt ct2:{name}")
+    return 0
+
+
+def _add_voice(path: Path, name: str | None, replace: bool) -> int:
+    from speechpipe.voices.piper_engine import PiperSynthesizer
+    from speechpipe.voices.registry import load_voice_info, voices_home
+
+    onnx = path.with_name(path.name.removesuffix(".json"))
+    config = onnx.with_name(onnx.name + ".json")
+    if not onnx.is_file():
+        raise VoiceError(f"Piper voice model {onnx} does not exist")
+    if not config.is_file():
+        raise VoiceError(f"Piper voice {onnx} has no config beside it ({config.name})")
+    name = name or onnx.name.removesuffix(".onnx")
+    if not _NAME.match(name):
+        raise InputError(f"cannot use {name!r} as a voice name; pass --name")
+    info = load_voice_info(config, name=name)  # sample rate and language
+    PiperSynthesizer(info)  # the model loads with this config
+    home = voices_home()
+    dest_onnx, dest_config = home / f"{name}.onnx", home / f"{name}.onnx.json"
+    if (dest_onnx.exists() or dest_config.exists()) and not replace:
+        raise InputError(f"a voice named {name!r} is already installed; pass --replace")
+    home.mkdir(parents=True, exist_ok=True)
+    tag = uuid.uuid4().hex
+    tmp_onnx, tmp_config = home / f".{name}.{tag}.onnx.tmp", home / f".{name}.{tag}.json.tmp"
+    try:
+        for src, tmp in ((onnx, tmp_onnx), (config, tmp_config)):
+            shutil.copyfile(src, tmp)
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+        os.replace(tmp_onnx, dest_onnx)
+        os.replace(tmp_config, dest_config)
+    except OSError as exc:
+        raise VoiceError(f"cannot install voice {name!r} into {home}: {exc}") from None
+    finally:
+        tmp_onnx.unlink(missing_ok=True)
+        tmp_config.unlink(missing_ok=True)
+    print(f"installed voice {name!r} ({info.locale}, {info.sample_rate} Hz) in {home}; "
+          f"use it with --voice {name}")
+    return 0
+
+
+@_handles_errors
+def cmd_models_list(args: argparse.Namespace) -> int:
+    from speechpipe.voices.registry import list_voices
+
+    asr = _asr_models()
+    mt = []
+    for name, entry in sorted(registered_mt_models().items()):
+        path = Path(str(entry.get("path", "")))
+        mt.append({"name": name, **entry, "present": path.is_dir()})
+    voices = [
+        {
+            "name": v.name, "locale": v.locale, "lang": v.lang, "sample_rate": v.sample_rate,
+            "size_bytes": _size(v.model_path), "source": v.source, "path": str(v.model_path),
+        }
+        for v in list_voices(getattr(args, "voices_dir", ()) or ())
+    ]
+    if getattr(args, "json", False):
+        print(json.dumps({"asr": asr, "mt": mt, "voices": voices}, indent=2))
+        return 0
+    print("ASR models:")
+    for m in asr:
+        print(f"  {m['name']:<24} {m['status']:<28} {_human(m['size_bytes'])}")
+    print(f"MT models (registry: {registry_path()}):")
+    if not mt:
+        print("  none - add one with `speechpipe models add PATH` "
+              "(the default, --mt whisper, translates to English)")
+    for m in mt:
+        state = "" if m["present"] else "  [folder missing]"
+        print(f"  {m['name']:<24} {m['family']:<7} {_langs(m['source_langs'])} -> "
+              f"{_langs(m['target_langs'])}  {_human(m['size_bytes'])}  {m['path']}{state}")
+    print("Voices:")
+    for v in voices:
+        print(f"  {v['name']:<24} {v['locale']:<7} {v['sample_rate']} Hz  "
+              f"{_human(v['size_bytes'])}  {v['source']}")
+    return 0
+
+
+def _asr_models() -> list[dict[str, Any]]:
+    folder = speechpipe_home() / "models" / WHISPER_BASE
+    ready = (folder / "model.bin").is_file()
+    return [{
+        "name": WHISPER_BASE,
+        "languages": "99 (Whisper)",
+        "status": "ready" if ready else "bundled, assembled on first use",
+        "size_bytes": sum(_size(p) for p in folder.iterdir()) if ready else None,
+        "path": str(folder) if ready else None,
+    }]
+
+
+@_handles_errors
+def cmd_models_convert(args: argparse.Namespace) -> int:
+    src = Path(args.hf_model_dir).expanduser()
+    out = Path(args.out).expanduser()
+    if not (src / "config.json").is_file():
+        raise InputError(f"{src} is not a Hugging Face model folder (no config.json)")
+    if out.exists() and not args.force:
+        raise InputError(f"{out} already exists; pass --force to replace it")
+    try:
+        import torch  # noqa: F401  (the converter needs both)
+        import transformers  # noqa: F401
+        from ctranslate2.converters import TransformersConverter
+    except ImportError as exc:
+        return _fail(
+            f"models convert needs the optional converter dependencies ({exc.name} is missing): "
+            "pip install 'speechpipe[convert]'"
+        )
+    copy = [name for name in _TOKENIZER_FILES if (src / name).is_file()]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        converter = TransformersConverter(str(src), copy_files=copy or None)
+        converter.convert(str(tmp), quantization=args.quantization, force=True)
+        _write_family_hint(src, tmp)
+        from speechpipe.models.ct2_translator import Ct2TextTranslator
+
+        info = Ct2TextTranslator(tmp, intra_threads=1).info
+        if out.exists():
+            old = out.with_name(f".{out.name}.{uuid.uuid4().hex}.old")
+            os.replace(out, old)
+            shutil.rmtree(old, ignore_errors=True)
+        os.replace(tmp, out)
+    except SpeechpipeError:
+        raise
+    except Exception as exc:  # the converter raises whatever transformers/torch raise
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ModelError(f"cannot convert {src}: {first}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"converted {src} -> {out} ({info.family}, {_langs(info.source_langs)} -> "
+          f"{_langs(info.target_langs)}); register it with: speechpipe models add {out}")
+    return 0
+
+
+def _write_family_hint(src: Path, out: Path) -> None:
+    """Record what the Hugging Face config says, so detection need not guess."""
+    try:
+        config = json.loads((src / "config.json").read_text(encoding="utf-8"))
+        tok = json.loads((src / "tokenizer_config.json").read_text(encoding="utf-8")) if (
+            src / "tokenizer_config.json"
+        ).is_file() else {}
+    except (OSError, ValueError):
+        return
+    model_type = str(config.get("model_type", ""))
+    tokenizer = str(tok.get("tokenizer_class", config.get("tokenizer_class", "")))
+    hint: dict[str, Any] = {}
+    if model_type == "marian":
+        hint["family"] = "marian"
+        for key in ("source_lang", "target_lang"):
+            if tok.get(key):
+                hint[key] = tok[key]
+    elif model_type == "m2m_100":
+        hint["family"] = "nllb" if "Nllb" in tokenizer else "m2m100"
+    if hint:
+        (out / "speechpipe.json").write_text(json.dumps(hint, indent=2) + "\n", encoding="utf-8")
+
+
+# --- formatting --------------------------------------------------------------------------
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _human(size: int | None) -> str:
+    if size is None:
+        return "-"
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GB"
+
+
+def _langs(langs: Any) -> str:
+    if langs is None:
+        return "any"
+    langs = sorted(langs)
+    if len(langs) > 6:
+        return f"{len(langs)} languages"
+    return ",".join(langs) or "none"
