@@ -21,6 +21,7 @@ class PipelineOptions:
     asr_threads: int = 2
     voice_dirs: tuple[str, ...] = ()
     phrase_cache_items: int = 2048
+    tts_length_scale: float | None = 0.9  # Piper speaking rate: < 1 is faster (None: voice's)
     mt_threads: int = 2
     translation_memory_items: int = 4096
     vad: VadOptions = field(default_factory=VadOptions)
@@ -35,23 +36,33 @@ def with_overrides(options: PipelineOptions, overrides: Iterable[str]) -> Pipeli
     for item in overrides:
         key, sep, raw = item.partition("=")
         group, _, name = key.strip().partition(".")
-        if not sep or group not in ("vad", "asr", "phrases") or not name:
-            raise InputError(f"--set {item!r}: expected GROUP.FIELD=VALUE (vad, asr, phrases)")
-        section = getattr(options, group)
+        if not sep or group not in ("vad", "asr", "phrases", "pipeline") or not name:
+            raise InputError(
+                f"--set {item!r}: expected GROUP.FIELD=VALUE (vad, asr, phrases, pipeline)"
+            )
+        section = options if group == "pipeline" else getattr(options, group)
         fields = {f.name: f for f in dataclasses.fields(section)}
         if name not in fields:
             raise InputError(f"--set {item!r}: {group} has no option {name!r} "
                              f"(has: {', '.join(sorted(fields))})")
+        if dataclasses.is_dataclass(current := getattr(section, name)) or isinstance(
+            current, tuple
+        ):
+            raise InputError(f"--set {item!r}: {name} is not a single value")
         current = getattr(section, name)
         try:
-            if isinstance(current, bool):
+            if current is None:
+                value: object = float(raw)
+            elif isinstance(current, bool):
                 if raw.lower() not in ("true", "false", "1", "0"):
                     raise ValueError(raw)
-                value: object = raw.lower() in ("true", "1")
+                value = raw.lower() in ("true", "1")
             else:
                 value = type(current)(raw)
             section = dataclasses.replace(section, **{name: value})
         except (TypeError, ValueError) as exc:
             raise InputError(f"--set {item!r}: {exc}") from None
-        options = dataclasses.replace(options, **{group: section})
+        options = section if group == "pipeline" else dataclasses.replace(
+            options, **{group: section}
+        )
     return options

@@ -40,7 +40,7 @@ from speechpipe.stages.translation_memory import TranslationMemory
 from speechpipe.stages.tts import TtsStage
 from speechpipe.stages.vad import LabeledAudio, VadStage, merge_labeled
 from speechpipe.transport.session_api import SessionRequest
-from speechpipe.voices.piper_engine import PiperSynthesizer
+from speechpipe.voices.piper_engine import PiperOptions, PiperSynthesizer
 from speechpipe.voices.registry import VoiceInfo, resolve_voice
 from speechpipe.voices.tts_worker import TtsWorker
 
@@ -149,7 +149,8 @@ class Pipeline:
         with self._tts_lock:
             worker = self._tts.get(voice.name)
             if worker is None:
-                worker = TtsWorker(PiperSynthesizer(voice), voice.name)
+                piper_options = PiperOptions(length_scale=self.options.tts_length_scale)
+                worker = TtsWorker(PiperSynthesizer(voice, piper_options), voice.name)
                 self._tts[voice.name] = worker
                 self._phrase_caches[voice.name] = LruCache(self.options.phrase_cache_items)
             return worker

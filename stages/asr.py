@@ -53,7 +53,8 @@ class AsrOptions:
     beam_size: int = 1  # partial decodes
     final_beam_size: int = 1  # decodes that commit everything (pause, end); see README
     tokens_per_second: float = 7.0  # decode length cap per second of uncommitted audio
-    commit_on_pause: bool = True
+    commit_on_pause: bool = True  # source captions: commit everything heard at a pause
+    commit_target_on_pause: bool = False  # translation: at a pause only agreement commits
     language_lock_s: float = 1.5  # auto-detected language is fixed after this much audio
     keep_detected_language: bool = True  # later utterances reuse the language found first
     pre_roll_s: float = 0.3  # audio kept before the VAD's speech start
@@ -169,7 +170,11 @@ class UtteranceDecoder:
             words = decode.continuation.split()
             if decode.glued and (commit_all or self.language_locked):
                 agreement.glue(decode.glued)
-            if commit_all:
+            target_by_agreement = (
+                kind == "pause" and decode.task == "translate"
+                and not self.options.commit_target_on_pause
+            )
+            if commit_all and not target_by_agreement:
                 agreement.finalize(words)
             elif not self.language_locked:
                 agreement.tentative = words  # language still uncertain: show, never commit
@@ -185,11 +190,14 @@ class UtteranceDecoder:
             self.committed_at = basis_pts
         return changed
 
-    def commit_last(self) -> list[tuple[str, str, str]]:
-        """Commit the last hypothesis without decoding (it already heard all the speech)."""
+    def commit_last(self, pause: bool = False) -> list[tuple[str, str, str]]:
+        """Commit the last hypothesis without decoding (it already heard all the speech).
+        At a pause the translation keeps its tentative words unless configured otherwise."""
         sides = [("source", self.source)] + ([("target", self.target)] if self.translate else [])
         out = []
         for side, agreement in sides:
+            if side == "target" and pause and not self.options.commit_target_on_pause:
+                continue
             agreement.finalize()
             out.append((side, agreement.committed_text, ""))
         self.pause_pending = False
@@ -341,7 +349,7 @@ class AsrStage:
         basis = decoder.basis(kind)
         timings: tuple[StageTiming, ...] = ()
         if kind in ("final", "pause") and (decoder.covered() or too_little_voice):
-            changed = decoder.commit_last() if decoder.covered() else [
+            changed = decoder.commit_last(kind == "pause") if decoder.covered() else [
                 ("source", decoder.source.committed_text, ""),
                 ("target", decoder.target.committed_text, ""),
             ][: 2 if decoder.translate else 1]

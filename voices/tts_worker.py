@@ -13,7 +13,20 @@ from numpy.typing import NDArray
 from speechpipe.errors import SpeechpipeError, WorkerError
 from speechpipe.voices.piper_engine import PiperSynthesizer
 
-__all__ = ["TtsWorker", "resample_int16"]
+__all__ = ["TtsWorker", "resample_int16", "trim_silence"]
+
+EDGE_KEEP_S = 0.04  # silence kept at each end of a phrase
+SILENCE_LEVEL = 200  # |int16| below this counts as silence
+
+
+def trim_silence(samples: NDArray[np.int16], rate: int) -> NDArray[np.int16]:
+    """Cut a phrase's leading/trailing silence down to ``EDGE_KEEP_S``: phrases are spoken
+    back to back, and Piper pads each one, which adds up to seconds of EndOffset."""
+    loud = np.flatnonzero(np.abs(samples.astype(np.int32)) > SILENCE_LEVEL)
+    if not len(loud):
+        return samples[:0]
+    keep = int(EDGE_KEEP_S * rate)
+    return samples[max(0, loud[0] - keep) : loud[-1] + 1 + keep]
 
 
 def resample_int16(samples: NDArray[np.int16], rate_in: int, rate_out: int) -> NDArray[np.int16]:
@@ -34,7 +47,8 @@ class TtsWorker:
         return self.synthesizer.sample_rate
 
     def _synthesize(self, text: str, rate: int) -> NDArray[np.int16]:
-        return resample_int16(self.synthesizer.synthesize(text), self.sample_rate, rate)
+        speech = trim_silence(self.synthesizer.synthesize(text), self.sample_rate)
+        return resample_int16(speech, self.sample_rate, rate)
 
     async def synthesize(self, text: str, rate: int) -> NDArray[np.int16]:
         loop = asyncio.get_running_loop()
