@@ -33,7 +33,8 @@ class ThreadWorker:
         loop = asyncio.get_running_loop()
         self.calls += 1
         try:
-            return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+            call = functools.partial(fn, *args, **kwargs)
+            return await loop.run_in_executor(self._executor, call)
         except SpeechpipeError:
             self.failures += 1
             raise

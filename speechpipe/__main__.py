@@ -1,3 +1,5 @@
-from speechpipe.cli import main
 import sys
+
+from speechpipe.cli import main
+
 sys.exit(main())

@@ -126,12 +126,13 @@ def _load_pipeline(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
     pipeline = Pipeline.load(_options(args))
     pipeline.resolve(_request(args))  # fail fast on a bad language / voice, before any work
+    pipeline.warm_up()  # as a server does before it says ready: no cold first decode
     return pipeline
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
-    from speechpipe.transport.file_replay import read_audio
     from speechpipe.translate_file import translate_file
+    from speechpipe.transport.file_replay import read_audio
 
     read_audio(args.input)  # a bad file fails before the models load
     out = Path(args.out)

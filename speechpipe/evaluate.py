@@ -35,9 +35,9 @@ from speechpipe.scores import (
 )
 from speechpipe.session import Pipeline
 from speechpipe.stages.frames import FRAME_SAMPLES, STREAM_RATE
+from speechpipe.translate_file import translate_audio
 from speechpipe.transport.file_replay import read_audio
 from speechpipe.transport.session_api import SessionRequest
-from speechpipe.translate_file import translate_audio
 
 __all__ = ["run_eval", "load_manifest", "evaluate_clips", "words_in_non_speech"]
 
@@ -248,6 +248,7 @@ def run_eval(args: argparse.Namespace, options: PipelineOptions, request: Sessio
     pipeline = Pipeline.load(options)
     try:
         pipeline.resolve(request)
+        pipeline.warm_up()
         report = asyncio.run(evaluate_clips(
             pipeline, clips, request, detect_language=args.detect_language))
     finally:

@@ -73,7 +73,7 @@ class Pipeline:
         self.engine = engine
         self.whisper = WhisperWorker(engine)
         self._tts: dict[str, TtsWorker] = {}
-        self._phrase_caches: dict[str, LruCache[tuple[str, int], np.ndarray]] = {}
+        self._phrase_caches: dict[str, LruCache[tuple[str, int, float], np.ndarray]] = {}
         self._tts_lock = threading.Lock()
         self._text_mt: dict[str, Ct2TranslationWorker] = {}
         self._text_mt_lock = threading.Lock()
@@ -155,7 +155,7 @@ class Pipeline:
                 self._phrase_caches[voice.name] = LruCache(self.options.phrase_cache_items)
             return worker
 
-    def phrase_cache(self, voice: VoiceInfo) -> LruCache[tuple[str, int], np.ndarray]:
+    def phrase_cache(self, voice: VoiceInfo) -> LruCache[tuple[str, int, float], np.ndarray]:
         self._tts_worker(voice)
         return self._phrase_caches[voice.name]
 
@@ -193,12 +193,12 @@ class PipelineSession:
         cache = pipeline.phrase_cache(resolved.voice)
         rate = self.request.output_sample_rate
 
-        async def speak(text: str) -> np.ndarray:
-            key = (text, rate)
+        async def speak(text: str, speed: float = 1.0) -> np.ndarray:
+            key = (text, rate, speed)
             cached = cache.get(key)
             if cached is not None:
                 return cached
-            samples = await tts_worker.synthesize(text, rate)
+            samples = await tts_worker.synthesize(text, rate, speed)
             cache.put(key, samples)
             return samples
 
@@ -227,7 +227,7 @@ class PipelineSession:
             translate=resolved.text_mt is None,
             target_language=self.request.target_lang,
         )
-        tts = TtsStage(speak, self.clock, rate, options.phrases)
+        tts = TtsStage(speak, self.clock, rate, options.phrases, catch_up=options.catch_up)
         if resolved.text_mt is None:
             passthrough = SpeechTranslationPassthrough()
 

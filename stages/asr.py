@@ -45,7 +45,7 @@ Recognize = Callable[[WhisperRequest], Awaitable[WhisperResult]]
 
 @dataclass(frozen=True, slots=True)
 class AsrOptions:
-    step_s: float = 0.5  # re-decode cadence while speaking
+    step_s: float = 1.0  # re-decode cadence while speaking (see README: 0.5 vs 1.0)
     min_voiced_s: float = 0.3  # no decode before this much voiced audio
     agreement: int = 2  # LocalAgreement-n for source captions
     target_agreement: int = 2  # LocalAgreement-n for the translation (what gets spoken)

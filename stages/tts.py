@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
@@ -16,6 +17,7 @@ from speechpipe.errors import SpeechpipeError
 from speechpipe.stages.channels import Channel
 from speechpipe.stages.clock import StreamClock
 from speechpipe.stages.frames import (
+    STREAM_RATE,
     ErrorEvent,
     OutputEvent,
     SpeechChunk,
@@ -25,9 +27,28 @@ from speechpipe.stages.frames import (
 )
 from speechpipe.stages.phrases import PhraseOptions, PhraseSegmenter
 
-__all__ = ["TtsStage", "Speak"]
+__all__ = ["TtsStage", "Speak", "CatchUpOptions", "catch_up_speed"]
 
-Speak = Callable[[str], Awaitable[NDArray[np.int16]]]
+Speak = Callable[[str, float], Awaitable[NDArray[np.int16]]]
+
+
+@dataclass(frozen=True, slots=True)
+class CatchUpOptions:
+    """Speak faster when the translated speech lags the speaker, as interpreters do.
+
+    ``backlog`` is how far the end of the speech already queued lies ahead of the stream
+    position now. Each step up the ladder multiplies the speaking rate."""
+
+    backlog_s: tuple[float, ...] = (1.0, 2.0)
+    speeds: tuple[float, ...] = (1.15, 1.3)
+
+
+def catch_up_speed(backlog_s: float, options: CatchUpOptions) -> float:
+    speed = 1.0
+    for threshold, step_speed in zip(options.backlog_s, options.speeds, strict=True):
+        if backlog_s >= threshold:
+            speed = step_speed
+    return speed
 
 
 class TtsStage:
@@ -36,12 +57,15 @@ class TtsStage:
         speak: Speak,
         clock: StreamClock,
         sample_rate: int,
-        phrase_options: PhraseOptions = PhraseOptions(),
+        phrase_options: PhraseOptions | None = None,
+        catch_up: CatchUpOptions | None = None,
     ) -> None:
         self.speak = speak
         self.clock = clock
         self.sample_rate = sample_rate
-        self.phrase_options = phrase_options
+        self.phrase_options = phrase_options or PhraseOptions()
+        self.catch_up = catch_up or CatchUpOptions()
+        self._queued_until = 0.0  # stream seconds where the speech sent so far ends
         self._segmenters: dict[int, PhraseSegmenter] = {}
         self._source_text: dict[int, str] = {}
 
@@ -59,21 +83,27 @@ class TtsStage:
         for phrase in segmenter.feed(hyp.committed, final=hyp.final):
             queued = time.monotonic() - emitted_at
             t0 = time.perf_counter()
+            now = self.clock.stamp(hyp.stream_pts) / STREAM_RATE
+            speed = catch_up_speed(self._queued_until - now, self.catch_up)
             try:
-                samples = await self.speak(phrase)
+                samples = await self.speak(phrase, speed)
             except SpeechpipeError as exc:
                 await events.put(ErrorEvent(exc.code, str(exc), self.clock.stamp(hyp.stream_pts),
                                             hyp.utterance))
                 continue
             if not len(samples):
                 continue
+            stamp = self.clock.stamp(hyp.stream_pts)
+            self._queued_until = max(self._queued_until, stamp / STREAM_RATE) + (
+                len(samples) / self.sample_rate
+            )
             await events.put(
                 SpeechChunk(
                     samples=samples,
                     sample_rate=self.sample_rate,
                     utterance=hyp.utterance,
                     text=phrase,
-                    stream_pts=self.clock.stamp(hyp.stream_pts),
+                    stream_pts=stamp,
                     timings=(StageTiming("queue.tts", queued),
                              StageTiming("tts", time.perf_counter() - t0)),
                 )

@@ -38,7 +38,10 @@ def chunk(start_s, end_s, events=(), voiced=True):
                         n if voiced else 0, tuple(events), 0.0)
 
 
-async def run_stage(items, options=AsrOptions(step_s=0.5, min_voiced_s=0.3)):
+STEP_OPTIONS = AsrOptions(step_s=0.5, min_voiced_s=0.3)
+
+
+async def run_stage(items, options=STEP_OPTIONS):
     recognizer = ScriptedRecognizer()
     stage = AsrStage(recognizer, BasisStreamClock(), options=options, language="es")
     inbox: Channel[LabeledAudio] = Channel(1)  # BLOCK: the stage sees audio as it "arrives"

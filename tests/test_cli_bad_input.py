@@ -8,7 +8,6 @@ import sys
 import numpy as np
 import pytest
 import soundfile as sf
-
 from conftest import OWN_SAMPLES
 
 

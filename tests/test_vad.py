@@ -5,8 +5,10 @@ import numpy as np
 from speechpipe.stages.frames import FRAME_SAMPLES
 from speechpipe.stages.vad import VadCore, VadOptions
 
+DEFAULT = VadOptions()
 
-def run(pattern: str, options: VadOptions = VadOptions()):
+
+def run(pattern: str, options: VadOptions = DEFAULT):
     """pattern: one char per 20 ms frame, 'x' voiced, '.' unvoiced."""
     decisions = iter(pattern)
     core = VadCore(options, classify=lambda _frame: next(decisions) == "x")

@@ -61,11 +61,19 @@ class PiperSynthesizer:
     def sample_rate(self) -> int:
         return int(self._piper.config.sample_rate)
 
-    def synthesize(self, text: str) -> NDArray[np.int16]:
-        """Speak ``text`` (one or more sentences); empty if there is nothing to say."""
+    def synthesize(self, text: str, speed: float = 1.0) -> NDArray[np.int16]:
+        """Speak ``text`` (one or more sentences); empty if there is nothing to say.
+
+        ``speed`` > 1 speaks faster (it divides the voice's length scale)."""
+        config = self._syn_config
+        if speed != 1.0:
+            import dataclasses
+
+            base = config.length_scale or self._piper.config.length_scale or 1.0
+            config = dataclasses.replace(config, length_scale=base / speed)
         chunks = [
             chunk.audio_int16_array
-            for chunk in self._piper.synthesize(text, syn_config=self._syn_config)
+            for chunk in self._piper.synthesize(text, syn_config=config)
         ]
         if not chunks:
             return np.zeros(0, dtype=np.int16)

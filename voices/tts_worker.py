@@ -46,15 +46,15 @@ class TtsWorker:
     def sample_rate(self) -> int:
         return self.synthesizer.sample_rate
 
-    def _synthesize(self, text: str, rate: int) -> NDArray[np.int16]:
-        speech = trim_silence(self.synthesizer.synthesize(text), self.sample_rate)
+    def _synthesize(self, text: str, rate: int, speed: float) -> NDArray[np.int16]:
+        speech = trim_silence(self.synthesizer.synthesize(text, speed), self.sample_rate)
         return resample_int16(speech, self.sample_rate, rate)
 
-    async def synthesize(self, text: str, rate: int) -> NDArray[np.int16]:
+    async def synthesize(self, text: str, rate: int, speed: float = 1.0) -> NDArray[np.int16]:
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(
-                self._executor, functools.partial(self._synthesize, text, rate)
+                self._executor, functools.partial(self._synthesize, text, rate, speed)
             )
         except (SpeechpipeError, asyncio.CancelledError):
             raise
@@ -62,7 +62,7 @@ class TtsWorker:
             raise WorkerError(f"tts {self.name} failed: {type(exc).__name__}: {exc}") from exc
 
     def warm_up(self) -> None:
-        self._synthesize("Hello.", self.sample_rate)
+        self._synthesize("Hello.", self.sample_rate, 1.0)
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,92 @@
+"""The demo page in a real headless Chromium: a fake microphone fed from a real recording,
+captions appear and translated speech arrives (the page counts both in ``#stats``)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from speechpipe.transport.file_replay import read_audio
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
+
+
+def chromium_args(wav: Path) -> list[str]:
+    return [
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--use-fake-device-for-media-stream",
+        "--use-fake-ui-for-media-stream",
+        f"--use-file-for-fake-audio-capture={wav}",
+        "--autoplay-policy=no-user-gesture-required",
+    ]
+
+
+@pytest.fixture
+def fake_mic_wav(tmp_path: Path, spanish_clip: tuple[Path, dict[str, Any]]) -> Path:
+    """The clip followed by silence, so the speaker visibly pauses (Chromium loops the file)."""
+    audio = read_audio(spanish_clip[0])
+    wav = tmp_path / "mic.wav"
+    sf.write(wav, np.concatenate([audio, np.zeros(16000 * 4, np.int16)]), 16000,
+             subtype="PCM_16")
+    return wav
+
+
+@pytest.mark.parametrize("transport", ["websocket", "webrtc"])
+async def test_page_shows_captions_and_receives_speech(
+    live_server: Any, fake_mic_wav: Path, transport: str
+) -> None:
+    executable = shutil.which("chromium") or shutil.which("chromium-browser")
+    if executable is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install -y chromium)")
+    playwright_api = pytest.importorskip("playwright.async_api")
+    async with playwright_api.async_playwright() as pw:
+        browser = await pw.chromium.launch(
+            executable_path=executable, headless=True, args=chromium_args(fake_mic_wav)
+        )
+        try:
+            page = await browser.new_page()
+            problems: list[str] = []
+            page.on("pageerror", lambda exc: problems.append(str(exc)))
+            await page.goto(f"http://127.0.0.1:{live_server.server.port}/")
+            await page.select_option("#source-lang", "es")
+            await page.select_option("#transport", transport)
+            await page.click("#start")
+            stats = page.locator("#stats")
+            await page.wait_for_function(
+                "() => Number(document.querySelector('#stats').dataset.target) > 0",
+                timeout=45_000,
+            )
+            await page.wait_for_function(
+                "() => Number(document.querySelector('#stats').dataset.audio) > 0",
+                timeout=45_000,
+            )
+            assert await stats.get_attribute("data-state") == "listening"
+            target_text = (await page.locator("#target").inner_text()).strip()
+            source_text = (await page.locator("#source").inner_text()).strip()
+            assert target_text and source_text
+            assert int(await stats.get_attribute("data-audio-samples") or 0) > 0
+            if transport == "webrtc":  # the speech really plays on the received track
+                await page.wait_for_function(
+                    "() => Number(document.querySelector('#stats').dataset.remoteLoud) > 3",
+                    timeout=15_000,
+                )
+            assert "caption lag" in await page.locator("#latency").inner_text()
+            status = await page.locator("#status").inner_text()
+            assert "error" not in status.lower(), status
+            await page.click("#stop")
+            await page.wait_for_function(
+                "() => document.querySelector('#stats').dataset.state === 'closed'",
+                timeout=30_000,
+            )
+            assert not problems, problems
+        finally:
+            await browser.close()

@@ -1,0 +1,513 @@
+"""The ``/ws`` session protocol, sans I/O: parse client messages, encode server events.
+
+Nothing here touches a socket or the event loop, so every rule of the protocol is unit tested
+as plain functions (the websockets library's sans-I/O idea). ``docs/protocol.md`` is the
+reference for clients; the constants below are the single source of its numbers.
+
+Client -> server: JSON text messages (``start``, ``flush``, ``stop``, ``offer``, ``ice``) and
+binary messages of little-endian int16 mono PCM at the rate declared in ``start``.
+
+Server -> client: JSON text events (``started``, ``vad``, ``source``, ``target``, ``audio``,
+``utterance_end``, ``status``, ``error``, ``answer``, ``end``); each ``audio`` event is
+followed by exactly one binary message holding its PCM (unless it says ``"via": "webrtc"``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from speechpipe.errors import InputError
+from speechpipe.stages.frames import (
+    FRAME_SAMPLES,
+    STREAM_RATE,
+    AudioFrame,
+    ErrorEvent,
+    OutputEvent,
+    SpeechChunk,
+    StatusEvent,
+    TextHypothesis,
+    UtteranceEnd,
+    VadEvent,
+)
+from speechpipe.transport.session_api import SessionRequest
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "MAX_MESSAGE_BYTES",
+    "MIN_SAMPLE_RATE",
+    "MAX_SAMPLE_RATE",
+    "CloseCode",
+    "ErrorCode",
+    "ProtocolError",
+    "Start",
+    "Flush",
+    "Stop",
+    "Offer",
+    "Ice",
+    "ClientMessage",
+    "parse_text",
+    "parse_start",
+    "validate_audio",
+    "encode_event",
+    "encode_error",
+    "encode_started",
+    "encode_answer",
+    "encode_end",
+    "InputResampler",
+    "OutputResampler",
+    "RealtimeGuard",
+    "dumps",
+]
+
+PROTOCOL_VERSION = 1
+
+MAX_MESSAGE_BYTES = 1 << 17
+"""Largest message the server accepts (128 KiB, ~1.4 s of 48 kHz audio); larger -> close 1009."""
+
+MIN_SAMPLE_RATE = 8_000
+MAX_SAMPLE_RATE = 48_000
+SAMPLE_WIDTH = 2  # bytes per int16 sample
+FORMATS = ("pcm_s16le",)
+MODES = ("balanced", "fast", "quality")
+
+
+class CloseCode:
+    """WebSocket close codes the server uses (RFC 6455 ones, then application 4xxx ones)."""
+
+    NORMAL = 1000  # after ``stop``: every event and all audio were sent
+    GOING_AWAY = 1001  # the server is shutting down
+    POLICY = 1008  # audio far faster than real time
+    TOO_BIG = 1009  # a message over MAX_MESSAGE_BYTES (sent by the websockets library)
+    INTERNAL = 1011  # an unexpected server error ended the session
+    TRY_AGAIN = 1013  # over capacity or still loading: retry later
+    BAD_START = 4000  # ``start`` missing, malformed or sent twice
+    UNSUPPORTED_FORMAT = 4001  # ``format`` other than pcm_s16le
+    UNSUPPORTED_RATE = 4002  # sample rate outside 8000-48000
+    UNSUPPORTED_REQUEST = 4003  # the pipeline refused the request (language, voice ...)
+    UNAUTHORIZED = 4004  # the server wants a token and did not get the right one
+    START_TIMEOUT = 4005  # no ``start`` within the server's start timeout
+
+
+class ErrorCode:
+    """``code`` values of ``error`` events. Recoverable unless the table in the docs says so."""
+
+    BAD_JSON = "bad_json"
+    UNKNOWN_TYPE = "unknown_type"
+    BAD_MESSAGE = "bad_message"
+    NOT_STARTED = "not_started"
+    BAD_START = "bad_start"
+    UNSUPPORTED_FORMAT = "unsupported_format"
+    UNSUPPORTED_RATE = "unsupported_rate"
+    UNAUTHORIZED = "unauthorized"
+    START_TIMEOUT = "start_timeout"
+    BAD_FRAME = "bad_frame"
+    TOO_FAST = "too_fast"
+    STOPPING = "stopping"
+    BAD_SDP = "bad_sdp"
+    WEBRTC_ACTIVE = "webrtc_active"
+    WEBRTC_TIMEOUT = "webrtc_timeout"
+    WEBRTC_FAILED = "webrtc_failed"
+    INTERNAL = "internal"
+    OVER_CAPACITY = "over_capacity"  # speechpipe.errors.AdmissionError
+    NOT_READY = "not_ready"
+
+
+class ProtocolError(InputError):
+    """A client message broke the protocol. ``close_code`` is set when it ends the connection."""
+
+    def __init__(self, code: str, message: str, *, close_code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.close_code = close_code
+
+    @property
+    def fatal(self) -> bool:
+        return self.close_code is not None
+
+
+# --------------------------------------------------------------------------- client messages
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    request: SessionRequest
+    sample_rate: int
+    format: str = "pcm_s16le"
+    token: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Flush:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    sdp: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ice:
+    """A trickled ICE candidate (``candidate`` None or "" means end of candidates)."""
+
+    candidate: str | None
+    sdp_mid: str | None = None
+    sdp_mline_index: int | None = None
+
+
+ClientMessage = Start | Flush | Stop | Offer | Ice
+
+
+def parse_text(text: str) -> ClientMessage:
+    """Decode one JSON text message; raises ``ProtocolError`` (recoverable unless ``start``)."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        raise ProtocolError(ErrorCode.BAD_JSON, "message is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise ProtocolError(ErrorCode.BAD_JSON, "message must be a JSON object")
+    kind = data.get("type")
+    if kind == "start":
+        return parse_start(data)
+    if kind == "flush":
+        return Flush()
+    if kind == "stop":
+        return Stop()
+    if kind == "offer":
+        sdp = data.get("sdp")
+        if not isinstance(sdp, str) or not sdp:
+            raise ProtocolError(ErrorCode.BAD_SDP, "offer needs a non-empty string 'sdp'")
+        return Offer(sdp)
+    if kind == "ice":
+        cand = data.get("candidate")
+        mid = data.get("sdpMid")
+        index = data.get("sdpMLineIndex")
+        if isinstance(cand, dict):  # the browser's RTCIceCandidate.toJSON()
+            mid, index, cand = cand.get("sdpMid"), cand.get("sdpMLineIndex"), cand.get("candidate")
+        if not (cand is None or isinstance(cand, str)):
+            raise ProtocolError(ErrorCode.BAD_MESSAGE, "ice 'candidate' must be a string")
+        if not (mid is None or isinstance(mid, str)):
+            raise ProtocolError(ErrorCode.BAD_MESSAGE, "ice 'sdpMid' must be a string")
+        if not (index is None or (isinstance(index, int) and not isinstance(index, bool))):
+            raise ProtocolError(ErrorCode.BAD_MESSAGE, "ice 'sdpMLineIndex' must be an integer")
+        return Ice(cand or None, mid, index)
+    if not isinstance(kind, str):
+        raise ProtocolError(ErrorCode.UNKNOWN_TYPE, "message needs a string 'type'")
+    raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"unknown message type {kind[:40]!r}")
+
+
+def _bad_start(message: str) -> ProtocolError:
+    return ProtocolError(ErrorCode.BAD_START, message, close_code=CloseCode.BAD_START)
+
+
+def _opt_str(data: dict[str, Any], key: str, default: str | None) -> str | None:
+    value = data.get(key, default)
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > 64:
+        raise _bad_start(f"'{key}' must be a short string")
+    return value
+
+
+def _rate(data: dict[str, Any], key: str, default: int, *, code: str, close: int) -> int:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _bad_start(f"'{key}' must be an integer number of Hz")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ProtocolError(code, f"'{key}' must be a whole number of Hz", close_code=close)
+        value = int(value)
+    if not MIN_SAMPLE_RATE <= value <= MAX_SAMPLE_RATE:
+        raise ProtocolError(
+            code,
+            f"'{key}' {value} Hz is outside {MIN_SAMPLE_RATE}-{MAX_SAMPLE_RATE} Hz",
+            close_code=close,
+        )
+    return value
+
+
+def parse_start(data: dict[str, Any]) -> Start:
+    """Validate a ``start`` message (already a dict). Unknown fields are ignored."""
+    fmt = data.get("format", "pcm_s16le")
+    if fmt not in FORMATS:
+        raise ProtocolError(
+            ErrorCode.UNSUPPORTED_FORMAT,
+            f"format must be one of {', '.join(FORMATS)}",
+            close_code=CloseCode.UNSUPPORTED_FORMAT,
+        )
+    rate = _rate(
+        data, "sample_rate", STREAM_RATE,
+        code=ErrorCode.UNSUPPORTED_RATE, close=CloseCode.UNSUPPORTED_RATE,
+    )
+    out_rate = _rate(
+        data, "output_sample_rate", STREAM_RATE,
+        code=ErrorCode.UNSUPPORTED_RATE, close=CloseCode.UNSUPPORTED_RATE,
+    )
+    mode = data.get("mode", "balanced")
+    if mode not in MODES:
+        raise _bad_start(f"mode must be one of {', '.join(MODES)}")
+    source = _opt_str(data, "source_lang", "auto") or "auto"
+    target = _opt_str(data, "target_lang", "en") or "en"
+    voice = _opt_str(data, "voice", None)
+    token = data.get("token")
+    if token is not None and not isinstance(token, str):
+        raise _bad_start("'token' must be a string")
+    request = SessionRequest(
+        source_lang=source,
+        target_lang=target,
+        voice=voice or None,
+        output_sample_rate=out_rate,
+        mode=mode,
+        priority="live",
+        pace="realtime",
+    )
+    return Start(request=request, sample_rate=rate, format=fmt, token=token)
+
+
+def validate_audio(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> NDArray[np.int16]:
+    """Check one binary message and view it as int16 samples (raises a recoverable error)."""
+    if len(data) == 0:
+        raise ProtocolError(ErrorCode.BAD_FRAME, "empty audio frame")
+    if len(data) % SAMPLE_WIDTH:
+        raise ProtocolError(
+            ErrorCode.BAD_FRAME,
+            f"audio frame of {len(data)} bytes is not a whole number of int16 samples",
+        )
+    if len(data) > max_bytes:
+        raise ProtocolError(ErrorCode.BAD_FRAME, f"audio frame over {max_bytes} bytes")
+    return np.frombuffer(data, dtype="<i2").astype(np.int16, copy=False)
+
+
+# --------------------------------------------------------------------------- server events
+
+
+def _t(pts: int) -> float:
+    return round(pts / STREAM_RATE, 3)
+
+
+def dumps(message: dict[str, Any]) -> str:
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+
+
+def encode_started(session: str, start: Start, *, output_sample_rate: int) -> dict[str, Any]:
+    req = start.request
+    return {
+        "type": "started",
+        "protocol": PROTOCOL_VERSION,
+        "session": session,
+        "source_lang": req.source_lang,
+        "target_lang": req.target_lang,
+        "sample_rate": start.sample_rate,
+        "output_sample_rate": output_sample_rate,
+        "mode": req.mode,
+        "max_message_bytes": MAX_MESSAGE_BYTES,
+    }
+
+
+def encode_error(
+    code: str, message: str, *, fatal: bool = False, utterance: int | None = None,
+    stream_pts: int | None = None, **extra: Any,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "error", "code": code, "message": message, "fatal": fatal}
+    if utterance is not None:
+        out["utterance"] = utterance
+    if stream_pts is not None:
+        out["stream_t"] = _t(stream_pts)
+    out.update(extra)
+    return out
+
+
+def encode_answer(sdp: str) -> dict[str, Any]:
+    return {"type": "answer", "sdp": sdp, "sdp_type": "answer"}
+
+
+def encode_end(stream_pts: int) -> dict[str, Any]:
+    return {"type": "end", "stream_t": _t(stream_pts)}
+
+
+def encode_event(event: OutputEvent) -> dict[str, Any]:
+    """One OutputEvent as a JSON-ready dict. ``SpeechChunk`` gives the ``audio`` header only:
+    the caller sends its PCM (see ``OutputResampler``) as the next binary message."""
+    if isinstance(event, TextHypothesis):
+        return {
+            "type": event.side,
+            "utterance": event.utterance,
+            "revision": event.revision,
+            "committed": event.committed,
+            "tentative": event.tentative,
+            "final": event.final,
+            "language": event.language,
+            "stream_t": _t(event.stream_pts),
+            "audio_start": _t(event.audio_start),
+            "audio_end": _t(event.audio_end),
+        }
+    if isinstance(event, SpeechChunk):
+        return {
+            "type": "audio",
+            "utterance": event.utterance,
+            "stream_t": _t(event.stream_pts),
+            "sample_rate": event.sample_rate,
+            "samples": int(len(event.samples)),
+            "text": event.text,
+            "via": "websocket",
+        }
+    if isinstance(event, VadEvent):
+        return {
+            "type": "vad",
+            "kind": event.kind,
+            "utterance": event.utterance,
+            "t": _t(event.pts),
+            "stream_t": _t(event.detected_at),
+            "forced": event.forced,
+        }
+    if isinstance(event, UtteranceEnd):
+        return {
+            "type": "utterance_end",
+            "utterance": event.utterance,
+            "stream_t": _t(event.stream_pts),
+            "source": event.source_text,
+            "target": event.target_text,
+        }
+    if isinstance(event, StatusEvent):
+        return {
+            "type": "status",
+            "status": event.status,
+            "message": event.message,
+            "stream_t": _t(event.stream_pts),
+            "detail": _jsonable(event.detail),
+        }
+    if isinstance(event, ErrorEvent):
+        return encode_error(
+            event.code, event.message, utterance=event.utterance, stream_pts=event.stream_pts
+        )
+    raise TypeError(f"not an OutputEvent: {type(event).__name__}")
+
+
+def _jsonable(detail: dict[str, object]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in detail.items():
+        if isinstance(value, str | int | bool) or value is None:
+            out[str(key)] = value
+        elif isinstance(value, float):
+            out[str(key)] = value if math.isfinite(value) else None
+        else:
+            out[str(key)] = str(value)
+    return out
+
+
+# --------------------------------------------------------------------------- audio
+
+
+class InputResampler:
+    """Client PCM at any rate -> contiguous 20 ms ``AudioFrame``s at 16 kHz, pts increasing.
+
+    Streaming (``soxr.ResampleStream``), so chunk boundaries leave no clicks; at 16 kHz it
+    only re-chunks. ``finish()`` flushes the resampler and pads the last frame with silence.
+    """
+
+    def __init__(self, sample_rate: int, *, start_pts: int = 0) -> None:
+        self.sample_rate = sample_rate
+        self.pts = start_pts
+        self.received = 0  # input samples seen, at the client's rate
+        self._pending = np.zeros(0, dtype=np.int16)
+        self._stream: Any = None
+        if sample_rate != STREAM_RATE:
+            import soxr
+
+            self._stream = soxr.ResampleStream(sample_rate, STREAM_RATE, 1, dtype="int16")
+
+    @property
+    def received_seconds(self) -> float:
+        return self.received / self.sample_rate
+
+    def feed(self, samples: NDArray[np.int16]) -> list[AudioFrame]:
+        self.received += len(samples)
+        if self._stream is not None:
+            samples = self._stream.resample_chunk(samples)
+        return list(self._chunk(samples))
+
+    def finish(self) -> list[AudioFrame]:
+        tail = np.zeros(0, dtype=np.int16)
+        if self._stream is not None:
+            tail = self._stream.resample_chunk(np.zeros(0, dtype=np.int16), last=True)
+        frames = list(self._chunk(tail))
+        if len(self._pending):
+            pad = np.zeros(FRAME_SAMPLES - len(self._pending), dtype=np.int16)
+            frames.extend(self._chunk(pad))
+        return frames
+
+    def _chunk(self, samples: NDArray[np.int16]) -> Iterator[AudioFrame]:
+        if len(samples):
+            buf = np.concatenate([self._pending, samples.astype(np.int16, copy=False)])
+        else:
+            buf = self._pending
+        whole = len(buf) - len(buf) % FRAME_SAMPLES
+        for start in range(0, whole, FRAME_SAMPLES):
+            yield AudioFrame(buf[start : start + FRAME_SAMPLES].copy(), self.pts)
+            self.pts += FRAME_SAMPLES
+        self._pending = buf[whole:].copy()
+
+
+class OutputResampler:
+    """Translated speech -> the client's ``output_sample_rate`` (one-shot per phrase)."""
+
+    def __init__(self, sample_rate: int) -> None:
+        self.sample_rate = sample_rate
+
+    def convert(self, chunk: SpeechChunk) -> NDArray[np.int16]:
+        if chunk.sample_rate == self.sample_rate or len(chunk.samples) == 0:
+            return np.asarray(chunk.samples, dtype=np.int16)
+        import soxr
+
+        out = soxr.resample(
+            np.asarray(chunk.samples, dtype=np.int16), chunk.sample_rate, self.sample_rate
+        )
+        return np.asarray(out, dtype=np.int16)
+
+    def encode(self, chunk: SpeechChunk) -> tuple[dict[str, Any], bytes]:
+        """The ``audio`` header and its binary PCM (little-endian int16)."""
+        pcm = self.convert(chunk)
+        header = encode_event(chunk)
+        header["sample_rate"] = self.sample_rate
+        header["samples"] = int(len(pcm))
+        return header, pcm.astype("<i2", copy=False).tobytes()
+
+
+@dataclass
+class RealtimeGuard:
+    """Flags audio arriving far faster than real time.
+
+    A live client may run ahead of the wall clock by at most ``max_lead_s`` (network bursts,
+    audio buffered while connecting). Beyond that it is replaying a file as fast as it can,
+    which a live session cannot serve: the connection is closed with ``CloseCode.POLICY``.
+    Pure: the caller passes ``now`` (monotonic seconds).
+    """
+
+    max_lead_s: float = 5.0
+    _t0: float | None = None
+    _seconds: float = 0.0
+
+    def add(self, seconds: float, now: float) -> bool:
+        """Account for ``seconds`` of audio received at ``now``; False if too far ahead."""
+        if self._t0 is None:
+            self._t0 = now
+        self._seconds += seconds
+        return self.lead(now) <= self.max_lead_s
+
+    def lead(self, now: float) -> float:
+        if self._t0 is None:
+            return 0.0
+        return self._seconds - (now - self._t0)
+

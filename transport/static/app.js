@@ -1,0 +1,363 @@
+// speechpipe demo page: microphone -> /ws (AudioWorklet PCM, or WebRTC) -> captions + speech.
+// Plain JS, no build step. Protocol reference: docs/protocol.md.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const OUTPUT_RATE = 24000;
+const MAX_LINES = 30;
+
+let s = null; // the current run's state
+
+function setStatus(text, level = "info") {
+  const el = $("status");
+  el.textContent = text;
+  el.dataset.level = level;
+}
+
+function bump(name, by = 1) {
+  const stats = $("stats");
+  stats.dataset[name] = String(Number(stats.dataset[name] || 0) + by);
+  stats.textContent =
+    `source events ${stats.dataset.source} · target events ${stats.dataset.target} · ` +
+    `speech chunks ${stats.dataset.audio} (${(Number(stats.dataset.audioSamples) /
+      OUTPUT_RATE).toFixed(1)} s)`;
+}
+
+function resetStats() {
+  const stats = $("stats");
+  for (const key of ["source", "target", "audio", "audioSamples", "errors", "remoteLoud"]) {
+    stats.dataset[key] = "0";
+  }
+  stats.textContent = "";
+}
+
+// Seconds of audio the server has been sent: the client's view of stream time.
+function streamSeconds() {
+  if (!s) return 0;
+  if (s.transport === "websocket") return s.samplesSent / s.ctx.sampleRate;
+  return s.streamStart === null ? 0 : s.ctx.currentTime - s.streamStart;
+}
+
+// -- captions -------------------------------------------------------------------------------
+function renderCaption(side, msg) {
+  const lines = s.lines[side];
+  let line = lines.get(msg.utterance);
+  if (!line) {
+    line = document.createElement("p");
+    line.className = "line";
+    line.innerHTML = '<span class="committed"></span> <span class="tentative"></span>';
+    $(side).appendChild(line);
+    lines.set(msg.utterance, line);
+    while (lines.size > MAX_LINES) {
+      const [oldest, el] = lines.entries().next().value;
+      el.remove();
+      lines.delete(oldest);
+    }
+  }
+  if (msg.revision < (line.dataset.revision ? Number(line.dataset.revision) : -1)) return;
+  line.dataset.revision = String(msg.revision);
+  line.querySelector(".committed").textContent = msg.committed;
+  line.querySelector(".tentative").textContent = msg.final ? "" : msg.tentative;
+  line.scrollIntoView({ block: "nearest" });
+}
+
+function showLatency() {
+  const parts = [];
+  if (s.captionLag !== null) parts.push(`caption lag ${s.captionLag.toFixed(2)} s`);
+  if (s.speechOffset !== null) {
+    parts.push(`speech began ${s.speechOffset.toFixed(2)} s after you started talking`);
+  }
+  $("latency").textContent = parts.join(" · ");
+}
+
+// -- translated speech ----------------------------------------------------------------------
+function playPcm(header, data) {
+  const pcm = new Int16Array(data);
+  bump("audio");
+  bump("audioSamples", pcm.length);
+  if (pcm.length === 0) return;
+  const floats = new Float32Array(pcm.length);
+  for (let i = 0; i < pcm.length; i++) floats[i] = pcm[i] / 32768;
+  const buffer = s.ctx.createBuffer(1, floats.length, header.sample_rate);
+  buffer.copyToChannel(floats, 0);
+  const node = s.ctx.createBufferSource();
+  node.buffer = buffer;
+  node.connect(s.ctx.destination);
+  const at = Math.max(s.ctx.currentTime + 0.03, s.playhead); // back to back, never overlapping
+  node.start(at);
+  s.playhead = at + buffer.duration;
+}
+
+function noteSpeechArrived(header) {
+  const began = s.speechStarts.get(header.utterance);
+  if (began !== undefined && !s.spokenUtterances.has(header.utterance)) {
+    s.spokenUtterances.add(header.utterance);
+    s.speechOffset = streamSeconds() - began;
+    showLatency();
+  }
+}
+
+// -- messages -------------------------------------------------------------------------------
+function onMessage(event) {
+  if (typeof event.data !== "string") {
+    const header = s.pendingAudio;
+    s.pendingAudio = null;
+    if (header) playPcm(header, event.data);
+    return;
+  }
+  let msg;
+  try {
+    msg = JSON.parse(event.data);
+  } catch {
+    return;
+  }
+  switch (msg.type) {
+    case "started":
+      $("stats").dataset.state = "listening";
+      setStatus(`listening (session ${msg.session})`);
+      startAudio(msg).catch((err) => fail(`audio failed: ${err.message || err}`));
+      break;
+    case "vad":
+      if (msg.kind === "start") s.speechStarts.set(msg.utterance, msg.t);
+      break;
+    case "source":
+    case "target":
+      bump(msg.type);
+      renderCaption(msg.type, msg);
+      if (msg.type === "target") {
+        s.captionLag = Math.max(0, streamSeconds() - msg.audio_end);
+        showLatency();
+      }
+      break;
+    case "audio":
+      noteSpeechArrived(msg);
+      if (msg.via === "webrtc") {
+        bump("audio");
+        bump("audioSamples", Math.round((msg.samples * OUTPUT_RATE) / msg.sample_rate));
+      } else {
+        s.pendingAudio = msg;
+      }
+      break;
+    case "status":
+      if (msg.status === "queued") {
+        setStatus(`queued at position ${msg.detail.position ?? "?"}`, "warn");
+      } else if (msg.status === "degraded") {
+        setStatus(`degraded: ${msg.message}`, "warn");
+      } else {
+        setStatus(msg.message || msg.status);
+      }
+      break;
+    case "error":
+      bump("errors");
+      setStatus(`error (${msg.code}): ${msg.message}`, msg.fatal ? "error" : "warn");
+      break;
+    case "answer":
+      s.pc.setRemoteDescription({ type: "answer", sdp: msg.sdp })
+        .catch((err) => fail(`WebRTC answer failed: ${err.message || err}`));
+      break;
+    case "end":
+      setStatus("finished");
+      break;
+    default:
+      break; // newer servers may send more; ignore what we do not know
+  }
+}
+
+// -- audio in -------------------------------------------------------------------------------
+// WebSocket mode: the capture graph is built before "start" is sent, so the declared
+// sample_rate is the rate the worklet really runs at. Frames before "started" are dropped.
+async function buildCapture(ctx, stream) {
+  let mic;
+  try {
+    mic = ctx.createMediaStreamSource(stream);
+  } catch (err) {
+    // Firefox refuses to connect a microphone whose rate differs from the context's:
+    // rebuild the context at the microphone's rate.
+    const rate = stream.getAudioTracks()[0].getSettings().sampleRate;
+    if (!rate || rate === ctx.sampleRate) throw err;
+    await ctx.close();
+    ctx = new AudioContext({ sampleRate: rate, latencyHint: "interactive" });
+    await ctx.resume();
+    mic = ctx.createMediaStreamSource(stream);
+  }
+  await ctx.audioWorklet.addModule("worklet.js");
+  const frameSamples = Math.round(ctx.sampleRate * 0.02);
+  const worklet = new AudioWorkletNode(ctx, "pcm-capture", {
+    numberOfInputs: 1, numberOfOutputs: 1, processorOptions: { frameSamples },
+  });
+  const mute = ctx.createGain(); // keeps the worklet pulled without playing the mic back
+  mute.gain.value = 0;
+  mic.connect(worklet).connect(mute).connect(ctx.destination);
+  return { ctx, mic, worklet, frameSamples };
+}
+
+async function startAudio() {
+  if (s.transport === "websocket") {
+    s.capturing = true;
+    return;
+  }
+  s.pc = new RTCPeerConnection({ iceServers: [] });
+  for (const track of s.stream.getAudioTracks()) s.pc.addTrack(track, s.stream);
+  s.pc.ontrack = (e) => {
+    const stream = e.streams[0] || new MediaStream([e.track]);
+    $("remote-audio").srcObject = stream; // plays it (Chromium also needs this for Web Audio)
+    watchLevel(stream);
+  };
+  s.pc.onconnectionstatechange = () => {
+    const state = s && s.pc ? s.pc.connectionState : "closed";
+    if (state === "connected") {
+      s.streamStart = s.ctx.currentTime;
+      setStatus("listening (WebRTC)");
+    } else if (state === "failed") {
+      setStatus("WebRTC connection failed", "error");
+    }
+  };
+  const offer = await s.pc.createOffer();
+  await s.pc.setLocalDescription(offer);
+  await iceGatheringDone(s.pc, 3000);
+  s.ws.send(JSON.stringify({ type: "offer", sdp: s.pc.localDescription.sdp }));
+  setStatus("connecting WebRTC");
+}
+
+// Counts 100 ms windows of the received WebRTC track that carry sound (data-remote-loud).
+function watchLevel(stream) {
+  const analyser = s.ctx.createAnalyser();
+  analyser.fftSize = 2048;
+  s.ctx.createMediaStreamSource(stream).connect(analyser);
+  const buf = new Float32Array(analyser.fftSize);
+  const run = s;
+  const timer = setInterval(() => {
+    if (s !== run || run.ctx.state === "closed") {
+      clearInterval(timer);
+      return;
+    }
+    analyser.getFloatTimeDomainData(buf);
+    let sum = 0;
+    for (let i = 0; i < buf.length; i++) sum += buf[i] * buf[i];
+    if (Math.sqrt(sum / buf.length) > 0.01) bump("remoteLoud");
+  }, 100);
+}
+
+function iceGatheringDone(pc, limitMs) {
+  if (pc.iceGatheringState === "complete") return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, limitMs);
+    pc.addEventListener("icegatheringstatechange", () => {
+      if (pc.iceGatheringState === "complete") {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+  });
+}
+
+// -- start / stop ---------------------------------------------------------------------------
+async function start() {
+  $("start").disabled = true;
+  resetStats();
+  $("source").textContent = "";
+  $("target").textContent = "";
+  $("latency").textContent = "";
+  setStatus("connecting");
+  $("stats").dataset.state = "connecting";
+  let ctx = new AudioContext({ latencyHint: "interactive" });
+  await ctx.resume();
+  let stream;
+  try {
+    stream = await navigator.mediaDevices.getUserMedia({
+      audio: { channelCount: 1, echoCancellation: true, noiseSuppression: true,
+               autoGainControl: true },
+    });
+  } catch (err) {
+    await ctx.close();
+    $("start").disabled = false;
+    setStatus(`microphone unavailable: ${err.message || err}`, "error");
+    return;
+  }
+  const transport = $("transport").value;
+  let capture = null;
+  if (transport === "websocket") {
+    try {
+      capture = await buildCapture(ctx, stream);
+    } catch (err) {
+      for (const track of stream.getTracks()) track.stop();
+      if (ctx.state !== "closed") await ctx.close();
+      throw err;
+    }
+    ctx = capture.ctx;
+  }
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  const ws = new WebSocket(`${scheme}//${location.host}/ws`);
+  ws.binaryType = "arraybuffer";
+  s = {
+    ws, ctx, stream, transport, pc: null, worklet: capture && capture.worklet,
+    capturing: false, samplesSent: 0, streamStart: null, playhead: 0, pendingAudio: null, stopping: false,
+    lines: { source: new Map(), target: new Map() }, speechStarts: new Map(),
+    spokenUtterances: new Set(), captionLag: null, speechOffset: null,
+  };
+  window.speechpipeState = s;
+  if (capture) {
+    const run = s;
+    capture.worklet.port.onmessage = (e) => {
+      if (run.capturing && !run.stopping && run.ws.readyState === WebSocket.OPEN) {
+        run.ws.send(e.data);
+        run.samplesSent += capture.frameSamples;
+      }
+    };
+  }
+  ws.onopen = () => {
+    ws.send(JSON.stringify({
+      type: "start",
+      source_lang: $("source-lang").value,
+      target_lang: $("target-lang").value,
+      mode: $("mode").value,
+      format: "pcm_s16le",
+      sample_rate: Math.min(48000, Math.max(8000, Math.round(ctx.sampleRate))),
+      output_sample_rate: OUTPUT_RATE,
+    }));
+  };
+  ws.onmessage = onMessage;
+  ws.onerror = () => setStatus("connection error", "error");
+  ws.onclose = (e) => {
+    const normal = e.code === 1000;
+    if (!normal) setStatus(`disconnected (${e.code}${e.reason ? ": " + e.reason : ""})`, "error");
+    $("stats").dataset.state = "closed";
+    teardown();
+  };
+  $("stop").disabled = false;
+}
+
+function stop() {
+  if (!s) return;
+  s.stopping = true;
+  $("stop").disabled = true;
+  setStatus("finishing…");
+  if (s.ws.readyState === WebSocket.OPEN) s.ws.send(JSON.stringify({ type: "stop" }));
+  for (const track of s.stream.getTracks()) track.stop();
+}
+
+function fail(text) {
+  setStatus(text, "error");
+  if (s && s.ws.readyState === WebSocket.OPEN) s.ws.close(1000);
+}
+
+function teardown() {
+  if (!s) return;
+  const old = s;
+  for (const track of old.stream.getTracks()) track.stop();
+  if (old.worklet) old.worklet.port.onmessage = null;
+  if (old.pc) old.pc.close();
+  // let queued speech finish playing before closing the audio context
+  const remaining = Math.max(0, old.playhead - old.ctx.currentTime);
+  setTimeout(() => old.ctx.close(), remaining * 1000 + 200);
+  $("start").disabled = false;
+  $("stop").disabled = true;
+}
+
+$("start").addEventListener("click", () => {
+  start().catch((err) => {
+    $("start").disabled = false;
+    setStatus(`could not start: ${err.message || err}`, "error");
+  });
+});
+$("stop").addEventListener("click", stop);

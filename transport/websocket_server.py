@@ -1,0 +1,593 @@
+"""The live server: one port for the demo page, ``/ws`` sessions, metrics and health checks.
+
+Built on websockets' asyncio server. Plain HTTP GETs are answered in ``process_request``
+(``/``, static files, ``/metrics``, ``/healthz``, ``/readyz``); ``/ws`` upgrades to a session
+speaking the protocol in ``transport.protocol`` (reference: ``docs/protocol.md``).
+
+Per connection, once ``start`` is accepted, three tasks run in one ``asyncio.TaskGroup``:
+
+- *reader*: decodes and validates client messages, resamples audio into the session, handles
+  ``flush``/``stop`` and WebRTC signalling; enforces the real-time guard;
+- *pump*: session events -> encoded messages on the bounded outgoing channel;
+- *sender*: the only task that writes to the socket, so an ``audio`` header and its binary
+  PCM are never split by another message.
+
+Whichever task ends the connection raises; the group cancels the rest, the session's own
+``async with`` cancels its stages, and the close code is sent. A client's garbage ends at
+most its own connection: every failure is caught per connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import http
+import importlib.resources
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from websockets.asyncio.server import Server, ServerConnection
+from websockets.asyncio.server import serve as ws_serve
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+from speechpipe.errors import AdmissionError, SpeechpipeError
+from speechpipe.stages.channels import Channel, ChannelClosed
+from speechpipe.stages.frames import OutputEvent, SpeechChunk
+from speechpipe.transport.protocol import (
+    MAX_MESSAGE_BYTES,
+    CloseCode,
+    ErrorCode,
+    Flush,
+    Ice,
+    InputResampler,
+    Offer,
+    OutputResampler,
+    ProtocolError,
+    RealtimeGuard,
+    Start,
+    Stop,
+    dumps,
+    encode_answer,
+    encode_end,
+    encode_error,
+    encode_event,
+    encode_started,
+    parse_text,
+    validate_audio,
+)
+from speechpipe.transport.session_api import LiveSession, SessionFactory
+
+if TYPE_CHECKING:
+    from speechpipe.transport.webrtc import WebRtcPeer
+
+__all__ = ["ServerLimits", "ServerObserver", "SpeechServer", "serve"]
+
+log = logging.getLogger("speechpipe.server")
+
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+STATIC_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    start_timeout_s: float = 30.0  # a connection must send ``start`` within this
+    max_lead_s: float = 5.0  # how far audio may run ahead of the wall clock
+    outgoing_capacity: int = 128  # messages queued for a slow client before the session waits
+    webrtc_connect_timeout_s: float = 15.0  # ICE + DTLS must complete within this
+    token: str | None = None  # when set, ``start`` must carry it
+
+
+class ServerObserver(Protocol):
+    """Hooks for the app layer's metrics; the transport never imports a metrics registry."""
+
+    def session_opened(self) -> None: ...
+
+    def session_closed(self, seconds: float, close_code: int | None) -> None: ...
+
+    def output_event(self, event: OutputEvent) -> None: ...
+
+    def error(self, code: str) -> None: ...
+
+
+class _NullObserver:
+    def session_opened(self) -> None:
+        pass
+
+    def session_closed(self, seconds: float, close_code: int | None) -> None:
+        pass
+
+    def output_event(self, event: OutputEvent) -> None:
+        pass
+
+    def error(self, code: str) -> None:
+        pass
+
+
+class _Close(Exception):
+    """Ends a connection: optionally sends an error event, then closes with ``code``."""
+
+    def __init__(self, code: int, reason: str = "", error: dict[str, Any] | None = None) -> None:
+        super().__init__(code, reason)
+        self.code = code
+        self.reason = reason
+        self.error = error
+
+
+def _fatal(exc: ProtocolError, code: int | None = None) -> _Close:
+    close = code if code is not None else (exc.close_code or CloseCode.POLICY)
+    return _Close(close, exc.code, encode_error(exc.code, str(exc), fatal=True))
+
+
+def _load_static() -> dict[str, tuple[str, bytes]]:
+    files: dict[str, tuple[str, bytes]] = {}
+    try:
+        root = importlib.resources.files("speechpipe.transport") / "static"
+        for entry in root.iterdir():
+            suffix = "." + entry.name.rsplit(".", 1)[-1]
+            if entry.is_file() and suffix in STATIC_TYPES:
+                files["/" + entry.name] = (STATIC_TYPES[suffix], entry.read_bytes())
+    except (FileNotFoundError, NotADirectoryError):
+        log.warning("no static files found: the demo page is unavailable")
+    if "/index.html" in files:
+        files["/"] = files["/index.html"]
+    return files
+
+
+class SpeechServer:
+    """``async with SpeechServer(factory, port=0) as server: ... server.port``."""
+
+    def __init__(
+        self,
+        factory: SessionFactory,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        is_ready: Callable[[], bool] = lambda: True,
+        metrics_text: Callable[[], bytes] = lambda: b"",
+        observer: ServerObserver | None = None,
+        limits: ServerLimits | None = None,
+        webrtc: bool = True,
+    ) -> None:
+        self.factory = factory
+        self.host = host
+        self.requested_port = port
+        self.is_ready = is_ready
+        self.metrics_text = metrics_text
+        self.observer: ServerObserver = observer or _NullObserver()
+        self.limits = limits or ServerLimits()
+        self.webrtc = webrtc
+        self.connections: set[_Connection] = set()
+        self._static = _load_static()
+        self._server: Server | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "server not started"
+        sock = next(iter(self._server.sockets))
+        return int(sock.getsockname()[1])
+
+    @property
+    def active_sessions(self) -> int:
+        return sum(1 for conn in self.connections if conn.session_open)
+
+    async def start(self) -> SpeechServer:
+        self._server = await ws_serve(
+            self._handle,
+            self.host,
+            self.requested_port,
+            process_request=self._process_request,
+            max_size=self.limits.max_message_bytes,
+            compression=None,  # PCM does not compress; deflate would only cost CPU
+            server_header="speechpipe",
+        )
+        log.info("listening on %s:%d", self.host, self.port)
+        return self
+
+    async def stop(self) -> None:
+        """Stop accepting; close every connection with 1001 and wait for their sessions."""
+        if self._server is not None:
+            self._server.close(close_connections=True)
+            await self._server.wait_closed()
+
+    async def serve_forever(self) -> None:
+        assert self._server is not None
+        await self._server.serve_forever()
+
+    async def __aenter__(self) -> SpeechServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- plain HTTP --------------------------------------------------------------------------
+    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        path = request.path.split("?", 1)[0]
+        if path == "/ws":
+            if not self.is_ready():
+                return _response(503, "text/plain; charset=utf-8", b"models are loading\n")
+            return None
+        if path == "/healthz":
+            return _response(200, "text/plain; charset=utf-8", b"ok\n")
+        if path == "/readyz":
+            if self.is_ready():
+                return _response(200, "text/plain; charset=utf-8", b"ready\n")
+            return _response(503, "text/plain; charset=utf-8", b"loading\n")
+        if path == "/metrics":
+            return _response(200, METRICS_CONTENT_TYPE, self.metrics_text())
+        static = self._static.get(path)
+        if static is not None:
+            return _response(200, static[0], static[1])
+        return _response(404, "text/plain; charset=utf-8", b"not found\n")
+
+    # -- sessions ----------------------------------------------------------------------------
+    async def _handle(self, ws: ServerConnection) -> None:
+        conn = _Connection(self, ws)
+        self.connections.add(conn)
+        try:
+            await conn.run()
+        finally:
+            self.connections.discard(conn)
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
+
+
+def _response(status: int, content_type: str, body: bytes) -> Response:
+    headers = Headers(
+        [
+            ("Content-Type", content_type),
+            ("Content-Length", str(len(body))),
+            ("Cache-Control", "no-store"),
+            ("Connection", "close"),
+        ]
+    )
+    return Response(status, http.HTTPStatus(status).phrase, headers, body)
+
+
+class _Connection:
+    """One WebSocket client: its session, its tasks and (maybe) its WebRTC peer."""
+
+    def __init__(self, server: SpeechServer, ws: ServerConnection) -> None:
+        self.server = server
+        self.ws = ws
+        self.limits = server.limits
+        self.observer = server.observer
+        self.id = secrets.token_hex(4)
+        self.session_open = False
+        self.peer: WebRtcPeer | None = None
+        self.last_pts = 0
+        self.outgoing: Channel[list[str | bytes]] = Channel(
+            self.limits.outgoing_capacity, name="outgoing"
+        )
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.resampler = InputResampler(16_000)
+        self.stopping = False
+
+    async def run(self) -> None:
+        opened = time.monotonic()
+        close: _Close | None = None
+        try:
+            start = await self._await_start()
+            close = await self._run_session(start)
+        except _Close as exc:
+            close = exc
+        except ConnectionClosed:
+            pass
+        except Exception:
+            log.exception("session %s: unexpected server error", self.id)
+            close = _Close(
+                CloseCode.INTERNAL,
+                ErrorCode.INTERNAL,
+                encode_error(ErrorCode.INTERNAL, "internal server error", fatal=True),
+            )
+        finally:
+            if self.session_open:
+                self.session_open = False
+                self.observer.session_closed(time.monotonic() - opened, close and close.code)
+        if close is not None:
+            await self._close(close)
+        log.info(
+            "session %s closed: code=%s", self.id, close.code if close else self.ws.close_code
+        )
+
+    async def _close(self, close: _Close) -> None:
+        if close.error is not None:
+            self.observer.error(close.error["code"])
+            with contextlib.suppress(ConnectionClosed):
+                await self.ws.send(dumps(close.error))
+        await self.ws.close(close.code, close.reason[:120])
+
+    async def _send_error(self, exc: ProtocolError) -> None:
+        """Before the session exists: the connection is idle, so send directly."""
+        self.observer.error(exc.code)
+        await self.ws.send(dumps(encode_error(exc.code, str(exc))))
+
+    async def _await_start(self) -> Start:
+        try:
+            async with asyncio.timeout(self.limits.start_timeout_s):
+                while True:
+                    message = await self.ws.recv()
+                    if isinstance(message, bytes):
+                        await self._send_error(
+                            ProtocolError(ErrorCode.NOT_STARTED, "send 'start' before audio")
+                        )
+                        continue
+                    try:
+                        parsed = parse_text(message)
+                    except ProtocolError as exc:
+                        if exc.fatal:
+                            raise _fatal(exc) from None
+                        await self._send_error(exc)
+                        continue
+                    if isinstance(parsed, Start):
+                        self._check_token(parsed)
+                        return parsed
+                    await self._send_error(
+                        ProtocolError(ErrorCode.NOT_STARTED, "no session yet: send 'start' first")
+                    )
+        except TimeoutError:
+            raise _fatal(
+                ProtocolError(ErrorCode.START_TIMEOUT, "no 'start' message in time"),
+                CloseCode.START_TIMEOUT,
+            ) from None
+
+    def _check_token(self, start: Start) -> None:
+        want = self.limits.token
+        if want is None:
+            return
+        got = start.token or ""
+        if not hmac.compare_digest(want.encode(), got.encode()):
+            raise _fatal(
+                ProtocolError(ErrorCode.UNAUTHORIZED, "missing or wrong token"),
+                CloseCode.UNAUTHORIZED,
+            )
+
+    async def _run_session(self, start: Start) -> _Close | None:
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                session = await stack.enter_async_context(self.server.factory(start.request))
+            except AdmissionError as exc:
+                return _Close(
+                    CloseCode.TRY_AGAIN,
+                    exc.code,
+                    encode_error(exc.code, str(exc), fatal=True, retry_after_s=exc.retry_after_s),
+                )
+            except SpeechpipeError as exc:
+                return _Close(
+                    CloseCode.UNSUPPORTED_REQUEST,
+                    exc.code,
+                    encode_error(exc.code, str(exc), fatal=True),
+                )
+            self.session_open = True
+            self.observer.session_opened()
+            out_rate = start.request.output_sample_rate
+            await self.ws.send(dumps(encode_started(self.id, start, output_sample_rate=out_rate)))
+            log.info(
+                "session %s started: rate=%d out_rate=%d mode=%s",
+                self.id, start.sample_rate, out_rate, start.request.mode,
+            )
+            stack.push_async_callback(self._close_peer)
+            try:
+                async with asyncio.TaskGroup() as tg:
+                    self.tasks = [
+                        tg.create_task(self._reader(session, start, tg), name=f"{self.id}:reader"),
+                        tg.create_task(self._pump(session, out_rate), name=f"{self.id}:pump"),
+                        tg.create_task(self._sender(), name=f"{self.id}:sender"),
+                    ]
+            except ExceptionGroup as group:
+                return self._outcome(group)
+        return None
+
+    def _outcome(self, group: ExceptionGroup) -> _Close | None:
+        """Which close a failed task group calls for: a deliberate close wins, then a gone
+        client; anything else is a server error (the original exception is re-raised)."""
+        leaves = _leaves(group)
+        for exc in leaves:
+            if isinstance(exc, _Close):
+                return exc
+        if any(isinstance(exc, ConnectionClosed) for exc in leaves):
+            return None
+        for exc in leaves:
+            if isinstance(exc, SpeechpipeError):
+                log.warning("session %s failed: %s", self.id, type(exc).__name__)
+                return _Close(
+                    CloseCode.INTERNAL, exc.code, encode_error(exc.code, str(exc), fatal=True)
+                )
+        raise group
+
+    # -- the three tasks ---------------------------------------------------------------------
+    async def _reader(self, session: LiveSession, start: Start, tg: asyncio.TaskGroup) -> None:
+        self.resampler = InputResampler(start.sample_rate)
+        guard = RealtimeGuard(self.limits.max_lead_s)
+        while True:
+            message = await self.ws.recv()
+            if isinstance(message, bytes):
+                if self.stopping:
+                    await self._reply_error(ErrorCode.STOPPING, "audio after 'stop' is ignored")
+                    continue
+                if self.peer is not None:
+                    await self._reply_error(
+                        ErrorCode.WEBRTC_ACTIVE, "audio arrives over WebRTC: binary ignored"
+                    )
+                    continue
+                try:
+                    samples = validate_audio(message, max_bytes=self.limits.max_message_bytes)
+                except ProtocolError as exc:
+                    await self._reply_error(exc.code, str(exc))
+                    continue
+                if not guard.add(len(samples) / start.sample_rate, time.monotonic()):
+                    raise _fatal(
+                        ProtocolError(
+                            ErrorCode.TOO_FAST,
+                            f"audio is more than {self.limits.max_lead_s:g} s ahead of real time",
+                        ),
+                        CloseCode.POLICY,
+                    )
+                for frame in self.resampler.feed(samples):
+                    await session.push(frame)
+                continue
+            try:
+                parsed = parse_text(message)
+            except ProtocolError as exc:
+                await self._reply_error(exc.code, str(exc))
+                continue
+            if isinstance(parsed, Start):
+                await self._reply_error(ErrorCode.BAD_START, "the session has already started")
+            elif isinstance(parsed, Flush):
+                session.flush()
+            elif isinstance(parsed, Stop):
+                if not self.stopping:
+                    self.stopping = True
+                    if self.peer is None:
+                        for frame in self.resampler.finish():
+                            await session.push(frame)
+                    else:
+                        self.peer.stop_input()
+                    await session.finish()
+            elif isinstance(parsed, Offer):
+                if self.stopping:
+                    await self._reply_error(ErrorCode.STOPPING, "the session is stopping")
+                else:
+                    await self._offer(parsed, session, start.sample_rate, tg)
+            elif isinstance(parsed, Ice):
+                if self.peer is None:
+                    await self._reply_error(ErrorCode.BAD_MESSAGE, "'ice' before 'offer'")
+                else:
+                    try:
+                        await self.peer.add_ice(parsed)
+                    except ProtocolError as exc:
+                        await self._reply_error(exc.code, str(exc))
+
+    async def _pump(self, session: LiveSession, out_rate: int) -> None:
+        resampler = OutputResampler(out_rate)
+        try:
+            async for event in session.events():
+                self.observer.output_event(event)
+                pts = getattr(event, "stream_pts", None)
+                if isinstance(pts, int):
+                    self.last_pts = max(self.last_pts, pts)
+                if isinstance(event, SpeechChunk):
+                    peer = self.peer
+                    if peer is not None:
+                        peer.play(event)
+                        header = encode_event(event)
+                        header["via"] = "webrtc"
+                        await self.outgoing.put([dumps(header)])
+                    else:
+                        header, pcm = resampler.encode(event)
+                        await self.outgoing.put([dumps(header), pcm])
+                else:
+                    await self.outgoing.put([dumps(encode_event(event))])
+        finally:
+            self.outgoing.close()
+
+    async def _sender(self) -> None:
+        async for batch in self.outgoing:
+            for message in batch:
+                await self.ws.send(message)
+        # The session's events have ended: only after ``stop`` (or the session ending itself).
+        if self.peer is not None:
+            await self.peer.drain()  # the last translated speech plays out over WebRTC
+        await self.ws.send(dumps(encode_end(self.last_pts)))
+        raise _Close(CloseCode.NORMAL, "stopped")
+
+    async def _reply_error(self, code: str, message: str, **extra: Any) -> None:
+        self.observer.error(code)
+        with contextlib.suppress(ChannelClosed):
+            await self.outgoing.put([dumps(encode_error(code, message, **extra))])
+
+    # -- WebRTC ------------------------------------------------------------------------------
+    async def _offer(
+        self, offer: Offer, session: LiveSession, rate: int, tg: asyncio.TaskGroup
+    ) -> None:
+        if self.peer is not None:
+            await self._reply_error(ErrorCode.WEBRTC_ACTIVE, "a WebRTC peer is already connected")
+            return
+        if not self.server.webrtc:
+            await self._reply_error(ErrorCode.WEBRTC_FAILED, "WebRTC is disabled on this server")
+            return
+        try:
+            from speechpipe.transport.webrtc import WebRtcPeer
+        except ImportError as exc:  # aiortc is a declared dependency; say what is missing
+            await self._reply_error(ErrorCode.WEBRTC_FAILED, f"WebRTC unavailable: {exc}")
+            return
+        # WebSocket audio so far, then WebRTC audio contiguous after it
+        for frame in self.resampler.finish():
+            await session.push(frame)
+        self.resampler = InputResampler(rate, start_pts=self.resampler.pts)
+        peer = WebRtcPeer(
+            push=session.push,
+            start_pts=self.resampler.pts,
+            connect_timeout_s=self.limits.webrtc_connect_timeout_s,
+            label=self.id,
+        )
+        try:
+            answer = await peer.accept_offer(offer.sdp)
+        except ProtocolError as exc:
+            await peer.close()
+            await self._reply_error(exc.code, str(exc))
+            return
+        self.peer = peer
+        with contextlib.suppress(ChannelClosed):
+            await self.outgoing.put([dumps(encode_answer(answer))])
+        tg.create_task(self._run_peer(peer), name=f"{self.id}:webrtc")
+
+    async def _run_peer(self, peer: WebRtcPeer) -> None:
+        try:
+            await peer.run()
+        except SpeechpipeError as exc:  # ICE/DTLS timeout or failure: the WebSocket stays
+            log.info("session %s: webrtc peer ended: %s", self.id, exc.code)
+            await self._reply_error(exc.code, str(exc))
+        finally:
+            if self.peer is peer:
+                self.peer = None
+                # WebSocket audio may follow, contiguous after what came over WebRTC
+                self.resampler = InputResampler(self.resampler.sample_rate, start_pts=peer.pts)
+            await peer.close()
+
+    async def _close_peer(self) -> None:
+        peer, self.peer = self.peer, None
+        if peer is not None:
+            await peer.close()
+
+
+async def serve(
+    factory: SessionFactory,
+    host: str,
+    port: int,
+    *,
+    is_ready: Callable[[], bool],
+    metrics_text: Callable[[], bytes],
+    observer: ServerObserver | None = None,
+    limits: ServerLimits | None = None,
+    webrtc: bool = True,
+) -> SpeechServer:
+    """Start a ``SpeechServer`` (``port=0`` picks a free port; read it from ``.port``)."""
+    server = SpeechServer(
+        factory,
+        host,
+        port,
+        is_ready=is_ready,
+        metrics_text=metrics_text,
+        observer=observer,
+        limits=limits,
+        webrtc=webrtc,
+    )
+    return await server.start()
+
