@@ -3,7 +3,22 @@
 Measured here (DESIGN.md): encoding only the audio of the utterance (a short mel input) is
 ~17x cheaper than padding to 30 s, and one encoder output serves both the source-caption
 decode (``transcribe``) and the English decode (``translate``). This module is synchronous;
-``WhisperWorker`` runs it on a dedicated thread so nothing blocks the event loop.
+the shared worker (``models.batching.AsrBatcher``) runs it on a dedicated thread so nothing
+blocks the event loop.
+
+Batching (``run_batch``; ``run`` is a batch of one, so both give identical results):
+- Whisper's encoder has no padding mask: extra trailing silence changes the text (measured on
+  the 12 x-to-English clips cut at 2/3.5/5 s and full: 8 of 44 transcripts changed with up to
+  1 s more silence, 21 with up to 2 s; BLEU-relevant quality was unchanged). So the encode
+  length is *canonical*: audio + 1 s of silence, rounded up to a multiple of
+  ``encode_bucket_s`` with more silence. Requests in the same bucket share one encoder call and
+  their decodes share ``generate`` calls; requests in different buckets are never padded
+  together.
+- CTranslate2 (4.8) requires the same number of special tokens after
+  ``<|startoftranscript|>`` in a batch; the forced text prefixes may differ in length
+  (measured: identical ids and scores batched and alone). ``max_length`` is one value per
+  ``generate`` call, so it is canonical too: rounded up to ``DECODE_BUCKET_TOKENS``; the
+  per-request cap is enforced by truncation, so the text is the same for any bucket.
 
 Guards against words from nothing (unguarded decodes loop on real clips here):
 - 1 s of trailing silence is appended before encoding, which gives Whisper its end-of-audio
@@ -39,6 +54,8 @@ __all__ = [
 
 SAMPLE_RATE = 16_000
 TRAILING_SILENCE_S = 1.0
+ENCODE_BUCKET_S = 1.0  # encode lengths are multiples of this (see "Batching" above)
+DECODE_BUCKET_TOKENS = 16  # max_length granularity shared by a generate call
 
 # Whisper's language codes (tokenizer order). Used to validate --source-lang.
 WHISPER_LANGUAGES = (
@@ -68,6 +85,7 @@ class WhisperRequest:
     max_new_tokens: int | None = None  # cap for partial decodes (they only need the next words)
     no_speech_threshold: float = 0.6
     logprob_threshold: float = -1.0
+    partial: bool = False  # a tentative update: a shared worker may supersede it, never a final
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +108,7 @@ class WhisperResult:
     encode_s: float
     decode_s: float
     timings: dict[str, float] = field(default_factory=dict)
+    batch_requests: int = 1  # requests that shared this request's encoder bucket in the call
 
 
 def cut_repetition(
@@ -125,7 +144,11 @@ def cut_repetition(
 class WhisperEngine:
     """A loaded Whisper model; all methods are blocking (call them from a worker thread)."""
 
-    def __init__(self, model_dir: Path | str, *, cpu_threads: int = 2, num_workers: int = 1):
+    def __init__(
+        self, model_dir: Path | str, *, cpu_threads: int = 2, num_workers: int = 1,
+        encode_bucket_s: float = ENCODE_BUCKET_S,
+    ):
+        self.encode_bucket_s = encode_bucket_s
         try:
             from faster_whisper import WhisperModel
         except ImportError as exc:  # pragma: no cover - a hard dependency
@@ -160,17 +183,35 @@ class WhisperEngine:
                 + " ".join(self.languages)
             )
 
+    def encode_samples(self, n_audio: int) -> int:
+        """Canonical encoder input length (samples): the audio plus at least
+        ``TRAILING_SILENCE_S`` of silence, rounded up to a multiple of ``encode_bucket_s``.
+        Requests with the same value can share encoder and decoder calls exactly."""
+        bucket = max(1, int(round(self.encode_bucket_s * SAMPLE_RATE)))
+        total = n_audio + int(TRAILING_SILENCE_S * SAMPLE_RATE)
+        return -(-total // bucket) * bucket
+
+    def mel(self, audio: NDArray[np.float32]) -> NDArray[np.float32]:
+        """Log-mel features ``[1, 80, frames]`` of the audio at its canonical length."""
+        padded = np.zeros(self.encode_samples(len(audio)), np.float32)
+        padded[: len(audio)] = audio
+        features = self.feature_extractor(padded)
+        frames = features.shape[-1] // 2 * 2
+        return np.ascontiguousarray(features[None, :, :frames], dtype=np.float32)
+
     def encode(self, audio: NDArray[np.float32]):  # -> ctranslate2.StorageView
         import ctranslate2
 
-        padded = np.concatenate(
-            [audio.astype(np.float32, copy=False),
-             np.zeros(int(TRAILING_SILENCE_S * SAMPLE_RATE), np.float32)]
-        )
-        features = self.feature_extractor(padded)
-        frames = features.shape[-1] // 2 * 2
-        mel = np.ascontiguousarray(features[None, :, :frames], dtype=np.float32)
-        return self.model.model.encode(ctranslate2.StorageView.from_array(mel), to_cpu=True)
+        mel = ctranslate2.StorageView.from_array(self.mel(audio))
+        return self.model.model.encode(mel, to_cpu=True)
+
+    def _encode_rows(self, mels: Sequence[NDArray[np.float32]]) -> NDArray[np.float32]:
+        """Encoder outputs ``[batch, positions, dims]`` for mels of equal length."""
+        import ctranslate2
+
+        stacked = np.ascontiguousarray(np.concatenate(mels, axis=0))
+        output = self.model.model.encode(ctranslate2.StorageView.from_array(stacked), to_cpu=True)
+        return np.array(output, dtype=np.float32)  # a copy: the StorageView is freed after
 
     def detect_language(self, encoder_output) -> tuple[str, float]:
         results = self.model.model.detect_language(encoder_output)[0]
@@ -190,124 +231,153 @@ class WhisperEngine:
         )
         return prompt + prefix_ids, len(prefix_ids)
 
-    def decode(
-        self,
-        encoder_output,
-        language: str,
-        tasks: Sequence[DecodeTask],
-        *,
-        audio_seconds: float,
-        beam_size: int = 1,
-        tokens_per_second: float = 7.0,
-        max_new_tokens: int | None = None,
-    ) -> list[tuple[DecodeTask, list[int], float, float, bool]]:
-        """Decode every task on one encoder output; returns generated token ids per task.
+    @staticmethod
+    def new_tokens(request: WhisperRequest) -> int:
+        """How many tokens a decode of ``request`` may add after its forced prefix."""
+        tokens = 4 + math.ceil(len(request.audio) / SAMPLE_RATE * request.tokens_per_second)
+        if request.max_new_tokens is not None:
+            tokens = min(tokens, request.max_new_tokens)
+        return tokens
 
-        CTranslate2 batches only prompts of equal length (the same number of tokens after
-        ``<|startoftranscript|>``), so tasks are grouped by prompt length: transcribe and
-        translate share one ``generate`` call whenever their forced prefixes are equally long.
-        """
+    @staticmethod
+    def max_length(prompt_length: int, new_tokens: int) -> int:
+        """``max_length`` for a generate call (canonical: one bucket per DECODE_BUCKET_TOKENS).
+
+        Measured with CTranslate2 4.8: a sequence (forced prefix included) stops at
+        max_length // 2 tokens. Ask generously; the cap is enforced by truncation, so the
+        text is right whatever the library's convention."""
+        wanted = prompt_length + new_tokens
+        bucketed = -(-wanted // DECODE_BUCKET_TOKENS) * DECODE_BUCKET_TOKENS
+        return min(448, 2 * bucketed + 2)
+
+    # -- whole requests --------------------------------------------------------------------
+    def run(self, request: WhisperRequest) -> WhisperResult:
+        """One request: a batch of one (the same code and result as inside any batch)."""
+        return self._run_bucket([request])[0]
+
+    def run_batch(self, requests: Sequence[WhisperRequest]) -> list[WhisperResult | Exception]:
+        """Run requests together. ``results[i]`` is request i's result, or the exception that
+        failed it: a failing shared call is retried request by request, so an error reaches
+        only the request that caused it. Equal to ``run`` per request (see module docs)."""
+        buckets: dict[int, list[int]] = {}
+        for index, request in enumerate(requests):
+            buckets.setdefault(self.encode_samples(len(request.audio)), []).append(index)
+        results: list[WhisperResult | Exception | None] = [None] * len(requests)
+        for indices in buckets.values():
+            group = [requests[i] for i in indices]
+            try:
+                outcomes: list[WhisperResult | Exception] = list(self._run_bucket(group))
+            except Exception as exc:
+                outcomes = [exc] if len(group) == 1 else [self._run_alone(r) for r in group]
+            for index, outcome in zip(indices, outcomes, strict=True):
+                results[index] = outcome
+        return [r for r in results if r is not None]
+
+    def _run_alone(self, request: WhisperRequest) -> WhisperResult | Exception:
+        try:
+            return self._run_bucket([request])[0]
+        except Exception as exc:
+            return exc
+
+    def _run_bucket(self, requests: Sequence[WhisperRequest]) -> list[WhisperResult]:
+        """Requests of one encode bucket: one encoder call, shared generate calls."""
         import ctranslate2
 
-        prompts: list[list[int]] = []
-        prefix_lengths: list[int] = []
-        for task in tasks:
-            prompt, n_prefix = self._prompt(language, task.task, task.prefix)
-            prompts.append(prompt)
-            prefix_lengths.append(n_prefix)
-        groups: dict[int, list[int]] = {}
-        for index, prompt in enumerate(prompts):
-            groups.setdefault(len(prompt), []).append(index)
-        new_tokens = 4 + math.ceil(audio_seconds * tokens_per_second)
-        if max_new_tokens is not None:
-            new_tokens = min(new_tokens, max_new_tokens)
-        array = None
-        outputs: dict[int, tuple[DecodeTask, list[int], float, float, bool]] = {}
-        for prompt_length, indices in groups.items():
-            encoded = encoder_output
-            if len(indices) > 1:
-                if array is None:
-                    array = np.asarray(encoder_output)
-                encoded = ctranslate2.StorageView.from_array(
-                    np.ascontiguousarray(np.repeat(array, len(indices), axis=0))
+        t0 = time.perf_counter()
+        encoded = self._encode_rows([self.mel(r.audio) for r in requests])
+        t1 = time.perf_counter()
+        languages: list[tuple[str, float]] = []
+        for row, request in enumerate(requests):
+            if request.language:
+                languages.append((request.language, 1.0))
+            else:
+                view = ctranslate2.StorageView.from_array(
+                    np.ascontiguousarray(encoded[row : row + 1])
                 )
-            results = self.model.model.generate(
-                encoded,
-                [prompts[i] for i in indices],
+                languages.append(self.detect_language(view))
+        t2 = time.perf_counter()
+        # one decode item per (request, task); grouped by what a generate call shares
+        items: list[tuple[int, DecodeTask, list[int], int, int]] = []
+        groups: dict[tuple[int, int], list[int]] = {}
+        for row, request in enumerate(requests):
+            new_tokens = self.new_tokens(request)
+            for task in request.tasks:
+                prompt, n_prefix = self._prompt(languages[row][0], task.task, task.prefix)
+                key = (request.beam_size, self.max_length(len(prompt), new_tokens))
+                groups.setdefault(key, []).append(len(items))
+                items.append((row, task, prompt, n_prefix, new_tokens))
+        generated: dict[int, tuple[list[int], float, float, bool]] = {}
+        for (beam_size, max_length), members in groups.items():
+            rows = [items[m][0] for m in members]
+            memory = ctranslate2.StorageView.from_array(np.ascontiguousarray(encoded[rows]))
+            outputs = self.model.model.generate(
+                memory,
+                [items[m][2] for m in members],
                 beam_size=beam_size,
-                # Measured with CTranslate2 4.8: a sequence (forced prefix included) stops at
-                # max_length // 2 tokens. Ask generously; the cap is enforced below, so the
-                # result is right whatever the library's convention.
-                max_length=min(448, 2 * (prompt_length + new_tokens) + 2),
+                max_length=max_length,
                 return_scores=True,
                 return_no_speech_prob=True,
                 suppress_blank=False,
             )
-            for index, result in zip(indices, results, strict=True):
-                full = list(result.sequences_ids[0])
+            for member, output in zip(members, outputs, strict=True):
+                _, _, _, n_prefix, new_tokens = items[member]
+                full = list(output.sequences_ids[0])
                 # CTranslate2 returns the forced prefix tokens as part of the sequence
-                generated = full[prefix_lengths[index] :]
-                hit_cap = len(generated) >= new_tokens
-                ids = [i for i in generated[:new_tokens] if i < self.eot]
-                avg_logprob = float(result.scores[0]) / max(1, len(full)) if result.scores else 0.0
-                outputs[index] = (
-                    tasks[index], ids, avg_logprob, float(result.no_speech_prob), hit_cap
-                )
-        return [outputs[i] for i in range(len(tasks))]
-
-    # -- the whole request ----------------------------------------------------------------
-    def run(self, request: WhisperRequest) -> WhisperResult:
-        t0 = time.perf_counter()
-        encoder_output = self.encode(request.audio)
-        t1 = time.perf_counter()
-        language, language_prob = request.language or "", 1.0
-        if not request.language:
-            language, language_prob = self.detect_language(encoder_output)
-        t2 = time.perf_counter()
-        decoded = self.decode(
-            encoder_output,
-            language,
-            request.tasks,
-            audio_seconds=len(request.audio) / SAMPLE_RATE,
-            beam_size=request.beam_size,
-            tokens_per_second=request.tokens_per_second,
-            max_new_tokens=request.max_new_tokens,
-        )
+                tokens = full[n_prefix:]
+                hit_cap = len(tokens) >= new_tokens
+                ids = [i for i in tokens[:new_tokens] if i < self.eot]
+                avg_logprob = float(output.scores[0]) / max(1, len(full)) if output.scores else 0.0
+                generated[member] = (ids, avg_logprob, float(output.no_speech_prob), hit_cap)
         t3 = time.perf_counter()
-        results = []
-        for task, ids, avg_logprob, no_speech_prob, hit_cap in decoded:
-            text = self.tokenizer.decode(ids)
-            glued = ""
-            if task.prefix.strip() and text and not text[0].isspace():
-                glued, _, text = text.partition(" ")
-            words, was_cut = cut_repetition(text.split(), context=task.prefix.split())
-            suppressed = (
-                no_speech_prob > request.no_speech_threshold
-                and avg_logprob < request.logprob_threshold
+        decodes: list[list[DecodeResult]] = [[] for _ in requests]
+        for member, (row, task, _, _, _) in enumerate(items):
+            decodes[row].append(self._decode_result(requests[row], task, *generated[member]))
+        return [
+            WhisperResult(
+                language=languages[row][0],
+                language_prob=languages[row][1],
+                decodes=tuple(decodes[row]),
+                encode_s=t1 - t0,
+                decode_s=t3 - t2,
+                timings={"asr.encode": t1 - t0, "asr.langid": t2 - t1, "asr.decode": t3 - t2},
+                batch_requests=len(requests),
             )
-            results.append(
-                DecodeResult(
-                    task=task.task,
-                    continuation="" if suppressed else " ".join(words),
-                    glued="" if suppressed else glued,
-                    avg_logprob=avg_logprob,
-                    no_speech_prob=no_speech_prob,
-                    suppressed=suppressed,
-                    cut=was_cut,
-                    truncated=hit_cap,
-                )
-            )
-        return WhisperResult(
-            language=language,
-            language_prob=language_prob,
-            decodes=tuple(results),
-            encode_s=t1 - t0,
-            decode_s=t3 - t2,
-            timings={"asr.encode": t1 - t0, "asr.langid": t2 - t1, "asr.decode": t3 - t2},
+            for row in range(len(requests))
+        ]
+
+    def _decode_result(
+        self, request: WhisperRequest, task: DecodeTask, ids: list[int], avg_logprob: float,
+        no_speech_prob: float, hit_cap: bool,
+    ) -> DecodeResult:
+        text = self.tokenizer.decode(ids)
+        glued = ""
+        if task.prefix.strip() and text and not text[0].isspace():
+            glued, _, text = text.partition(" ")
+        words, was_cut = cut_repetition(text.split(), context=task.prefix.split())
+        suppressed = (
+            no_speech_prob > request.no_speech_threshold
+            and avg_logprob < request.logprob_threshold
+        )
+        return DecodeResult(
+            task=task.task,
+            continuation="" if suppressed else " ".join(words),
+            glued="" if suppressed else glued,
+            avg_logprob=avg_logprob,
+            no_speech_prob=no_speech_prob,
+            suppressed=suppressed,
+            cut=was_cut,
+            truncated=hit_cap,
         )
 
     def warm_up(self) -> None:
+        """A single request, then a batch of two in one bucket (both code paths)."""
         rng = np.random.default_rng(0)
         audio = (rng.standard_normal(SAMPLE_RATE) * 0.01).astype(np.float32)
-        self.run(WhisperRequest(audio=audio, language="en",
-                                tasks=(DecodeTask("transcribe"), DecodeTask("translate"))))
+        tasks = (DecodeTask("transcribe"), DecodeTask("translate"))
+        self.run(WhisperRequest(audio=audio, language="en", tasks=tasks))
+        batch = [WhisperRequest(audio=audio, language="en", tasks=tasks),
+                 WhisperRequest(audio=audio[: SAMPLE_RATE // 2], language=None,
+                                tasks=(DecodeTask("translate", "Hello"),), partial=True)]
+        for outcome in self.run_batch(batch):
+            if isinstance(outcome, Exception):
+                raise ModelError(f"batched warm-up failed: {outcome}") from outcome

@@ -97,6 +97,12 @@ def _register_optional(commands: argparse._SubParsersAction) -> None:  # type: i
         pass
     else:
         bench.register(commands)
+    try:
+        from speechpipe import security
+    except ImportError:
+        pass
+    else:
+        security.register(commands)
 
 
 def _request(args: argparse.Namespace):  # type: ignore[no-untyped-def]

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from speechpipe.errors import InputError
+from speechpipe.models.batching import BatchOptions
 from speechpipe.stages.asr import AsrOptions
 from speechpipe.stages.phrases import PhraseOptions
 from speechpipe.stages.tts import CatchUpOptions
@@ -19,6 +20,7 @@ __all__ = ["PipelineOptions", "with_overrides"]
 class PipelineOptions:
     asr_model: str = "whisper-base"  # a bundled name, or a CTranslate2 Whisper folder
     asr_threads: int = 1  # measured: 1 thread costs less CPU and was as fast on 2 shared cores
+    asr_encode_bucket_s: float = 1.0  # encode lengths are multiples of this (batching)
     voice_dirs: tuple[str, ...] = ()
     phrase_cache_items: int = 512  # per voice; ~1 s of audio each
     tts_length_scale: float | None = 0.9  # Piper speaking rate: < 1 is faster (None: voice's)
@@ -30,6 +32,7 @@ class PipelineOptions:
     phrases: PhraseOptions = field(default_factory=PhraseOptions)
     input_capacity_frames: int = 1500  # 30 s of 20 ms frames before audio is coalesced
     fast_input_capacity_frames: int = 5  # --pace fast: the producer waits, every step decodes
+    batching: BatchOptions = field(default_factory=BatchOptions)  # the shared ASR worker
 
 
 def with_overrides(options: PipelineOptions, overrides: Iterable[str]) -> PipelineOptions:
@@ -37,9 +40,10 @@ def with_overrides(options: PipelineOptions, overrides: Iterable[str]) -> Pipeli
     for item in overrides:
         key, sep, raw = item.partition("=")
         group, _, name = key.strip().partition(".")
-        if not sep or group not in ("vad", "asr", "phrases", "catch_up", "pipeline") or not name:
+        groups = ("vad", "asr", "phrases", "catch_up", "batching", "pipeline")
+        if not sep or group not in groups or not name:
             raise InputError(
-                f"--set {item!r}: expected GROUP.FIELD=VALUE (vad, asr, phrases, pipeline)"
+                f"--set {item!r}: expected GROUP.FIELD=VALUE ({', '.join(groups)})"
             )
         section = options if group == "pipeline" else getattr(options, group)
         fields = {f.name: f for f in dataclasses.fields(section)}

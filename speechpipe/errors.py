@@ -10,7 +10,9 @@
     │   └── VoiceError              no usable Piper voice (lists the available ones)
     ├── SessionError                a session cannot start or must end (carries a code)
     │   └── AdmissionError          over capacity (carries a retry hint)
-    └── WorkerError                 a model worker failed on one request (recoverable)
+    ├── WorkerError                 a model worker failed on one request (recoverable)
+    └── Superseded                  a queued partial decode was replaced by a newer request
+                                    for the same utterance: not an error, the caller skips it
 
 Recoverable errors reach a client as an ``ErrorEvent`` and its session continues; fatal ones
 end the session with a documented close code (see ``docs/protocol.md``). The CLI turns any
@@ -29,6 +31,7 @@ __all__ = [
     "SessionError",
     "AdmissionError",
     "WorkerError",
+    "Superseded",
 ]
 
 
@@ -77,3 +80,10 @@ class AdmissionError(SessionError):
 
 class WorkerError(SpeechpipeError):
     code = "worker_error"
+
+
+class Superseded(SpeechpipeError):
+    """Raised to the caller of a queued partial decode that a newer request replaced (or that
+    was withdrawn) before it was computed. Stages treat it as "skip", never as an error event."""
+
+    code = "superseded"

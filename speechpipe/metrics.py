@@ -28,10 +28,12 @@ from speechpipe.stages.frames import (
     VadEvent,
 )
 
-__all__ = ["ServerMetrics", "CONTENT_TYPE_LATEST"]
+__all__ = ["ServerMetrics", "LoadMetrics", "CONTENT_TYPE_LATEST"]
 
 STAGE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.175, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
 LAG_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16)
+LOOP_LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 
 
 def _event_type(event: OutputEvent) -> str:
@@ -87,6 +89,7 @@ class ServerMetrics:
             "speechpipe_speech_output_seconds", "Seconds of translated speech produced",
             registry=r,
         )
+        self.load = LoadMetrics(r)  # shared workers, admission, degrade ladder
 
     # -- ServerObserver --------------------------------------------------------------------
     def session_opened(self) -> None:
@@ -120,3 +123,65 @@ class ServerMetrics:
 
     def text(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class LoadMetrics:
+    """Peak-load metrics: the shared ASR worker (a ``models.batching.BatchObserver``; called
+    on its thread), admission and the degrade ladder (set by ``speechpipe.load_control``)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.asr_queue_depth = Gauge(
+            "speechpipe_asr_queue_depth", "ASR requests waiting for the shared worker",
+            registry=r,
+        )
+        self.asr_queue_wait = Histogram(
+            "speechpipe_asr_queue_wait_seconds", "Time an ASR request waited before its batch",
+            buckets=STAGE_BUCKETS, registry=r,
+        )
+        self.asr_batch_size = Histogram(
+            "speechpipe_asr_batch_size", "Requests per engine call of the shared ASR worker",
+            buckets=BATCH_BUCKETS, registry=r,
+        )
+        self.asr_batch_seconds = Histogram(
+            "speechpipe_asr_batch_seconds", "Wall-clock seconds per engine call",
+            buckets=STAGE_BUCKETS, registry=r,
+        )
+        self.asr_dropped = Counter(
+            "speechpipe_asr_dropped", "ASR requests dropped before they were computed",
+            ["reason"], registry=r,
+        )
+        self.capacity = Gauge(
+            "speechpipe_capacity_sessions", "Sessions admitted at once (admission control)",
+            registry=r,
+        )
+        self.sessions_admitted = Gauge(
+            "speechpipe_sessions_admitted", "Sessions holding a capacity slot", registry=r
+        )
+        self.sessions_queued = Gauge(
+            "speechpipe_sessions_queued", "Sessions waiting for a capacity slot", registry=r
+        )
+        self.sessions_refused = Counter(
+            "speechpipe_sessions_refused", "Sessions refused for capacity (close 1013)",
+            registry=r,
+        )
+        self.degrade_level = Gauge(
+            "speechpipe_degrade_level", "Degrade ladder level (0 = normal)", registry=r
+        )
+        self.degrade_transitions = Counter(
+            "speechpipe_degrade_transitions", "Degrade level changes", registry=r
+        )
+        self.loop_lag = Histogram(
+            "speechpipe_event_loop_lag_seconds", "Lateness of a periodic event-loop timer",
+            buckets=LOOP_LAG_BUCKETS, registry=r,
+        )
+
+    # -- BatchObserver ---------------------------------------------------------------------
+    def batch_done(self, requests: int, waits: list[float], seconds: float) -> None:
+        self.asr_batch_size.observe(requests)
+        self.asr_batch_seconds.observe(seconds)
+        for wait in waits:
+            self.asr_queue_wait.observe(wait)
+
+    def dropped(self, reason: str) -> None:
+        self.asr_dropped.labels(reason).inc()

@@ -19,6 +19,12 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
 from speechpipe.errors import SessionError
+from speechpipe.load_control import (
+    LoadControl,
+    LoadOptions,
+    add_load_arguments,
+    load_options_from_args,
+)
 from speechpipe.metrics import ServerMetrics
 from speechpipe.transport.session_api import LiveSession, SessionRequest
 from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
@@ -44,11 +50,14 @@ class ServerApp:
         limits: ServerLimits | None = None,
         webrtc: bool = True,
         pipeline: Pipeline | None = None,
+        load: LoadOptions | None = None,
     ) -> None:
         self.options = options
         self.metrics = ServerMetrics()
         self.pipeline: Pipeline | None = pipeline
         self._ready = False
+        # admission control + degrade ladder (speechpipe.load_control); None: neither
+        self.load_control = None if load is None else LoadControl(load, self.metrics.load)
         self.server = SpeechServer(
             self.session,
             host,
@@ -58,6 +67,7 @@ class ServerApp:
             observer=self.metrics,
             limits=limits,
             webrtc=webrtc,
+            capacity=None if self.load_control is None else self.load_control.gate,
         )
 
     @property
@@ -80,6 +90,10 @@ class ServerApp:
 
             self.pipeline = await asyncio.to_thread(Pipeline.load, self.options)
         await asyncio.to_thread(self.pipeline.warm_up)
+        if self.load_control is not None:
+            await self.load_control.start(self.pipeline)  # capacity (maybe calibrated)
+        else:
+            self.pipeline.whisper.observer = self.metrics.load
         self._ready = True
         self.metrics.set_ready(True)
         log.info("models ready in %.1f s", time.monotonic() - started)
@@ -87,6 +101,8 @@ class ServerApp:
     async def stop(self, *, close_pipeline: bool = True) -> None:
         self._ready = False
         self.metrics.set_ready(False)
+        if self.load_control is not None:
+            await self.load_control.stop()
         await self.server.stop()
         if close_pipeline and self.pipeline is not None:
             await asyncio.to_thread(self.pipeline.close)
@@ -109,6 +125,7 @@ async def run_server(
     limits: ServerLimits | None = None,
     webrtc: bool = True,
     stop: asyncio.Event | None = None,
+    load: LoadOptions | None = None,
 ) -> None:
     """Serve until ``stop`` is set or SIGINT/SIGTERM arrives; then close every session (1001)."""
     stop = stop or asyncio.Event()
@@ -116,7 +133,8 @@ async def run_server(
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    app = ServerApp(host, port, options, limits=limits, webrtc=webrtc)
+    app = ServerApp(host, port, options, limits=limits, webrtc=webrtc,
+                    load=load or LoadOptions())
     await app.start()
     print(f"speechpipe: listening on http://{host}:{app.server.port}/ (loading models)",
           file=sys.stderr, flush=True)
@@ -153,6 +171,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--webrtc-timeout", type=float, default=15.0,
                         help="seconds for a WebRTC peer's ICE + DTLS to complete")
     parser.add_argument("--no-webrtc", action="store_true", help="refuse WebRTC offers")
+    from speechpipe.security import add_security_arguments
+
+    add_security_arguments(parser)  # auth, origins, quotas, keepalive, --log-content
+    add_load_arguments(parser)  # --capacity, --no-batching, ... (speechpipe.load_control)
     parser.set_defaults(handler=serve_main)
 
 
@@ -168,10 +190,14 @@ def serve_main(args: argparse.Namespace) -> int:
         start_timeout_s=args.start_timeout,
         webrtc_connect_timeout_s=args.webrtc_timeout,
     )
+    from speechpipe.security import security_limits
+
+    limits = security_limits(args, limits)
+    options, load = load_options_from_args(args, options)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run_server(args.host, args.port, options, limits=limits,
-                               webrtc=not args.no_webrtc))
+                               webrtc=not args.no_webrtc, load=load))
     return 0
 

@@ -24,14 +24,15 @@ from typing import Any
 import numpy as np
 
 from speechpipe.config import PipelineOptions
+from speechpipe.degrade import MODE_FLOOR, DegradeState, SessionLadder
 from speechpipe.errors import InputError, LanguageError, SessionError
+from speechpipe.models.batching import PRIORITY_LIVE, PRIORITY_REPLAY, AsrBatcher
 from speechpipe.models.ct2_translator import Ct2TextTranslator, Ct2TranslationWorker
 from speechpipe.models.whisper_engine import WhisperEngine
 from speechpipe.models.whisper_weights import resolve_whisper_model
-from speechpipe.models.workers import WhisperWorker
 from speechpipe.stages.asr import AsrOptions, AsrStage
 from speechpipe.stages.cache import LruCache
-from speechpipe.stages.channels import Channel, Overflow
+from speechpipe.stages.channels import Channel, ChannelClosed, Overflow
 from speechpipe.stages.clock import BasisStreamClock, StreamClock, WallStreamClock
 from speechpipe.stages.frames import AudioFrame, OutputEvent, TextHypothesis
 from speechpipe.stages.mt import SpeechTranslationPassthrough
@@ -71,7 +72,9 @@ class Pipeline:
     def __init__(self, options: PipelineOptions, engine: WhisperEngine) -> None:
         self.options = options
         self.engine = engine
-        self.whisper = WhisperWorker(engine)
+        self.whisper = AsrBatcher(engine, options.batching)  # shared, micro-batching
+        self.degrade = DegradeState()  # the server's degrade level (speechpipe.degrade)
+        self.live_sessions: set[PipelineSession] = set()
         self._tts: dict[str, TtsWorker] = {}
         self._phrase_caches: dict[str, LruCache[tuple[str, int, float], np.ndarray]] = {}
         self._tts_lock = threading.Lock()
@@ -84,16 +87,19 @@ class Pipeline:
     def load(cls, options: PipelineOptions | None = None) -> Pipeline:
         options = options or PipelineOptions()
         model_dir = resolve_whisper_model(options.asr_model)
-        engine = WhisperEngine(model_dir, cpu_threads=options.asr_threads)
+        engine = WhisperEngine(model_dir, cpu_threads=options.asr_threads,
+                               num_workers=options.batching.workers,
+                               encode_bucket_s=options.asr_encode_bucket_s)
         return cls(options, engine)
 
     def warm_up(self) -> None:
-        self.engine.warm_up()
+        self.engine.warm_up()  # includes a batched inference
+        self.whisper.warm_up()  # and one through the shared worker's thread
         voice = resolve_voice(None, "en", self.options.voice_dirs)
         self._tts_worker(voice).warm_up()
 
     def close(self) -> None:
-        self.whisper.shutdown()
+        self.whisper.close()
         for worker in self._tts.values():
             worker.shutdown()
         for mt_worker in self._text_mt.values():
@@ -219,13 +225,20 @@ class PipelineSession:
         target: Channel[TextHypothesis] = Channel(64, name="target")
         self._events: Channel[OutputEvent] = Channel(512, name="events")
         self.vad = VadStage(options.vad)
+        live = self.request.pace == "realtime"
+        asr_client = pipeline.whisper.client(
+            PRIORITY_LIVE if self.request.priority == "live" else PRIORITY_REPLAY
+        )
+        self.ladder = SessionLadder(resolved.asr, pipeline.degrade,
+                                    floor=MODE_FLOOR.get(self.request.mode, 0))
         self.asr = AsrStage(
-            pipeline.whisper.recognize,
+            asr_client,
             self.clock,
-            options=resolved.asr,
+            options=self.ladder,
             language=resolved.source_lang,
             translate=resolved.text_mt is None,
             target_language=self.request.target_lang,
+            queue=asr_client if live else None,  # live: stale partials are superseded
         )
         tts = TtsStage(speak, self.clock, rate, options.phrases, catch_up=options.catch_up)
         if resolved.text_mt is None:
@@ -267,9 +280,11 @@ class PipelineSession:
             self._group.create_task(run_tts(), name="tts"),
         ]
         pipeline.sessions_started += 1
+        pipeline.live_sessions.add(self)
         return self
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.pipeline.live_sessions.discard(self)
         for task in self._tasks:
             task.cancel()
         if self._group is not None:
@@ -295,6 +310,15 @@ class PipelineSession:
 
     async def finish(self) -> None:
         self.input.close()
+
+    def post(self, event: OutputEvent) -> bool:
+        """Add an event from outside the stages (e.g. a ``status``); False if it cannot be
+        queued now (full or finished): such notices are best-effort."""
+        try:
+            self._events.put_nowait(event)
+        except (asyncio.QueueFull, ChannelClosed):
+            return False
+        return True
 
     async def events(self):  # type: ignore[no-untyped-def]
         async for event in self._events:

@@ -5,6 +5,11 @@ The decoder is forced to continue the committed text, so every hypothesis is a c
 the last ``n`` continuations agree on it (LocalAgreement-n, Polák et al. 2022; the policy of
 whisper_streaming). Comparison ignores case and punctuation; the committed form is taken from
 the newest hypothesis, which saw the most audio.
+
+With ``lookback`` > 0 (n=2 only), the newest hypothesis may also agree with one of the
+``lookback`` hypotheses before the previous one: a single bad decode in between (a
+mistranslation that the next decode corrects back) then delays a commit by one step instead of
+until the end of the utterance. It still takes two decodes that agree.
 """
 
 from __future__ import annotations
@@ -29,13 +34,16 @@ def split_words(text: str) -> list[str]:
 class LocalAgreement:
     """Append-only committed words plus a tentative tail, from scripted hypotheses."""
 
-    def __init__(self, n: int = 2) -> None:
+    def __init__(self, n: int = 2, lookback: int = 0) -> None:
         if n < 1:
             raise ValueError("n must be >= 1")
+        if lookback and n != 2:
+            raise ValueError("lookback needs n == 2")
         self.n = n
+        self.lookback = lookback
         self.committed: list[str] = []
         self.tentative: list[str] = []
-        self._history: deque[list[str]] = deque(maxlen=n)
+        self._history: deque[list[str]] = deque(maxlen=n + lookback)
 
     @property
     def committed_text(self) -> str:
@@ -50,15 +58,20 @@ class LocalAgreement:
         words = [w for w in continuation if w]
         self._history.append(words)
         newly: list[str] = []
-        if len(self._history) == self.n:
-            agreed = _common_prefix_length(list(self._history))
+        if len(self._history) >= self.n:
+            history = list(self._history)
+            if self.lookback:
+                agreed = max(_common_prefix_length([old, words]) for old in history[:-1])
+            else:
+                agreed = _common_prefix_length(history[-self.n :])
             newly = words[:agreed]
             if newly:
                 self.committed.extend(newly)
-                # older hypotheses now continue past the new commit point
-                self._history = deque(
-                    (h[agreed:] for h in self._history), maxlen=self.n
-                )
+                # older hypotheses now continue past the new commit point (or are dropped,
+                # when they disagree with what was just committed)
+                kept = [h[agreed:] for h in history[:-1] if _common_prefix_length(
+                    [h, words]) >= agreed]
+                self._history = deque([*kept, words[agreed:]], maxlen=self.n + self.lookback)
         self.tentative = words[len(newly):]
         return newly
 

@@ -11,6 +11,13 @@ Decode schedule (stream time):
 - at a VAD ``pause``: everything heard so far is committed (a pause is a phrase boundary);
 - at the VAD ``end``: the final decode (``final_beam_size``). When the last decode already
   covered all voiced audio, its hypothesis is committed without decoding again.
+
+Options are read per decode from a provider (``AsrOptionsProvider``), so a server can step a
+live session down its degrade ladder and back. With a shared worker that can supersede
+queued work (``QueuedDecodes``), a partial decode runs *in flight*: the stage keeps taking
+audio meanwhile, and when the utterance is due again while that decode still waits in the
+queue, a newer request replaces it (the old one is never computed). At most one decode per
+session is outstanding, so every result applies to the committed text it was asked with.
 """
 
 from __future__ import annotations
@@ -20,10 +27,11 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
-from speechpipe.errors import SpeechpipeError
+from speechpipe.errors import SpeechpipeError, Superseded
 from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest, WhisperResult
 from speechpipe.stages.agreement import LocalAgreement
 from speechpipe.stages.channels import Channel, ChannelClosed
@@ -38,28 +46,64 @@ from speechpipe.stages.frames import (
 )
 from speechpipe.stages.vad import LabeledAudio
 
-__all__ = ["AsrOptions", "UtteranceDecoder", "AsrStage", "Recognize"]
+__all__ = [
+    "AsrOptions", "AsrOptionsProvider", "FixedOptions", "QueuedDecodes", "UtteranceDecoder",
+    "AsrStage", "Recognize",
+]
 
 Recognize = Callable[[WhisperRequest], Awaitable[WhisperResult]]
+
+
+class QueuedDecodes(Protocol):
+    """A shared worker's hold on requests still waiting in its queue (``SessionAsr``)."""
+
+    def replace(
+        self, old: WhisperRequest, new: WhisperRequest
+    ) -> Awaitable[WhisperResult] | None:
+        """Swap a still-queued partial for ``new`` (``old``'s caller gets ``Superseded``);
+        None when ``old`` is already being computed."""
+        ...
+
+    def withdraw(self, old: WhisperRequest) -> bool:
+        """Drop a still-queued partial; False when it is already being computed."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
 class AsrOptions:
     step_s: float = 1.0  # re-decode cadence while speaking (see README: 0.5 vs 1.0)
+    early_step_s: float = 0.5  # cadence until the first translated words are committed ...
+    early_words: int = 2  # ... this many of them (the first phrase the listener hears)
     min_voiced_s: float = 0.3  # no decode before this much voiced audio
     agreement: int = 2  # LocalAgreement-n for source captions
     target_agreement: int = 2  # LocalAgreement-n for the translation (what gets spoken)
+    agreement_lookback: int = 2  # also agree with up to this many older hypotheses
     pause_commit_margin_s: float = 0.15  # a decode this far past the pause heard the word end
     beam_size: int = 1  # partial decodes
     final_beam_size: int = 1  # decodes that commit everything (pause, end); see README
     tokens_per_second: float = 7.0  # decode length cap per second of uncommitted audio
     commit_on_pause: bool = True  # source captions: commit everything heard at a pause
-    commit_target_on_pause: bool = False  # translation: at a pause only agreement commits
+    commit_target_on_pause: bool = True  # translation too (measured: BLEU and AL both better)
     language_lock_s: float = 1.5  # auto-detected language is fixed after this much audio
     keep_detected_language: bool = True  # later utterances reuse the language found first
     pre_roll_s: float = 0.3  # audio kept before the VAD's speech start
     min_utterance_voiced_s: float = 0.5  # shorter "utterances" are treated as noise
     partial_max_new_tokens: int = 16  # partials only need the next few words
+    source_partials: bool = True  # False: partials decode the translation only (degrade)
+
+
+class AsrOptionsProvider(Protocol):
+    """Where a stage reads its effective options, once per decode."""
+
+    def current(self) -> AsrOptions: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FixedOptions:
+    options: AsrOptions = AsrOptions()
+
+    def current(self) -> AsrOptions:
+        return self.options
 
 
 @dataclass
@@ -88,8 +132,13 @@ class UtteranceDecoder:
     target: LocalAgreement = field(init=False)
 
     def __post_init__(self) -> None:
-        self.source = LocalAgreement(self.options.agreement)
-        self.target = LocalAgreement(self.options.target_agreement)
+        lookback = self.options.agreement_lookback
+        self.source = LocalAgreement(
+            self.options.agreement, lookback if self.options.agreement == 2 else 0
+        )
+        self.target = LocalAgreement(
+            self.options.target_agreement, lookback if self.options.target_agreement == 2 else 0
+        )
         self.language_locked = self.language is not None
 
     @property
@@ -102,10 +151,12 @@ class UtteranceDecoder:
             self.n_samples += len(samples)
         self.voiced_samples += voiced
 
-    def tasks(self) -> tuple[DecodeTask, ...]:
+    def tasks(self, kind: str = "final") -> tuple[DecodeTask, ...]:
         tasks = [DecodeTask("transcribe", self.source.committed_text)]
         if self.translate:
             tasks.append(DecodeTask("translate", self.target.committed_text))
+            if kind == "partial" and not self.options.source_partials:
+                del tasks[0]  # captions catch up at the next pause or the end
         return tuple(tasks)
 
     def due(self) -> str | None:
@@ -115,7 +166,9 @@ class UtteranceDecoder:
             return "final"
         if self.pause_pending and enough_voice and self.options.commit_on_pause:
             return "pause"
-        step = int(self.options.step_s * STREAM_RATE)
+        spoken = self.target.committed if self.translate else self.source.committed
+        early = len(spoken) < self.options.early_words
+        step = int((self.options.early_step_s if early else self.options.step_s) * STREAM_RATE)
         since = self.end - max(self.last_decode_end, self.start_pts)
         if enough_voice and since >= step:
             return "partial"
@@ -148,10 +201,11 @@ class UtteranceDecoder:
         return WhisperRequest(
             audio=audio.astype(np.float32) / 32768.0,
             language=self.language if self.language_locked else None,
-            tasks=self.tasks(),
+            tasks=self.tasks(kind),
             beam_size=self.options.beam_size if kind == "partial" else self.options.final_beam_size,
             tokens_per_second=self.options.tokens_per_second,
             max_new_tokens=cap,
+            partial=kind == "partial",
         )
 
     def apply(self, result: WhisperResult, kind: str, basis_pts: int) -> list[tuple[str, str, str]]:
@@ -204,6 +258,23 @@ class UtteranceDecoder:
         return out
 
 
+@dataclass(eq=False)
+class _InFlight:
+    """A partial decode submitted while the stage goes on taking audio."""
+
+    decoder: UtteranceDecoder
+    request: WhisperRequest
+    basis: int
+    pending: asyncio.Future[WhisperResult]
+    queued: float
+
+
+def _consume(future: asyncio.Future[WhisperResult]) -> None:
+    """Done-callback for a dropped decode: retrieve its outcome so nothing is logged."""
+    if not future.cancelled():
+        future.exception()
+
+
 class AsrStage:
     """Async shell around ``UtteranceDecoder``; one utterance at a time, in stream order."""
 
@@ -212,24 +283,34 @@ class AsrStage:
         recognize: Recognize,
         clock: StreamClock,
         *,
-        options: AsrOptions = AsrOptions(),
+        options: AsrOptions | AsrOptionsProvider = AsrOptions(),
         language: str | None = None,
         translate: bool = True,
         target_language: str = "en",
+        queue: QueuedDecodes | None = None,
     ) -> None:
         self.recognize = recognize
         self.clock = clock
-        self.options = options
+        self.provider: AsrOptionsProvider = (
+            FixedOptions(options) if isinstance(options, AsrOptions) else options
+        )
         self.language = language
         self.translate = translate
         self.target_language = target_language
+        self.queue = queue  # set: partials run in flight and can be superseded
         self._history: deque[np.ndarray] = deque()
         self._history_samples = 0
         self._history_end = 0
         self._current: UtteranceDecoder | None = None
         self._closed: deque[UtteranceDecoder] = deque()
+        self._inflight: _InFlight | None = None
         self._last_arrival = time.monotonic()
         self.detected_language: str | None = None
+        self.superseded = 0  # partial decodes dropped before they were computed
+
+    @property
+    def options(self) -> AsrOptions:
+        return self.provider.current()
 
     async def run(
         self,
@@ -241,7 +322,7 @@ class AsrStage:
             finished = False
             while not finished:
                 try:
-                    batch = await inbox.get_batch()
+                    batch = await self._next_audio(inbox)
                 except ChannelClosed:
                     finished = True
                     batch = []
@@ -251,7 +332,28 @@ class AsrStage:
                     self._end_current(self._current.end)
                 await self._decode_due(outbox, events)
         finally:
+            if self._inflight is not None:
+                self._inflight.pending.cancel()
+                self._inflight = None
             outbox.close()
+
+    async def _next_audio(self, inbox: Channel[LabeledAudio]) -> list[LabeledAudio]:
+        """The audio that arrived; with a partial in flight, also returns (maybe empty) when
+        that decode finishes first. Cancel-safe: ``Channel.get_batch`` loses nothing."""
+        inflight = self._inflight
+        if inflight is None:
+            return await inbox.get_batch()
+        if inflight.pending.done():
+            return await inbox.get_batch() if len(inbox) else []
+        getter = asyncio.ensure_future(inbox.get_batch())
+        try:
+            await asyncio.wait((getter, inflight.pending), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not getter.done():
+                getter.cancel()
+        if getter.done() and not getter.cancelled():
+            return getter.result()
+        return []
 
     # -- intake --------------------------------------------------------------------------
     async def _intake(self, item: LabeledAudio, events: Channel[OutputEvent]) -> None:
@@ -329,10 +431,92 @@ class AsrStage:
     async def _decode_due(
         self, outbox: Channel[TextHypothesis], events: Channel[OutputEvent]
     ) -> None:
+        if self._inflight is not None and self._inflight.pending.done():
+            await self._land(outbox, events)
         while self._closed:
-            await self._step(self._closed.popleft(), outbox, events)
-        if self._current is not None and self._current.due():
-            await self._step(self._current, outbox, events)
+            decoder = self._closed.popleft()
+            await self._retire(decoder, outbox, events)
+            decoder.options = self.options
+            await self._step(decoder, outbox, events)
+        current = self._current
+        if current is None:
+            return
+        current.options = self.options
+        kind = current.due()
+        if kind is None:
+            return
+        if self.queue is not None and kind == "partial":
+            self._launch(current)
+        else:
+            await self._retire(current, outbox, events)
+            await self._step(current, outbox, events)
+
+    def _launch(self, decoder: UtteranceDecoder) -> None:
+        """Submit a partial decode in flight, or supersede the one still queued when a
+        step's worth of newer audio has arrived since."""
+        assert self.queue is not None
+        inflight = self._inflight
+        basis = decoder.basis("partial")
+        queued = max(0.0, time.monotonic() - self._last_arrival)
+        if inflight is None:
+            request = decoder.request("partial")
+            pending = asyncio.ensure_future(self.recognize(request))
+            self._inflight = _InFlight(decoder, request, basis, pending, queued)
+            return
+        if inflight.decoder is not decoder or not self._due_since(decoder, inflight.basis):
+            return  # wait for it
+        request = decoder.request("partial")
+        newer = self.queue.replace(inflight.request, request)
+        if newer is None:
+            return  # already being computed: its result comes first
+        inflight.pending.add_done_callback(_consume)
+        self.superseded += 1
+        self._inflight = _InFlight(decoder, request, basis, asyncio.ensure_future(newer), queued)
+
+    @staticmethod
+    def _due_since(decoder: UtteranceDecoder, basis: int) -> bool:
+        """Would a partial be due if the decode in flight (up to ``basis``) had landed?"""
+        landed = decoder.last_decode_end
+        decoder.last_decode_end = max(landed, basis)
+        try:
+            return decoder.due() == "partial"
+        finally:
+            decoder.last_decode_end = landed
+
+    async def _retire(
+        self, decoder: UtteranceDecoder, outbox: Channel[TextHypothesis],
+        events: Channel[OutputEvent],
+    ) -> None:
+        """Nothing may be in flight before a sequential decode: withdraw this decoder's
+        queued partial (the pause/final decode supersedes it), or wait for its result."""
+        inflight = self._inflight
+        if inflight is None:
+            return
+        if (inflight.decoder is decoder and not inflight.pending.done()
+                and self.queue is not None and self.queue.withdraw(inflight.request)):
+            self._inflight = None
+            inflight.pending.add_done_callback(_consume)
+            self.superseded += 1
+            return
+        await self._land(outbox, events)
+
+    async def _land(self, outbox: Channel[TextHypothesis], events: Channel[OutputEvent]) -> None:
+        """Wait for the in-flight partial and apply it."""
+        inflight = self._inflight
+        assert inflight is not None
+        try:
+            result: WhisperResult | SpeechpipeError = await inflight.pending
+        except Superseded:
+            self._inflight = None
+            return
+        except SpeechpipeError as exc:
+            result = exc
+        self._inflight = None
+        decoder = inflight.decoder
+        outcome = await self._apply(decoder, "partial", inflight.basis, result, inflight.queued,
+                                    events)
+        if outcome is not None:
+            await self._emit(decoder, "partial", inflight.basis, *outcome, outbox, events)
 
     async def _step(
         self,
@@ -359,24 +543,54 @@ class AsrStage:
             request = decoder.request(kind)
             queued = max(0.0, time.monotonic() - self._last_arrival)
             try:
-                result = await self.recognize(request)
+                result: WhisperResult | SpeechpipeError = await self.recognize(request)
+            except Superseded:
+                return  # dropped as stale: the next step decodes newer audio
             except SpeechpipeError as exc:
-                await events.put(ErrorEvent(exc.code, str(exc), self.clock.stamp(basis),
-                                            decoder.utterance))
-                if kind != "final":
-                    decoder.last_decode_end = basis
-                    decoder.pause_pending = False
-                    return
-                changed = decoder.commit_last()
-            else:
-                timings = (
-                    StageTiming("queue.asr", queued),
-                    *(StageTiming(k, v) for k, v in result.timings.items()),
-                )
-                changed = decoder.apply(result, kind, basis)
-                if (self.options.keep_detected_language and decoder.language_locked
-                        and self.language is None):
-                    self.detected_language = decoder.language
+                result = exc
+            outcome = await self._apply(decoder, kind, basis, result, queued, events)
+            if outcome is None:
+                return
+            changed, timings = outcome
+        await self._emit(decoder, kind, basis, changed, timings, outbox, events)
+
+    async def _apply(
+        self,
+        decoder: UtteranceDecoder,
+        kind: str,
+        basis: int,
+        result: WhisperResult | SpeechpipeError,
+        queued: float,
+        events: Channel[OutputEvent],
+    ) -> tuple[list[tuple[str, str, str]], tuple[StageTiming, ...]] | None:
+        if isinstance(result, SpeechpipeError):
+            await events.put(ErrorEvent(result.code, str(result), self.clock.stamp(basis),
+                                        decoder.utterance))
+            if kind != "final":
+                decoder.last_decode_end = basis
+                decoder.pause_pending = False
+                return None
+            return decoder.commit_last(), ()
+        timings = (
+            StageTiming("queue.asr", queued),
+            *(StageTiming(k, v) for k, v in result.timings.items()),
+        )
+        changed = decoder.apply(result, kind, basis)
+        if (self.options.keep_detected_language and decoder.language_locked
+                and self.language is None):
+            self.detected_language = decoder.language
+        return changed, timings
+
+    async def _emit(
+        self,
+        decoder: UtteranceDecoder,
+        kind: str,
+        basis: int,
+        changed: list[tuple[str, str, str]],
+        timings: tuple[StageTiming, ...],
+        outbox: Channel[TextHypothesis],
+        events: Channel[OutputEvent],
+    ) -> None:
         final = kind == "final"
         if final:
             decoder.revision += 1

@@ -93,6 +93,10 @@ class VadCore:
         self._last_voiced_end = 0
         self._paused = False
 
+    def set_max_utterance_s(self, seconds: float) -> None:
+        """Change the forced-cut length from now on (a server's degrade ladder)."""
+        self._max_samples = int(seconds * STREAM_RATE)
+
     def process(self, frame: NDArray[np.int16], pts: int) -> tuple[bool, list[VadEvent]]:
         """Classify one 20 ms frame at stream position ``pts``; return (voiced, events)."""
         voiced = self._classify(frame)

@@ -56,3 +56,21 @@ def test_glue_appends_punctuation_but_refuses_letters():
 def test_normalize_word():
     assert normalize_word("¿Qué?") == "qué"
     assert normalize_word("don't") == "don't"
+
+
+def test_lookback_lets_one_bad_hypothesis_in_between_not_stall_commits():
+    plain, looking = LocalAgreement(2), LocalAgreement(2, lookback=2)
+    hypotheses = ["institutional aspect", "central aspect of the system",
+                  "institutional aspect is the balance"]
+    for h in hypotheses:
+        plain.update(h.split())
+        looking.update(h.split())
+    assert plain.committed == []
+    assert looking.committed_text == "institutional aspect"
+    assert looking.tentative_text == "is the balance"
+
+
+def test_lookback_still_needs_two_agreeing_hypotheses():
+    la = LocalAgreement(2, lookback=2)
+    for h in ["a b", "c d", "e f"]:
+        assert la.update(h.split()) == []

@@ -93,6 +93,10 @@ class CloseCode:
     UNSUPPORTED_REQUEST = 4003  # the pipeline refused the request (language, voice ...)
     UNAUTHORIZED = 4004  # the server wants a token and did not get the right one
     START_TIMEOUT = 4005  # no ``start`` within the server's start timeout
+    SESSION_EXPIRED = 4006  # the session reached its maximum length (after a graceful finish)
+    IDLE_TIMEOUT = 4007  # no message from the client for the idle timeout
+    RATE_LIMITED = 4008  # messages faster than the rate limit allows (after the burst)
+    TOO_MANY_SESSIONS = 4009  # too many sessions for this token or address
 
 
 class ErrorCode:
@@ -117,6 +121,12 @@ class ErrorCode:
     INTERNAL = "internal"
     OVER_CAPACITY = "over_capacity"  # speechpipe.errors.AdmissionError
     NOT_READY = "not_ready"
+    # quotas (transport/quotas.py)
+    SESSION_EXPIRED = "session_expired"
+    IDLE_TIMEOUT = "idle_timeout"
+    RATE_LIMITED = "rate_limited"
+    TOO_MANY_SESSIONS = "too_many_sessions"
+    SDP_TOO_LARGE = "sdp_too_large"
 
 
 class ProtocolError(InputError):

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import http
 import importlib.resources
 import logging
 import secrets
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from websockets.asyncio.server import Server, ServerConnection
@@ -39,7 +38,10 @@ from websockets.http11 import Request, Response
 
 from speechpipe.errors import AdmissionError, SpeechpipeError
 from speechpipe.stages.channels import Channel, ChannelClosed
-from speechpipe.stages.frames import OutputEvent, SpeechChunk
+from speechpipe.stages.frames import OutputEvent, SpeechChunk, StatusEvent
+from speechpipe.transport.auth import OriginPolicy, StaticToken, TokenVerifier
+from speechpipe.transport.gate import AccessGate, Admission
+from speechpipe.transport.privacy import ContentFreeLogger, describe_content, guard_library_logs
 from speechpipe.transport.protocol import (
     MAX_MESSAGE_BYTES,
     CloseCode,
@@ -62,6 +64,7 @@ from speechpipe.transport.protocol import (
     parse_text,
     validate_audio,
 )
+from speechpipe.transport.quotas import Expired, QuotaGuard, Quotas, check_sdp_size
 from speechpipe.transport.session_api import LiveSession, SessionFactory
 
 if TYPE_CHECKING:
@@ -87,6 +90,13 @@ class ServerLimits:
     outgoing_capacity: int = 128  # messages queued for a slow client before the session waits
     webrtc_connect_timeout_s: float = 15.0  # ICE + DTLS must complete within this
     token: str | None = None  # when set, ``start`` must carry it
+    auth: TokenVerifier | None = None  # signed session tokens (transport.auth); wins over token
+    allowed_origins: tuple[str, ...] = ()  # WebSocket Origin allowlist; () = same origin only
+    quotas: Quotas = field(default_factory=Quotas)  # transport.quotas
+    ping_interval_s: float | None = 20.0  # keepalive: a client that stops reading is dropped
+    ping_timeout_s: float | None = 20.0
+    close_timeout_s: float = 10.0  # wait this long for a closing handshake, then drop the TCP
+    log_content: bool = False  # debug only: log captions/translations (never audio or tokens)
 
 
 class ServerObserver(Protocol):
@@ -99,6 +109,17 @@ class ServerObserver(Protocol):
     def output_event(self, event: OutputEvent) -> None: ...
 
     def error(self, code: str) -> None: ...
+
+
+class CapacityGate(Protocol):
+    """The app layer's admission control (``speechpipe.admission.AdmissionGate``)."""
+
+    def slot(
+        self, client: str, notify: Callable[[StatusEvent], Awaitable[None]]
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """Hold one session slot while the session runs. While the server is full it waits,
+        sending ``status`` events through ``notify``; raises ``AdmissionError`` to refuse."""
+        ...
 
 
 class _NullObserver:
@@ -159,8 +180,10 @@ class SpeechServer:
         observer: ServerObserver | None = None,
         limits: ServerLimits | None = None,
         webrtc: bool = True,
+        capacity: CapacityGate | None = None,
     ) -> None:
         self.factory = factory
+        self.capacity = capacity  # admission control: queue or refuse when full
         self.host = host
         self.requested_port = port
         self.is_ready = is_ready
@@ -171,6 +194,15 @@ class SpeechServer:
         self.connections: set[_Connection] = set()
         self._static = _load_static()
         self._server: Server | None = None
+        verifier = self.limits.auth or (
+            StaticToken(self.limits.token) if self.limits.token else None
+        )
+        self.gate = AccessGate(
+            verifier=verifier,
+            origins=OriginPolicy(self.limits.allowed_origins),
+            quotas=self.limits.quotas,
+        )
+        guard_library_logs(self.limits.log_content)
 
     @property
     def port(self) -> int:
@@ -191,6 +223,10 @@ class SpeechServer:
             max_size=self.limits.max_message_bytes,
             compression=None,  # PCM does not compress; deflate would only cost CPU
             server_header="speechpipe",
+            ping_interval=self.limits.ping_interval_s,
+            ping_timeout=self.limits.ping_timeout_s,
+            close_timeout=self.limits.close_timeout_s,
+            logger=ContentFreeLogger(logging.getLogger("websockets.server")),
         )
         log.info("listening on %s:%d", self.host, self.port)
         return self
@@ -217,7 +253,7 @@ class SpeechServer:
         if path == "/ws":
             if not self.is_ready():
                 return _response(503, "text/plain; charset=utf-8", b"models are loading\n")
-            return None
+            return self.gate.check_upgrade(connection.remote_address, request)
         if path == "/healthz":
             return _response(200, "text/plain; charset=utf-8", b"ok\n")
         if path == "/readyz":
@@ -278,11 +314,14 @@ class _Connection:
         self.tasks: list[asyncio.Task[Any]] = []
         self.resampler = InputResampler(16_000)
         self.stopping = False
+        self.quota = QuotaGuard(self.limits.quotas)
+        self.admission: Admission | None = None
 
     async def run(self) -> None:
         opened = time.monotonic()
         close: _Close | None = None
         try:
+            self._admit()
             start = await self._await_start()
             close = await self._run_session(start)
         except _Close as exc:
@@ -297,6 +336,7 @@ class _Connection:
                 encode_error(ErrorCode.INTERNAL, "internal server error", fatal=True),
             )
         finally:
+            self.server.gate.release(self.admission)
             if self.session_open:
                 self.session_open = False
                 self.observer.session_closed(time.monotonic() - opened, close and close.code)
@@ -322,7 +362,7 @@ class _Connection:
         try:
             async with asyncio.timeout(self.limits.start_timeout_s):
                 while True:
-                    message = await self.ws.recv()
+                    message = await self._recv()
                     if isinstance(message, bytes):
                         await self._send_error(
                             ProtocolError(ErrorCode.NOT_STARTED, "send 'start' before audio")
@@ -347,20 +387,45 @@ class _Connection:
                 CloseCode.START_TIMEOUT,
             ) from None
 
+    def _admit(self) -> None:
+        try:
+            self.admission = self.server.gate.admit(self.ws.remote_address, self.ws.request)
+        except ProtocolError as exc:
+            raise _fatal(exc) from None
+
     def _check_token(self, start: Start) -> None:
-        want = self.limits.token
-        if want is None:
-            return
-        got = start.token or ""
-        if not hmac.compare_digest(want.encode(), got.encode()):
-            raise _fatal(
-                ProtocolError(ErrorCode.UNAUTHORIZED, "missing or wrong token"),
-                CloseCode.UNAUTHORIZED,
+        assert self.admission is not None, "connection not admitted"
+        try:
+            self.server.gate.authorize(self.admission, start.token)
+        except ProtocolError as exc:
+            raise _fatal(exc) from None
+
+    async def _recv(self) -> str | bytes | Expired:
+        """The next client message under the quotas (rate, idle, session length)."""
+        try:
+            return await self.quota.recv(
+                self.ws.recv, stopping=self.stopping,
+                activity=lambda: self.peer.frames_in if self.peer is not None else 0,
             )
+        except ProtocolError as exc:
+            raise _fatal(exc) from None
+
+    async def _hold_capacity(self, stack: contextlib.AsyncExitStack, start: Start) -> None:
+        """A capacity slot for this session (waiting in line with ``status`` events)."""
+        if self.server.capacity is None:
+            return
+        ip = getattr(self.admission, "ip", None)
+        client = start.request.client_id or ip or self.id
+
+        async def notify(event: StatusEvent) -> None:  # the connection is idle: send directly
+            await self.ws.send(dumps(encode_event(event)))
+
+        await stack.enter_async_context(self.server.capacity.slot(client, notify))
 
     async def _run_session(self, start: Start) -> _Close | None:
         async with contextlib.AsyncExitStack() as stack:
             try:
+                await self._hold_capacity(stack, start)
                 session = await stack.enter_async_context(self.server.factory(start.request))
             except AdmissionError as exc:
                 return _Close(
@@ -376,6 +441,7 @@ class _Connection:
                 )
             self.session_open = True
             self.observer.session_opened()
+            self.quota.begin_session()
             out_rate = start.request.output_sample_rate
             await self.ws.send(dumps(encode_started(self.id, start, output_sample_rate=out_rate)))
             log.info(
@@ -416,7 +482,14 @@ class _Connection:
         self.resampler = InputResampler(start.sample_rate)
         guard = RealtimeGuard(self.limits.max_lead_s)
         while True:
-            message = await self.ws.recv()
+            message = await self._recv()
+            if isinstance(message, Expired):
+                await self._reply_error(
+                    ErrorCode.SESSION_EXPIRED,
+                    "the session reached its maximum length: finishing (as after 'stop')",
+                )
+                await self._stop(session)
+                continue
             if isinstance(message, bytes):
                 if self.stopping:
                     await self._reply_error(ErrorCode.STOPPING, "audio after 'stop' is ignored")
@@ -452,14 +525,7 @@ class _Connection:
             elif isinstance(parsed, Flush):
                 session.flush()
             elif isinstance(parsed, Stop):
-                if not self.stopping:
-                    self.stopping = True
-                    if self.peer is None:
-                        for frame in self.resampler.finish():
-                            await session.push(frame)
-                    else:
-                        self.peer.stop_input()
-                    await session.finish()
+                await self._stop(session)
             elif isinstance(parsed, Offer):
                 if self.stopping:
                     await self._reply_error(ErrorCode.STOPPING, "the session is stopping")
@@ -474,11 +540,24 @@ class _Connection:
                     except ProtocolError as exc:
                         await self._reply_error(exc.code, str(exc))
 
+    async def _stop(self, session: LiveSession) -> None:
+        """No more input: after ``stop``, or when the session reached its maximum length."""
+        if not self.stopping:
+            self.stopping = True
+            if self.peer is None:
+                for frame in self.resampler.finish():
+                    await session.push(frame)
+            else:
+                self.peer.stop_input()
+            await session.finish()
+
     async def _pump(self, session: LiveSession, out_rate: int) -> None:
         resampler = OutputResampler(out_rate)
         try:
             async for event in session.events():
                 self.observer.output_event(event)
+                if self.limits.log_content:  # an operator's debug switch; off by default
+                    log.debug("session %s content: %s", self.id, describe_content(event))
                 pts = getattr(event, "stream_pts", None)
                 if isinstance(pts, int):
                     self.last_pts = max(self.last_pts, pts)
@@ -505,6 +584,8 @@ class _Connection:
         if self.peer is not None:
             await self.peer.drain()  # the last translated speech plays out over WebRTC
         await self.ws.send(dumps(encode_end(self.last_pts)))
+        if self.quota.expired:
+            raise _Close(CloseCode.SESSION_EXPIRED, ErrorCode.SESSION_EXPIRED)
         raise _Close(CloseCode.NORMAL, "stopped")
 
     async def _reply_error(self, code: str, message: str, **extra: Any) -> None:
@@ -521,6 +602,11 @@ class _Connection:
             return
         if not self.server.webrtc:
             await self._reply_error(ErrorCode.WEBRTC_FAILED, "WebRTC is disabled on this server")
+            return
+        try:
+            check_sdp_size(offer.sdp, self.limits.quotas.max_sdp_bytes)
+        except ProtocolError as exc:
+            await self._reply_error(exc.code, str(exc))
             return
         try:
             from speechpipe.transport.webrtc import WebRtcPeer

@@ -314,6 +314,7 @@ async function start() {
       format: "pcm_s16le",
       sample_rate: Math.min(48000, Math.max(8000, Math.round(ctx.sampleRate))),
       output_sample_rate: OUTPUT_RATE,
+      token: pageToken(),
     }));
   };
   ws.onmessage = onMessage;
@@ -325,6 +326,13 @@ async function start() {
     teardown();
   };
   $("stop").disabled = false;
+}
+
+// A session token (servers run with --auth-secret) from the page's address: #token=...
+// (never sent to the server in a request line) or ?token=...; it travels in `start`.
+function pageToken() {
+  const fromHash = new URLSearchParams(location.hash.slice(1)).get("token");
+  return fromHash || new URLSearchParams(location.search).get("token") || undefined;
 }
 
 function stop() {

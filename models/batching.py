@@ -1,0 +1,403 @@
+"""The shared ASR worker: micro-batches Whisper requests from every session on one thread.
+
+::
+
+    session A ─┐ submit(request, priority, deadline)
+    session B ─┼──► queue ──► worker thread: engine.run_batch(most urgent + its bucket)
+    session C ─┘      ▲  replace / withdraw a queued partial       │
+                      └──────────── futures resolved ◄────────────┘
+
+- **Window**: when the worker is idle, the first request waits up to ``window_s`` for others
+  (or until ``max_batch`` are queued); requests that queued while the worker was busy go into
+  the next call at once.
+- **Order**: each call takes the most urgent request — priority class first (live before
+  replay/bulk), then the earliest deadline (finals get a shorter one than partials), then
+  arrival — together with the other queued requests of its *encode bucket* (equal canonical
+  length: the only ones that batch exactly, see ``whisper_engine``), up to ``max_batch``.
+- **Stale work is dropped, not computed**: ``replace(old, new)`` swaps a still-queued partial
+  for a newer request of the same utterance (the new one keeps the old one's place in line;
+  the old caller gets ``Superseded``); ``withdraw`` drops one; a request whose caller was
+  cancelled (session gone) is skipped. Finals are never replaced or withdrawn.
+- **Errors** fail only the requests that caused them (``WorkerError``); the thread goes on.
+- ``BatchOptions(enabled=False)`` runs one request per engine call: the no-batching baseline.
+- ``workers`` threads take calls concurrently (measured on 2 cores: two CTranslate2 workers
+  of one thread each serve ~1.8x the requests of one worker; one worker with two threads
+  does not help), so a batch never waits for another session's long one to finish.
+
+Thread-safety: ``submit``/``replace``/``withdraw`` may be called from any thread (the event
+loop, normally); every queue change happens under one lock, and a queued entry's future is
+always pending or cancelled, never running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from speechpipe.errors import SpeechpipeError, Superseded, WorkerError
+from speechpipe.models.whisper_engine import WhisperEngine, WhisperRequest, WhisperResult
+
+__all__ = [
+    "AsrBatcher",
+    "BatchObserver",
+    "BatchOptions",
+    "BatchStats",
+    "SessionAsr",
+    "PRIORITY_LIVE",
+    "PRIORITY_REPLAY",
+]
+
+log = logging.getLogger("speechpipe.batching")
+
+PRIORITY_LIVE = 0
+PRIORITY_REPLAY = 1
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOptions:
+    enabled: bool = True  # False: one request per engine call (the no-batching baseline)
+    window_s: float = 0.03  # an idle worker waits this long after the first request
+    max_batch: int = 8  # requests per engine call
+    partial_deadline_s: float = 1.0  # a partial should be computed within this
+    workers: int = 2  # threads taking batches (the engine needs as many CTranslate2 workers)
+    final_deadline_s: float = 0.3  # finals are on the speech's critical path: sooner
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1:
+            raise ValueError("max_batch must be >= 1")
+        if self.window_s < 0:
+            raise ValueError("window_s must be >= 0")
+        if self.workers < 1:
+            raise ValueError("workers must be >= 1")
+
+
+class BatchObserver(Protocol):
+    """Hooks for the app layer's metrics (called on the worker thread)."""
+
+    def batch_done(self, requests: int, waits: list[float], seconds: float) -> None: ...
+
+    def dropped(self, reason: str) -> None: ...
+
+
+@dataclass
+class BatchStats:
+    """Counters (written by the worker thread, read anywhere; ints and floats only)."""
+
+    submitted: int = 0
+    completed: int = 0
+    failed: int = 0
+    superseded: int = 0
+    withdrawn: int = 0
+    cancelled: int = 0
+    engine_calls: int = 0
+    batched_requests: int = 0  # requests summed over engine calls
+    busy_s: float = 0.0  # time the worker spent in engine calls
+    wait_ewma_s: float = 0.0  # queue wait of recent dispatched requests (EWMA)
+    max_batch_seen: int = 0
+
+    @property
+    def mean_batch(self) -> float:
+        return self.batched_requests / self.engine_calls if self.engine_calls else 0.0
+
+
+@dataclass(eq=False)
+class _Entry:
+    request: WhisperRequest
+    priority: int
+    deadline: float
+    arrival: float  # when the caller first queued (kept when replaced)
+    seq: int
+    bucket: int
+    future: concurrent.futures.Future[WhisperResult] = field(
+        default_factory=concurrent.futures.Future
+    )
+
+    def urgency(self) -> tuple[int, float, int]:
+        return (self.priority, self.deadline, self.seq)
+
+
+class AsrBatcher:
+    """``await batcher.recognize(request)``; ``batcher.client(priority)`` per session."""
+
+    def __init__(
+        self,
+        engine: WhisperEngine,
+        options: BatchOptions | None = None,
+        *,
+        observer: BatchObserver | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.engine = engine
+        self.options = options or BatchOptions()
+        self.observer = observer
+        self.stats = BatchStats()
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._queue: list[_Entry] = []
+        self._queued: dict[int, _Entry] = {}  # id(request) -> its queued entry
+        self._seq = itertools.count()
+        self._closed = False
+        self._threads = [
+            threading.Thread(target=self._serve, name=f"asr-batcher-{i}", daemon=True)
+            for i in range(self.options.workers)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    # -- submitting ---------------------------------------------------------------------
+    def submit(
+        self, request: WhisperRequest, *, priority: int = PRIORITY_LIVE,
+        deadline_s: float | None = None,
+    ) -> concurrent.futures.Future[WhisperResult]:
+        now = self._clock()
+        entry = self._entry(request, priority, deadline_s, now, now, next(self._seq))
+        with self._cond:
+            if self._closed:
+                entry.future.set_exception(WorkerError("the ASR worker is shut down"))
+                return entry.future
+            self._enqueue(entry)
+        return entry.future
+
+    async def recognize(
+        self, request: WhisperRequest, *, priority: int = PRIORITY_LIVE,
+        deadline_s: float | None = None,
+    ) -> WhisperResult:
+        return await asyncio.wrap_future(
+            self.submit(request, priority=priority, deadline_s=deadline_s)
+        )
+
+    def replace(
+        self, old: WhisperRequest, new: WhisperRequest, *, priority: int = PRIORITY_LIVE,
+        deadline_s: float | None = None,
+    ) -> concurrent.futures.Future[WhisperResult] | None:
+        """Supersede ``old`` by ``new`` if ``old`` is a partial still waiting in the queue:
+        ``new`` takes its place in line and ``old``'s caller gets ``Superseded``. Returns
+        ``new``'s future, or None when ``old`` is already running or done (nothing changed)."""
+        with self._cond:
+            entry = self._queued.get(id(old))
+            if entry is None or not old.partial or self._closed:
+                return None
+            self._remove(entry)
+            self.stats.superseded += 1
+            _fail(entry.future, Superseded("a newer request for this utterance replaced it"))
+            now = self._clock()
+            newer = self._entry(new, priority, deadline_s, now, entry.arrival, entry.seq)
+            self._enqueue(newer)
+        if self.observer is not None:
+            self.observer.dropped("superseded")
+        return newer.future
+
+    def withdraw(self, old: WhisperRequest) -> bool:
+        """Drop ``old`` if it is a partial still waiting (its caller gets ``Superseded``)."""
+        with self._cond:
+            entry = self._queued.get(id(old))
+            if entry is None or not old.partial:
+                return False
+            self._remove(entry)
+            self.stats.withdrawn += 1
+            _fail(entry.future, Superseded("withdrawn before it was computed"))
+        if self.observer is not None:
+            self.observer.dropped("withdrawn")
+        return True
+
+    def client(self, priority: int = PRIORITY_LIVE) -> SessionAsr:
+        return SessionAsr(self, priority)
+
+    # -- state ----------------------------------------------------------------------------
+    @property
+    def queue_depth(self) -> int:
+        with self._cond:
+            return len(self._queue)
+
+    def oldest_wait(self) -> float:
+        """Seconds the longest-waiting queued request has waited (0 when the queue is empty)."""
+        with self._cond:
+            if not self._queue:
+                return 0.0
+            return max(0.0, self._clock() - min(e.arrival for e in self._queue))
+
+    def warm_up(self, timeout_s: float = 120.0) -> None:
+        """Blocking (call from a thread): two requests of one bucket through the worker
+        thread, so its first batched call is not a client's."""
+        import numpy as np
+
+        from speechpipe.models.whisper_engine import DecodeTask
+
+        audio = (np.random.default_rng(1).standard_normal(16_000) * 0.01).astype(np.float32)
+        tasks = (DecodeTask("transcribe"), DecodeTask("translate"))
+        futures = [self.submit(WhisperRequest(audio=audio[: n], language="en", tasks=tasks,
+                                              max_new_tokens=8, partial=True))
+                   for n in (16_000, 12_000)]
+        for future in futures:
+            future.result(timeout=timeout_s)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    # -- internals ------------------------------------------------------------------------
+    def _entry(
+        self, request: WhisperRequest, priority: int, deadline_s: float | None, now: float,
+        arrival: float, seq: int,
+    ) -> _Entry:
+        if deadline_s is None:
+            deadline_s = (
+                self.options.partial_deadline_s if request.partial
+                else self.options.final_deadline_s
+            )
+        return _Entry(
+            request=request,
+            priority=priority,
+            deadline=now + deadline_s,
+            arrival=arrival,
+            seq=seq,
+            bucket=self.engine.encode_samples(len(request.audio)),
+        )
+
+    def _enqueue(self, entry: _Entry) -> None:
+        self._queue.append(entry)
+        self._queued[id(entry.request)] = entry
+        self.stats.submitted += 1
+        self._cond.notify_all()
+
+    def _remove(self, entry: _Entry) -> None:
+        self._queue.remove(entry)
+        self._queued.pop(id(entry.request), None)
+
+    def _serve(self) -> None:
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return
+            self._run(batch)
+
+    def _next_batch(self) -> list[_Entry] | None:
+        options = self.options
+        with self._cond:
+            while True:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    for entry in self._queue:
+                        _fail(entry.future, WorkerError("the ASR worker is shut down"))
+                    self._queue.clear()
+                    self._queued.clear()
+                    return None
+                if options.enabled and options.max_batch > 1:
+                    due = min(e.arrival for e in self._queue) + options.window_s
+                    while len(self._queue) < options.max_batch and not self._closed:
+                        remaining = due - self._clock()
+                        if remaining <= 0 or not self._queue:
+                            break
+                        self._cond.wait(remaining)
+                    if self._closed or not self._queue:
+                        continue
+                batch = self._select()
+                if batch:
+                    return batch
+
+    def _select(self) -> list[_Entry]:
+        """Under the lock: the most urgent request and its bucket's most urgent companions."""
+        for entry in [e for e in self._queue if e.future.cancelled()]:
+            self._remove(entry)
+            self.stats.cancelled += 1
+            if self.observer is not None:
+                self.observer.dropped("cancelled")
+        if not self._queue:
+            return []
+        first = min(self._queue, key=_Entry.urgency)
+        if self.options.enabled:
+            same = sorted((e for e in self._queue if e.bucket == first.bucket),
+                          key=_Entry.urgency)[: self.options.max_batch]
+        else:
+            same = [first]
+        chosen = []
+        for entry in same:
+            self._remove(entry)
+            if entry.future.set_running_or_notify_cancel():
+                chosen.append(entry)
+            else:
+                self.stats.cancelled += 1
+        return chosen
+
+    def _run(self, batch: list[_Entry]) -> None:
+        start = self._clock()
+        waits = [max(0.0, start - e.arrival) for e in batch]
+        requests = [e.request for e in batch]
+        try:
+            outcomes: list[WhisperResult | Exception] = self.engine.run_batch(requests)
+        except Exception as exc:  # the whole call failed: find the culprit, request by request
+            outcomes = [exc] if len(batch) == 1 else [self._run_alone(r) for r in requests]
+        seconds = self._clock() - start
+        stats = self.stats
+        stats.engine_calls += 1
+        stats.batched_requests += len(batch)
+        stats.busy_s += seconds
+        stats.max_batch_seen = max(stats.max_batch_seen, len(batch))
+        for entry, outcome, wait in zip(batch, outcomes, waits, strict=True):
+            stats.wait_ewma_s += 0.2 * (wait - stats.wait_ewma_s)
+            if isinstance(outcome, Exception):
+                stats.failed += 1
+                error = outcome if isinstance(outcome, SpeechpipeError) else WorkerError(
+                    f"whisper failed: {type(outcome).__name__}: {outcome}"
+                )
+                log.warning("ASR request failed: %s", type(outcome).__name__)
+                _fail(entry.future, error)
+            else:
+                stats.completed += 1
+                timings = {"asr.wait": wait, **outcome.timings}
+                _resolve(entry.future, dataclasses.replace(outcome, timings=timings))
+        if self.observer is not None:
+            self.observer.batch_done(len(batch), waits, seconds)
+
+
+    def _run_alone(self, request: WhisperRequest) -> WhisperResult | Exception:
+        try:
+            return self.engine.run_batch([request])[0]
+        except Exception as exc:
+            return exc
+
+
+class SessionAsr:
+    """One session's handle on the shared worker.
+
+    Calling it is the ASR stage's ``Recognize`` (it returns an already-submitted awaitable);
+    ``replace``/``withdraw`` let the stage supersede a partial still waiting in the queue.
+    Call from the event loop."""
+
+    def __init__(self, batcher: AsrBatcher, priority: int = PRIORITY_LIVE) -> None:
+        self.batcher = batcher
+        self.priority = priority
+
+    def __call__(self, request: WhisperRequest) -> Awaitable[WhisperResult]:
+        return asyncio.wrap_future(self.batcher.submit(request, priority=self.priority))
+
+    def replace(self, old: WhisperRequest, new: WhisperRequest) -> Awaitable[WhisperResult] | None:
+        future = self.batcher.replace(old, new, priority=self.priority)
+        return None if future is None else asyncio.wrap_future(future)
+
+    def withdraw(self, old: WhisperRequest) -> bool:
+        return self.batcher.withdraw(old)
+
+
+def _fail(future: concurrent.futures.Future[WhisperResult], error: BaseException) -> None:
+    try:
+        future.set_exception(error)
+    except concurrent.futures.InvalidStateError:  # the caller cancelled meanwhile
+        pass
+
+
+def _resolve(future: concurrent.futures.Future[WhisperResult], result: WhisperResult) -> None:
+    try:
+        future.set_result(result)
+    except concurrent.futures.InvalidStateError:
+        pass

@@ -1,0 +1,162 @@
+"""Security flags of ``speechpipe serve`` and the ``speechpipe token`` command.
+
+::
+
+    export SPEECHPIPE_AUTH_SECRET="$(speechpipe token --new-secret)"
+    speechpipe serve --allow-origin https://translate.example.com
+    speechpipe token --ttl 3600 --subject alice      # prints one session token
+
+The token logic itself is ``transport/auth.py`` (HS256 JWTs through PyJWT), the limits are
+``transport/quotas.py``; this module only maps command-line flags onto them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import ipaddress
+import os
+import sys
+from pathlib import Path
+
+from speechpipe.errors import InputError
+
+__all__ = [
+    "SECRET_ENV",
+    "register",
+    "add_security_arguments",
+    "security_limits",
+    "resolve_secret",
+]
+
+SECRET_ENV = "SPEECHPIPE_AUTH_SECRET"
+
+
+def _positive_or_off(text: str) -> float | None:
+    value = float(text)
+    return None if value <= 0 else value
+
+
+def add_security_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags for ``serve``: auth, origins, quotas, keepalive and the content-logging switch."""
+    from speechpipe.transport.quotas import Quotas
+
+    q = Quotas()
+    group = parser.add_argument_group("security and quotas")
+    group.add_argument("--auth-secret", default=None,
+                       help=f"require signed session tokens made with this secret (default: "
+                            f"${SECRET_ENV}; prefer the variable or --auth-secret-file, since "
+                            "arguments show in the process list)")
+    group.add_argument("--auth-secret-file", default=None,
+                       help="read the auth secret from this file")
+    group.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                       help="a web origin allowed to open WebSocket sessions, e.g. "
+                            "https://example.com (repeatable; '*' = any; default: same origin)")
+    group.add_argument("--max-session-s", type=_positive_or_off, default=q.max_session_s,
+                       help="maximum session length in seconds (0 = no limit)")
+    group.add_argument("--max-idle-s", type=_positive_or_off, default=q.max_idle_s,
+                       help="close a session after this many seconds without input (0 = off)")
+    group.add_argument("--rate", type=float, default=q.messages_per_s,
+                       help="client messages per second allowed (token bucket rate)")
+    group.add_argument("--burst", type=int, default=q.message_burst,
+                       help="client messages allowed in a burst (token bucket size)")
+    group.add_argument("--max-sdp-bytes", type=int, default=q.max_sdp_bytes,
+                       help="largest WebRTC offer accepted")
+    group.add_argument("--max-sessions-per-token", type=int, default=q.max_sessions_per_token,
+                       help="concurrent sessions one issued token may hold (0 = no limit)")
+    group.add_argument("--max-sessions-per-ip", type=int, default=q.max_sessions_per_ip,
+                       help="concurrent connections from one address (0 = no limit)")
+    group.add_argument("--client-ip-header", default=None, metavar="NAME",
+                       help="take the client address from this header (e.g. X-Forwarded-For; "
+                            "only behind a reverse proxy that sets it)")
+    group.add_argument("--ping-interval", type=_positive_or_off, default=20.0,
+                       help="seconds between keepalive pings (0 = off)")
+    group.add_argument("--ping-timeout", type=_positive_or_off, default=20.0,
+                       help="drop a client that does not answer a ping within this many s")
+    group.add_argument("--log-content", action="store_true",
+                       help="DEBUGGING ONLY: log captions and translations at DEBUG level "
+                            "(never audio or tokens)")
+
+
+def resolve_secret(args: argparse.Namespace) -> str | None:
+    """The auth secret from --auth-secret-file, --auth-secret or the environment."""
+    path = getattr(args, "auth_secret_file", None)
+    if path:
+        try:
+            return Path(path).read_text().strip() or None
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read the auth secret ({exc.strerror})") from None
+    return getattr(args, "auth_secret", None) or os.environ.get(SECRET_ENV) or None
+
+
+def security_limits(args: argparse.Namespace, limits):  # type: ignore[no-untyped-def]
+    """``limits`` (a ``ServerLimits``) with the security flags of ``args`` applied."""
+    from speechpipe.transport.auth import TokenAuthority
+    from speechpipe.transport.quotas import Quotas
+
+    secret = resolve_secret(args)
+    auth = TokenAuthority(secret) if secret else None
+    quotas = Quotas(
+        max_session_s=args.max_session_s,
+        max_idle_s=args.max_idle_s,
+        messages_per_s=args.rate,
+        message_burst=args.burst,
+        max_sdp_bytes=args.max_sdp_bytes,
+        max_sessions_per_token=args.max_sessions_per_token or None,
+        max_sessions_per_ip=args.max_sessions_per_ip or None,
+        client_ip_header=args.client_ip_header,
+    )
+    host = getattr(args, "host", "127.0.0.1")
+    if auth is None and limits.token is None and not _is_loopback(host):
+        print(f"speechpipe: warning: serving on {host} without --auth-secret: anyone who can "
+              "reach this port can open sessions", file=sys.stderr)
+    return dataclasses.replace(
+        limits,
+        auth=auth,
+        allowed_origins=tuple(args.allow_origin),
+        quotas=quotas,
+        ping_interval_s=args.ping_interval,
+        ping_timeout_s=args.ping_timeout,
+        log_content=args.log_content,
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+# --------------------------------------------------------------------------- speechpipe token
+
+
+def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    token = commands.add_parser(
+        "token", help="issue a signed session token for a server run with --auth-secret"
+    )
+    token.add_argument("--ttl", type=float, default=3600.0,
+                       help="seconds until the token expires (default 3600)")
+    token.add_argument("--subject", default="", help="who the token is for (shown to no one; "
+                                                     "for your own bookkeeping)")
+    token.add_argument("--auth-secret", default=None,
+                       help=f"the server's secret (default: ${SECRET_ENV})")
+    token.add_argument("--auth-secret-file", default=None, help="read the secret from a file")
+    token.add_argument("--new-secret", action="store_true",
+                       help="print a new random secret for --auth-secret instead")
+    token.set_defaults(handler=cmd_token)
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    from speechpipe.transport.auth import TokenAuthority, new_secret
+
+    if args.new_secret:
+        print(new_secret())
+        return 0
+    secret = resolve_secret(args)
+    if not secret:
+        raise InputError(f"no secret: pass --auth-secret, --auth-secret-file or set {SECRET_ENV}")
+    print(TokenAuthority(secret).issue(ttl_s=args.ttl, subject=args.subject))
+    return 0

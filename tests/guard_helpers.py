@@ -1,0 +1,165 @@
+"""Helpers for the auth, quota, privacy and fault tests: a scripted session, clients, and
+checks that a session left nothing behind (tasks, file descriptors)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import numpy as np
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
+
+from speechpipe.stages.channels import Channel
+from speechpipe.stages.frames import AudioFrame, OutputEvent, TextHypothesis, UtteranceEnd
+from speechpipe.transport.session_api import SessionRequest
+
+SECRET = "test-secret-" + "x" * 40
+FAKE_SOURCE = "zumbido cangrejo"  # distinctive words: a privacy check can search the logs
+FAKE_TARGET = "buzzing crabapple"
+
+
+class TickSession:
+    """A ``LiveSession`` without models: each second of audio pushed yields one source and
+    one target caption with known text; ``finish`` ends the events (unless ``hang``, which
+    stands in for a pipeline that cannot finish). A background task stands in for stages."""
+
+    def __init__(self, request: SessionRequest, *, hang: bool = False) -> None:
+        self.request = request
+        self.hang = hang
+        self.next_pts = 0
+        self.frames = 0
+        self.exited = False
+        self.channel: Channel[OutputEvent] = Channel(256, name="tick-events")
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> TickSession:
+        self.tasks.append(asyncio.create_task(asyncio.sleep(3600), name="tick-stage"))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.exited = True
+
+    async def push(self, frame: AudioFrame) -> None:
+        assert frame.pts == self.next_pts
+        self.next_pts = frame.end
+        self.frames += 1
+        if self.frames % 50 == 0:
+            pts = frame.end
+            for side, text in (("source", FAKE_SOURCE), ("target", FAKE_TARGET)):
+                await self.channel.put(TextHypothesis(
+                    side, 0, self.frames, text, "", "es", pts - 16000, pts, pts,  # type: ignore[arg-type]
+                ))
+
+    def flush(self) -> None:
+        pass
+
+    async def finish(self) -> None:
+        if self.hang:
+            return
+        await self.channel.put(UtteranceEnd(0, self.next_pts, FAKE_SOURCE, FAKE_TARGET))
+        self.channel.close()
+
+    async def events(self) -> AsyncIterator[OutputEvent]:
+        async for event in self.channel:
+            yield event
+
+
+class TickFactory:
+    def __init__(self, *, hang: bool = False) -> None:
+        self.hang = hang
+        self.sessions: list[TickSession] = []
+
+    def __call__(self, request: SessionRequest) -> TickSession:
+        session = TickSession(request, hang=self.hang)
+        self.sessions.append(session)
+        return session
+
+
+def pcm(seconds: float, rate: int = 16000) -> bytes:
+    n = int(seconds * rate)
+    return (np.sin(np.arange(n) / 7) * 3000).astype("<i2").tobytes()
+
+
+async def recv_json(ws: ClientConnection, within: float = 5.0) -> dict[str, Any]:
+    message = await asyncio.wait_for(ws.recv(), within)
+    assert isinstance(message, str), "expected a JSON event"
+    return json.loads(message)  # type: ignore[no-any-return]
+
+
+async def read_until_closed(ws: ClientConnection, within: float = 10.0) -> list[Any]:
+    """Everything the server sends until it closes (decoded JSON for text messages)."""
+    seen: list[Any] = []
+    async with asyncio.timeout(within):
+        try:
+            while True:
+                message = await ws.recv()
+                seen.append(json.loads(message) if isinstance(message, str) else message)
+        except ConnectionClosed:
+            pass
+    return seen
+
+
+def errors(seen: list[Any]) -> list[dict[str, Any]]:
+    return [m for m in seen if isinstance(m, dict) and m.get("type") == "error"]
+
+
+def server_log(records: list[logging.LogRecord]) -> str:
+    """Everything the process logged except the test's own websockets *client*, whose DEBUG
+    frame dumps show what the client sent and received (the server's rules do not cover it)."""
+    lines = []
+    for record in records:
+        if record.name.startswith("websockets.client"):
+            continue
+        lines.append(f"{record.name} {record.levelname} {record.getMessage()}")
+        if record.exc_info and record.exc_info[1] is not None:
+            lines.append(repr(record.exc_info[1]))
+    return "\n".join(lines)
+
+
+def open_fds() -> set[tuple[str, str]]:
+    """This process's file descriptors as (number, what it points to): a leaked socket that
+    reuses a number closed meanwhile still shows up as new."""
+    out: set[tuple[str, str]] = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out.add((fd, os.readlink(f"/proc/self/fd/{fd}")))
+        except OSError:  # closed between listdir and readlink (or the listdir fd itself)
+            pass
+    return out
+
+
+async def wait_for(predicate: Callable[[], bool], within: float = 5.0, what: str = "") -> None:
+    deadline = time.monotonic() + within
+    while not predicate():
+        assert time.monotonic() < deadline, f"not reached within {within} s: {what}"
+        await asyncio.sleep(0.02)
+
+
+async def assert_released(
+    tasks_before: set[asyncio.Task[Any]], fds_before: set[tuple[str, str]], within: float = 2.0
+) -> None:
+    """Every task and file descriptor that appeared since the baseline is gone in time."""
+    current = asyncio.current_task()
+
+    def new_tasks() -> list[str]:
+        return sorted(t.get_name() for t in asyncio.all_tasks() - tasks_before - {current})
+
+    def new_fds() -> list[tuple[str, str]]:
+        return sorted(open_fds() - fds_before)
+
+    deadline = time.monotonic() + within
+    while new_tasks() or new_fds():
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"left behind after {within} s: tasks {new_tasks()}, fds {new_fds()}"
+            )
+        await asyncio.sleep(0.02)

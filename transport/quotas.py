@@ -1,0 +1,252 @@
+"""Per-connection and per-client limits: pure cores, plus one small async shell.
+
+What a live session may use, each limit tripping with a documented code (``docs/protocol.md``,
+"Access and quotas"):
+
+- session length (``max_session_s``, 4 h): ``session_expired`` (recoverable): the session
+  finishes as after ``stop``, then ``end`` and close 4006 (4006 without ``end`` if it cannot
+  finish within ``expire_grace_s``);
+- idle time (``max_idle_s``, 60 s): no client message and no WebRTC audio for that long:
+  ``idle_timeout``, close 4007;
+- messages per second (``messages_per_s`` 200, ``message_burst`` 500; a token bucket over
+  every client message): ``rate_limited``, close 4008;
+- message size (``ServerLimits.max_message_bytes``, 128 KiB): close 1009 (WebSocket layer);
+- SDP size (``max_sdp_bytes``, 32 KiB): ``sdp_too_large`` (recoverable; no peer is made);
+- sessions per token (``max_sessions_per_token``, 4) and per client address
+  (``max_sessions_per_ip``, 32): HTTP 429 at the upgrade, or ``too_many_sessions`` and
+  close 4009 when many connect at once.
+
+``TokenBucket``, ``SessionTimers`` and ``SessionCounter`` are synchronous and take ``now`` as
+a parameter, so they are unit tested without sleeping. ``QuotaGuard`` is the shell the server
+reads client messages through: it waits for the next message only until the next deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from speechpipe.transport.protocol import CloseCode, ErrorCode, ProtocolError
+
+__all__ = [
+    "Quotas",
+    "TokenBucket",
+    "SessionTimers",
+    "Deadline",
+    "SessionCounter",
+    "QuotaGuard",
+    "Expired",
+    "EXPIRED",
+    "check_sdp_size",
+    "quota_error",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Quotas:
+    """Limits per connection and per client; ``None`` (or 0 for counts) switches one off."""
+
+    max_session_s: float | None = 4 * 3600.0
+    expire_grace_s: float = 30.0  # after max_session_s: time to finish and send what is due
+    max_idle_s: float | None = 60.0
+    messages_per_s: float = 200.0  # 20 ms frames are 50/s; this leaves room for 5 ms frames
+    message_burst: int = 500  # ~ max_lead_s of 20 ms frames arriving at once after a stall
+    max_sdp_bytes: int = 32 * 1024  # browser offers are 2-8 KiB
+    max_sessions_per_token: int | None = 4
+    max_sessions_per_ip: int | None = 32
+    client_ip_header: str | None = None  # e.g. X-Forwarded-For, only behind a trusted proxy
+
+
+def quota_error(code: str, message: str) -> ProtocolError:
+    """A quota violation as the protocol's error (fatal ones carry their close code)."""
+    close = {
+        ErrorCode.IDLE_TIMEOUT: CloseCode.IDLE_TIMEOUT,
+        ErrorCode.RATE_LIMITED: CloseCode.RATE_LIMITED,
+        ErrorCode.TOO_MANY_SESSIONS: CloseCode.TOO_MANY_SESSIONS,
+        ErrorCode.SESSION_EXPIRED: CloseCode.SESSION_EXPIRED,
+    }.get(code)
+    return ProtocolError(code, message, close_code=close)
+
+
+def check_sdp_size(sdp: str, max_bytes: int) -> None:
+    """Refuse an oversized offer before aiortc parses it (recoverable ``sdp_too_large``)."""
+    size = len(sdp.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise ProtocolError(
+            ErrorCode.SDP_TOO_LARGE, f"offer SDP of {size} bytes is over {max_bytes} bytes"
+        )
+
+
+@dataclass
+class TokenBucket:
+    """``rate`` tokens per second, at most ``burst`` saved up; each message takes one."""
+
+    rate: float
+    burst: float
+    _tokens: float | None = None
+    _last: float | None = None
+
+    def take(self, now: float, cost: float = 1.0) -> bool:
+        if self._tokens is None or self._last is None:
+            self._tokens, self._last = float(self.burst), now
+        self._tokens = min(float(self.burst), self._tokens + max(0.0, now - self._last) * self.rate)
+        self._last = now
+        if self._tokens < cost:
+            return False
+        self._tokens -= cost
+        return True
+
+
+class Deadline(enum.Enum):
+    IDLE = "idle"  # nothing from the client for max_idle_s
+    EXPIRE = "expire"  # the session reached max_session_s: finish it
+    GRACE_OVER = "grace_over"  # it has not finished within expire_grace_s: close it
+
+
+@dataclass
+class SessionTimers:
+    """Idle and session-length clocks of one connection (monotonic seconds)."""
+
+    quotas: Quotas
+    last_active: float
+    session_start: float | None = None  # set when ``started`` is sent
+    expired_at: float | None = None
+
+    def touch(self, now: float) -> None:
+        self.last_active = now
+
+    def begin(self, now: float) -> None:
+        self.session_start = self.last_active = now
+
+    def next_deadline(self, *, stopping: bool) -> tuple[float, Deadline] | None:
+        """The earliest pending deadline. Before ``start`` (the start timeout rules) there is
+        none; after ``stop`` idle time does not count (the server is the one still talking)."""
+        if self.session_start is None:
+            return None
+        q = self.quotas
+        pending: list[tuple[float, Deadline]] = []
+        if q.max_idle_s is not None and not stopping:
+            pending.append((self.last_active + q.max_idle_s, Deadline.IDLE))
+        if self.expired_at is not None:
+            pending.append((self.expired_at + q.expire_grace_s, Deadline.GRACE_OVER))
+        elif q.max_session_s is not None:
+            pending.append((self.session_start + q.max_session_s, Deadline.EXPIRE))
+        return min(pending, key=lambda p: p[0]) if pending else None
+
+    def due(self, now: float, *, stopping: bool) -> Deadline | None:
+        nxt = self.next_deadline(stopping=stopping)
+        if nxt is not None and now >= nxt[0]:
+            return nxt[1]
+        return None
+
+
+class SessionCounter:
+    """Concurrent sessions per key (a token id, a client address); ``limit`` None = off."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit if limit else None
+        self.counts: dict[str, int] = {}
+
+    def full(self, key: str | None) -> bool:
+        return key is not None and self.limit is not None and self.counts.get(key, 0) >= self.limit
+
+    def acquire(self, key: str | None) -> bool:
+        if key is None:
+            return True
+        if self.full(key):
+            return False
+        self.counts[key] = self.counts.get(key, 0) + 1
+        return True
+
+    def release(self, key: str | None) -> None:
+        if key is None or key not in self.counts:
+            return
+        self.counts[key] -= 1
+        if self.counts[key] <= 0:
+            del self.counts[key]
+
+
+class Expired:
+    """Returned by ``QuotaGuard.recv`` when the session reached its maximum length."""
+
+    __slots__ = ()
+
+
+EXPIRED = Expired()
+
+
+class QuotaGuard:
+    """Reads client messages under the rate limit, the idle timeout and the session length.
+
+    ``recv`` is cancel-safe when the underlying ``recv`` is (websockets' is): it only ever
+    waits on it with a timeout. Raises a fatal ``ProtocolError`` (``idle_timeout``,
+    ``rate_limited``, ``session_expired`` after the grace period); returns ``EXPIRED`` once
+    when the session length is reached, so the caller can finish the session gracefully.
+    """
+
+    def __init__(self, quotas: Quotas, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.quotas = quotas
+        self.clock = clock
+        self.bucket = TokenBucket(quotas.messages_per_s, quotas.message_burst)
+        self.timers = SessionTimers(quotas, last_active=clock())
+        self.messages = 0
+
+    @property
+    def expired(self) -> bool:
+        return self.timers.expired_at is not None
+
+    def begin_session(self) -> None:
+        self.timers.begin(self.clock())
+
+    async def recv(
+        self,
+        recv: Callable[[], Awaitable[str | bytes]],
+        *,
+        stopping: bool = False,
+        activity: Callable[[], int] | None = None,
+    ) -> str | bytes | Expired:
+        """The next client message. ``activity`` counts input that bypasses this socket
+        (WebRTC audio frames): when it moved, the client is not idle."""
+        seen = activity() if activity is not None else 0
+        while True:
+            now = self.clock()
+            due = self.timers.due(now, stopping=stopping)
+            if due is Deadline.IDLE:
+                current = activity() if activity is not None else 0
+                if current != seen:
+                    seen = current
+                    self.timers.touch(now)
+                    continue
+                raise quota_error(
+                    ErrorCode.IDLE_TIMEOUT,
+                    f"nothing received for {self.quotas.max_idle_s:g} s",
+                )
+            if due is Deadline.EXPIRE:
+                self.timers.expired_at = now
+                return EXPIRED
+            if due is Deadline.GRACE_OVER:
+                raise quota_error(
+                    ErrorCode.SESSION_EXPIRED, "the session did not finish in time after expiring"
+                )
+            nxt = self.timers.next_deadline(stopping=stopping)
+            if nxt is None:
+                message = await recv()
+            else:
+                try:
+                    async with asyncio.timeout(max(0.0, nxt[0] - now)):
+                        message = await recv()
+                except TimeoutError:
+                    continue
+            now = self.clock()
+            self.messages += 1
+            if not self.bucket.take(now):
+                raise quota_error(
+                    ErrorCode.RATE_LIMITED,
+                    f"more than {self.quotas.messages_per_s:g} messages per second "
+                    f"(burst {self.quotas.message_burst})",
+                )
+            self.timers.touch(now)
+            return message
