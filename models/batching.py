@@ -7,9 +7,15 @@
     session C ─┘      ▲  replace / withdraw a queued partial       │
                       └──────────── futures resolved ◄────────────┘
 
-- **Window**: when the worker is idle, the first request waits up to ``window_s`` for others
-  (or until ``max_batch`` are queued); requests that queued while the worker was busy go into
-  the next call at once.
+- **Window**: when every other worker is busy, a free worker lets the first request wait up
+  to ``window_s`` for others (or until ``max_batch`` are queued); requests that queued while
+  the workers were busy go into the next call at once. While other workers are idle there is
+  no window and no grouping beyond what they cannot take: parallel calls on idle cores are
+  faster than one batched call (measured: batching on top of an idle core raised latency).
+- **Grouping costs latency on CPU**: the encoder does not get cheaper per item in a batch
+  (measured), only the decoder does, and every member waits for the whole call. So a bucket
+  is grouped only when ``group_min_queue`` requests wait (a backlog of about two calls per
+  worker); below that, calls run one request each.
 - **Order**: each call takes the most urgent request — priority class first (live before
   replay/bulk), then the earliest deadline (finals get a shorter one than partials), then
   arrival — together with the other queued requests of its *encode bucket* (equal canonical
@@ -64,10 +70,11 @@ PRIORITY_REPLAY = 1
 @dataclass(frozen=True, slots=True)
 class BatchOptions:
     enabled: bool = True  # False: one request per engine call (the no-batching baseline)
-    window_s: float = 0.03  # an idle worker waits this long after the first request
+    window_s: float = 0.02  # an idle worker waits this long after the first request
     max_batch: int = 8  # requests per engine call
     partial_deadline_s: float = 1.0  # a partial should be computed within this
     workers: int = 2  # threads taking batches (the engine needs as many CTranslate2 workers)
+    group_min_queue: int = 4  # group a bucket only when this many requests wait (see below)
     final_deadline_s: float = 0.3  # finals are on the speech's critical path: sooner
 
     def __post_init__(self) -> None:
@@ -145,6 +152,7 @@ class AsrBatcher:
         self._queued: dict[int, _Entry] = {}  # id(request) -> its queued entry
         self._seq = itertools.count()
         self._closed = False
+        self._idle = 0  # worker threads waiting for work
         self._threads = [
             threading.Thread(target=self._serve, name=f"asr-batcher-{i}", daemon=True)
             for i in range(self.options.workers)
@@ -190,6 +198,7 @@ class AsrBatcher:
             _fail(entry.future, Superseded("a newer request for this utterance replaced it"))
             now = self._clock()
             newer = self._entry(new, priority, deadline_s, now, entry.arrival, entry.seq)
+            newer.deadline = min(newer.deadline, entry.deadline)  # its place in line
             self._enqueue(newer)
         if self.observer is not None:
             self.observer.dropped("superseded")
@@ -284,15 +293,20 @@ class AsrBatcher:
         options = self.options
         with self._cond:
             while True:
-                while not self._queue and not self._closed:
-                    self._cond.wait()
+                self._idle += 1
+                try:
+                    while not self._queue and not self._closed:
+                        self._cond.wait()
+                finally:
+                    self._idle -= 1
                 if self._closed:
                     for entry in self._queue:
                         _fail(entry.future, WorkerError("the ASR worker is shut down"))
                     self._queue.clear()
                     self._queued.clear()
                     return None
-                if options.enabled and options.max_batch > 1:
+                idle_others = self._idle  # workers that would take the next request at once
+                if options.enabled and options.max_batch > 1 and not idle_others:
                     due = min(e.arrival for e in self._queue) + options.window_s
                     while len(self._queue) < options.max_batch and not self._closed:
                         remaining = due - self._clock()
@@ -301,12 +315,14 @@ class AsrBatcher:
                         self._cond.wait(remaining)
                     if self._closed or not self._queue:
                         continue
-                batch = self._select()
+                batch = self._select(workers_free=idle_others + 1)
                 if batch:
                     return batch
 
-    def _select(self) -> list[_Entry]:
-        """Under the lock: the most urgent request and its bucket's most urgent companions."""
+    def _select(self, workers_free: int = 1) -> list[_Entry]:
+        """Under the lock: the most urgent request and its bucket's most urgent companions —
+        unless free workers can take every queued request in parallel (on CPU cores,
+        parallel calls beat one batched call while cores are idle)."""
         for entry in [e for e in self._queue if e.future.cancelled()]:
             self._remove(entry)
             self.stats.cancelled += 1
@@ -315,7 +331,9 @@ class AsrBatcher:
         if not self._queue:
             return []
         first = min(self._queue, key=_Entry.urgency)
-        if self.options.enabled:
+        queued = len(self._queue)
+        if (self.options.enabled and queued > workers_free
+                and queued >= self.options.group_min_queue):
             same = sorted((e for e in self._queue if e.bucket == first.bucket),
                           key=_Entry.urgency)[: self.options.max_batch]
         else:

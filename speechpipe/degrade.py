@@ -20,7 +20,9 @@ applies to every session on top of that.
 
 ``DegradeController`` is pure: feed it ``LoadSample``s with a time and it answers the level.
 It steps **up** one level when the load has been over a threshold for ``up_after_s`` (and
-at least ``up_after_s`` since the last change), and **down** one level only after
+at least ``up_after_s`` since the last change; two levels when the load is over twice a
+threshold: a burst of new sessions must not wait several periods), and **down** one level
+only after
 ``down_after_s`` of load under the lower thresholds — the gap between the two thresholds and
 the two delays is the hysteresis that keeps it from flapping.
 """
@@ -68,7 +70,8 @@ class DegradeOptions:
     down_latency_s: float = 0.5  # calm: all of these under the lower thresholds
     down_lag_s: float = 0.08
     down_load_ratio: float = 1.0
-    up_after_s: float = 2.0  # overloaded this long -> one level up
+    up_after_s: float = 1.5  # overloaded this long -> one level up ...
+    severe_factor: float = 2.0  # ... two levels when over this multiple of a threshold
     down_after_s: float = 10.0  # calm this long -> one level down
     max_level: int = MAX_LEVEL
 
@@ -94,6 +97,11 @@ class DegradeController:
         return (sample.asr_latency_s > o.up_latency_s or sample.loop_lag_s > o.up_lag_s
                 or sample.load_ratio > o.up_load_ratio)
 
+    def severe(self, sample: LoadSample) -> bool:
+        o, k = self.options, self.options.severe_factor
+        return (sample.asr_latency_s > k * o.up_latency_s or sample.loop_lag_s > k * o.up_lag_s
+                or sample.load_ratio > k * o.up_load_ratio)
+
     def calm(self, sample: LoadSample) -> bool:
         o = self.options
         return (sample.asr_latency_s < o.down_latency_s and sample.loop_lag_s < o.down_lag_s
@@ -107,7 +115,8 @@ class DegradeController:
                 self._over_since = now
             if (self.level < o.max_level and now - self._over_since >= o.up_after_s
                     and now - self._changed_at >= o.up_after_s):
-                self._set(self.level + 1, now)
+                step = 2 if self.severe(sample) else 1
+                self._set(min(o.max_level, self.level + step), now)
                 self._over_since = now  # the next step needs another full period
         elif self.calm(sample):
             self._over_since = None

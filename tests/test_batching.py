@@ -102,7 +102,9 @@ async def test_worker_batches_concurrent_sessions_with_equal_results(pipeline):
     engine = pipeline.engine
     requests = real_requests()[:4]  # one bucket
     alone = [engine.run(r) for r in requests]
-    batcher = AsrBatcher(engine, BatchOptions(window_s=0.2, max_batch=8))
+    batcher = AsrBatcher(
+        engine, BatchOptions(window_s=0.2, max_batch=8, workers=1, group_min_queue=2)
+    )
     try:
         clients = [batcher.client() for _ in requests]
         results = await asyncio.gather(*(c(r) for c, r in zip(clients, requests, strict=True)))
@@ -203,7 +205,9 @@ def test_priority_order_live_finals_then_live_partials_then_replay():
 
 def test_a_batch_is_the_most_urgent_request_and_its_bucket():
     engine = ScriptedEngine()
-    batcher = AsrBatcher(engine, BatchOptions(window_s=0.0, max_batch=3, workers=1))
+    batcher = AsrBatcher(
+        engine, BatchOptions(window_s=0.0, max_batch=3, workers=1, group_min_queue=2)
+    )
     try:
         hold_worker(engine, batcher)
         other_bucket = batcher.submit(req(5.0), priority=PRIORITY_LIVE)
@@ -292,7 +296,9 @@ async def test_a_cancelled_callers_request_is_skipped():
 
 def test_an_error_reaches_only_its_request_and_the_worker_goes_on():
     engine = ScriptedEngine()
-    batcher = AsrBatcher(engine, BatchOptions(window_s=0.0, max_batch=4, workers=1))
+    batcher = AsrBatcher(
+        engine, BatchOptions(window_s=0.0, max_batch=4, workers=1, group_min_queue=2)
+    )
     try:
         hold_worker(engine, batcher)
         bad = req(1.0)

@@ -70,7 +70,12 @@ def test_no_flapping_on_a_load_that_comes_and_goes():
     assert run_script(controller, script, start=100.0) == [(102.0, 1)]
 
 
-@pytest.mark.parametrize("sample", [LoadSample(loop_lag_s=0.5), LoadSample(load_ratio=1.5)])
+def test_severe_overload_steps_two_levels_at_a_time():
+    controller = DegradeController(DegradeOptions(up_after_s=2.0))
+    assert run_script(controller, [(5, LoadSample(asr_latency_s=3.0))]) == [(2.0, 2), (4.0, 4)]
+
+
+@pytest.mark.parametrize("sample", [LoadSample(loop_lag_s=0.4), LoadSample(load_ratio=1.5)])
 def test_loop_lag_and_sessions_over_capacity_count_as_overload(sample):
     controller = DegradeController(DegradeOptions(up_after_s=1.0))
     assert run_script(controller, [(3, sample)]) == [(1.0, 1), (2.0, 2)]
