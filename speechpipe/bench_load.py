@@ -10,7 +10,8 @@ every event with its arrival time on its own stream clock. Per level it reports:
   side (what is spoken) and source side;
 - **StartOffset / EndOffset** per utterance as the client hears it (first translated audio
   minus the speech start; end of the audio laid back to back minus the speech end);
-- queued / refused sessions, errors, the server's CPU (its process) and the bench's own;
+- queued / refused sessions, errors, the server's CPU (its process), the bench's own and other
+  processes' (on a busy shared machine the figures mean less);
 - from ``/metrics``: mean ASR batch size, dropped (superseded) requests, degrade level.
 
 A level **holds** when every session was admitted at once and finished normally and the
@@ -346,6 +347,7 @@ class LevelReport:
     end_offsets: list[float] = field(default_factory=list)
     server_cpu: float = math.nan  # cores (1.0 = one core busy)
     bench_cpu: float = math.nan
+    other_cpu: float = math.nan  # cores used by other processes on the machine meanwhile
     wall_s: float = 0.0
     mean_batch: float = math.nan
     dropped: float = 0.0
@@ -373,9 +375,20 @@ class LevelReport:
             "end_offset_p50": p(self.end_offsets, 50), "end_offset_p95": p(self.end_offsets, 95),
             "server_cpu_cores": round(self.server_cpu, 2),
             "bench_cpu_cores": round(self.bench_cpu, 2),
+            "other_cpu_cores": round(self.other_cpu, 2),
             "mean_batch": round(self.mean_batch, 2), "dropped": int(self.dropped),
             "asr_wait_mean": round(self.asr_wait_mean, 3), "max_degrade": int(self.max_degrade),
         }
+
+
+def _machine_cpu() -> float:
+    """CPU seconds the whole machine has spent busy (every process; /proc/stat)."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return math.nan
+    busy = sum(fields[:8]) - fields[3] - fields[4]  # minus idle and iowait
+    return busy / os.sysconf("SC_CLK_TCK")
 
 
 def _self_cpu() -> float:
@@ -390,6 +403,7 @@ async def run_level(url: str, clips: Sequence[Clip], sessions: int, *, label: st
     before = await asyncio.to_thread(scrape, url)  # the server may share this event loop
     cpu0 = server.cpu_seconds() if server else math.nan
     self0 = _self_cpu()
+    machine0 = _machine_cpu()
     t0 = time.monotonic()
     peak_degrade = 0.0
 
@@ -419,6 +433,9 @@ async def run_level(url: str, clips: Sequence[Clip], sessions: int, *, label: st
     if server is not None:
         report.server_cpu = (server.cpu_seconds() - cpu0) / report.wall_s
     report.bench_cpu = (_self_cpu() - self0) / report.wall_s
+    # what other tenants took meanwhile: figures from a busy shared machine mean less
+    report.other_cpu = (_machine_cpu() - machine0) / report.wall_s - report.bench_cpu - (
+        report.server_cpu if server is not None else 0.0)
 
     def delta(key: str) -> float:
         return after.get(key, 0.0) - before.get(key, 0.0)
@@ -465,10 +482,11 @@ def _print_row(row: dict[str, Any], *, header: bool = False) -> None:
     cols = ("config", "sessions", "started", "queued", "refused", "finished", "commit_p50",
             "commit_p95", "commit_p99", "source_commit_p95", "start_offset_p50",
             "start_offset_p95", "end_offset_p50", "end_offset_p95", "server_cpu_cores",
-            "bench_cpu_cores", "mean_batch", "dropped", "asr_wait_mean", "max_degrade")
+            "bench_cpu_cores", "other_cpu_cores", "mean_batch", "dropped", "asr_wait_mean",
+            "max_degrade")
     names = ("config", "N", "start", "queue", "refus", "done", "c.p50", "c.p95", "c.p99",
-             "src.p95", "SO.p50", "SO.p95", "EO.p50", "EO.p95", "srvCPU", "cliCPU", "batch",
-             "drop", "wait", "deg")
+             "src.p95", "SO.p50", "SO.p95", "EO.p50", "EO.p95", "srvCPU", "cliCPU", "other",
+             "batch", "drop", "wait", "deg")
     if header:
         print(" ".join(f"{n:>8}" for n in names), flush=True)
     print(" ".join(f"{str(row[c]):>8}" for c in cols), flush=True)
