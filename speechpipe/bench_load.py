@@ -299,11 +299,6 @@ class ServerProcess:
             return math.nan
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def calibrated_capacity(self) -> int | None:
-        text = Path(self.log.name).read_text(errors="replace")
-        found = re.search(r"capacity: (\d+) sessions \(calibrated", text)
-        return int(found.group(1)) if found else None
-
 
 def scrape(url: str) -> dict[str, float]:
     """A few sums from ``/metrics`` (Prometheus text)."""

@@ -69,19 +69,23 @@ def calibrate_capacity(pipeline: Pipeline, *, batch: int = 4, audio_s: float = 4
                        speech_duty: float = 0.6) -> CapacityEstimate:
     """A quick start-up estimate of the sessions this machine holds at real time (blocking).
 
-    Times what one live session costs per second of audio: a partial decode (transcribe +
-    translate, ``audio_s`` of real synthesized speech) every ``step_s`` — alone, and per
-    request in a batch of ``batch`` when batching is on — plus 25 % for pause/final decodes,
-    and Piper's real-time factor times ``speech_duty``. The ASR worker is one thread and gets
-    70 % of a core; all stages together get 70 % of the cores. A rough model: measure the
-    real figure with ``speechpipe bench load`` and configure ``--capacity``."""
+    Times what one live session costs per second of audio *at degrade level 2* (the middle
+    of the ladder: admitted sessions may be stepped down that far at peak): a partial decode
+    (transcribe + translate of ``audio_s`` of real synthesized speech, level-2 token cap)
+    every level-2 step — alone, and per request in a batch of ``batch`` when batching is on —
+    plus 25 % for pause/final decodes, and Piper's real-time factor times ``speech_duty``.
+    The ASR workers get 70 % of one core each (at most one per core); all stages together
+    get 70 % of the cores. A rough model (measured here: 5 against 6-8 held by
+    ``speechpipe bench load``): measure and configure ``--capacity``."""
     import numpy as np
 
+    from speechpipe.degrade import degrade_asr
     from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest
     from speechpipe.voices.registry import resolve_voice
     from speechpipe.voices.tts_worker import resample_int16
 
     options = pipeline.options
+    asr_options = degrade_asr(options.asr, 2)
     voice = resolve_voice(None, "en", options.voice_dirs)
     synthesizer = pipeline._tts_worker(voice).synthesizer
     text = ("The committee will meet again next week to discuss the budget and the new "
@@ -95,7 +99,7 @@ def calibrate_capacity(pipeline: Pipeline, *, batch: int = 4, audio_s: float = 4
     audio[: min(len(audio), len(audio16))] = audio16[: len(audio)]
     tasks = (DecodeTask("transcribe"), DecodeTask("translate"))
     request = WhisperRequest(audio=audio, language="en", tasks=tasks,
-                             max_new_tokens=options.asr.partial_max_new_tokens, partial=True)
+                             max_new_tokens=asr_options.partial_max_new_tokens, partial=True)
     engine = pipeline.engine
     singles = []
     for _ in range(2):
@@ -111,12 +115,12 @@ def calibrate_capacity(pipeline: Pipeline, *, batch: int = 4, audio_s: float = 4
         engine.run_batch([request] * n)
         batched = time.perf_counter() - t0
         per_request = min(single, batched / n)
-    asr = 1.25 * per_request / max(0.1, options.asr.step_s)
+    asr = 1.25 * per_request / max(0.1, asr_options.step_s)
     tts = rtf * speech_duty
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
         os.cpu_count() or 1
     )
-    by_asr = 0.7 / max(asr, 1e-3)
+    by_asr = 0.7 * min(options.batching.workers, cores) / max(asr, 1e-3)
     by_cpu = 0.7 * cores / max(asr + tts + 0.02, 1e-3)
     sessions = max(1, math.floor(min(by_asr, by_cpu)))
     return CapacityEstimate(
@@ -159,12 +163,20 @@ class LoadControl:
         if self._task is None:
             self._task = asyncio.create_task(self._monitor(), name="load-control")
 
+    def describe(self) -> str:
+        how = "configured" if self.estimate is None else "calibrated at start-up"
+        return f"speechpipe: capacity {self.gate.capacity} sessions ({how})"
+
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.pipeline is not None:  # the pipeline may outlive this server (tests, embedders)
+            self.pipeline.degrade.level = 0
+            if self.pipeline.whisper.observer is self:
+                self.pipeline.whisper.observer = None
 
     # -- BatchObserver (the ASR worker's thread) --------------------------------------------
     def batch_done(self, requests: int, waits: list[float], seconds: float) -> None:

@@ -145,6 +145,8 @@ async def run_server(
         if loader in done:
             loader.result()  # a model error ends the server with its message
             print("speechpipe: ready", file=sys.stderr, flush=True)
+            if app.load_control is not None:
+                print(app.load_control.describe(), file=sys.stderr, flush=True)
             await waiter
         else:
             loader.cancel()

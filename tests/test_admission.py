@@ -130,7 +130,7 @@ async def test_the_next_sessions_are_queued_then_refused_with_documented_message
     load = LoadOptions(admission=AdmissionOptions(
         capacity=1, max_queue=1, max_wait_s=600.0, expected_session_s=30.0,
         status_interval_s=0.5,
-    ))
+    ), degrade_enabled=False)  # the pipeline is shared with other tests: keep it at level 0
     app = ServerApp("127.0.0.1", 0, pipeline=pipeline, load=load)
     await app.start()
     await app.load()
