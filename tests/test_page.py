@@ -70,6 +70,13 @@ async def test_page_shows_captions_and_receives_speech(
                 timeout=45_000,
             )
             assert await stats.get_attribute("data-state") == "listening"
+            # source captions may trail the translation (under load the server sends
+            # translation-only partials and commits the captions at pauses): wait for both
+            await page.wait_for_function(
+                "() => document.querySelector('#source').innerText.trim().length > 0"
+                " && document.querySelector('#target').innerText.trim().length > 0",
+                timeout=45_000,
+            )
             target_text = (await page.locator("#target").inner_text()).strip()
             source_text = (await page.locator("#source").inner_text()).strip()
             assert target_text and source_text
