@@ -519,9 +519,10 @@ async def run_load_bench(
     elif batching == "off":
         configs = configs[1:]
     if overload is not None:
-        cap = capacity or 4
-        cap_args = ["--capacity", str(cap)]
-        levels = [max(cap + 1, math.ceil(cap * overload))]
+        # without --capacity the servers calibrate their own, and each configuration gets
+        # ceil(overload x the capacity it announced)
+        cap_args = ["--capacity", str(capacity)] if capacity else []
+        levels = [0]
     else:
         cap_args = ["--capacity", str(capacity if capacity else max_sessions + 1)]
     # every configuration's server stays up and the levels alternate between them, so a
@@ -536,16 +537,28 @@ async def run_load_bench(
                 servers[label] = await asyncio.to_thread(
                     ServerProcess([*extra, *cap_args, *server_args]).__enter__
                 )
-        for step, n in enumerate(levels):
+        overload_sessions: dict[str, tuple[int, int]] = {}
+        if overload is not None:
+            for label, _ in configs:
+                server = servers.get(label)
+                announced = (await asyncio.to_thread(scrape, url or server.url)).get(  # type: ignore[union-attr]
+                    "speechpipe_capacity_sessions")
+                cap = capacity or int(announced or 4)
+                overload_sessions[label] = (cap, min(max_sessions,
+                                                     max(cap + 1, math.ceil(cap * overload))))
+            results["capacity"] = {label: cap for label, (cap, _) in overload_sessions.items()}
+        for step, level_n in enumerate(levels):
             # which configuration goes first alternates: no systematic head start
             for label in (list(active) if step % 2 == 0 else list(reversed(active))):
                 server = servers.get(label)
                 target_url = url or server.url  # type: ignore[union-attr]
+                n = overload_sessions[label][1] if overload is not None else level_n
                 report = await run_level(target_url, clips, n, label=label,
                                          duration_s=duration_s, server=server,
                                          frame_ms=frame_ms)
                 row = report.row()
                 if overload is not None:
+                    row["capacity"] = overload_sessions[label][0]
                     row["admitted_at_once_commit_p95"] = round(
                         percentile(report.target_commit_admitted_at_once, 95), 2)
                     row["retry_after_s"] = report.retry_after
@@ -604,9 +617,11 @@ def register_load(kinds: Any) -> None:
                       help="p95 commit latency a level must stay within (default %(default)s)")
     load.add_argument("--max-sessions", type=int, default=32, help="hard cap on clients")
     load.add_argument("--capacity", type=int, default=None,
-                      help="the server's --capacity (default: above the session count)")
+                      help="the server's --capacity (default: above the session count; with "
+                           "--overload, the capacity each server calibrates at start-up)")
     load.add_argument("--overload", type=float, default=None,
-                      help="run ceil(F x --capacity) sessions against --capacity (e.g. 1.5)")
+                      help="run ceil(F x capacity) sessions (e.g. 1.5): --capacity, or what "
+                           "the server calibrated")
     load.add_argument("--clips", default=None,
                       help="manifest of clips (default ../shared/samples, else samples/)")
     load.add_argument("--frame-ms", type=int, default=20, help="client frame size")

@@ -272,12 +272,13 @@ class LoadControl:
 # -- CLI --------------------------------------------------------------------------------------
 def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("peak load (capacity, batching, degrade ladder)")
+    defaults = AdmissionOptions()  # an instance: a slots dataclass has no class-level defaults
     group.add_argument("--capacity", type=int, default=None,
                        help="sessions held at once; more wait in line or are refused "
                             "(default: estimated at start-up by a short calibration)")
-    group.add_argument("--max-queue", type=int, default=AdmissionOptions.max_queue,
+    group.add_argument("--max-queue", type=int, default=defaults.max_queue,
                        help="sessions that may wait for a slot (default %(default)s)")
-    group.add_argument("--max-queue-wait", type=float, default=AdmissionOptions.max_wait_s,
+    group.add_argument("--max-queue-wait", type=float, default=defaults.max_wait_s,
                        help="refuse (1013) when the estimated wait is longer, in seconds "
                             "(default %(default)s)")
     group.add_argument("--per-client-sessions", type=int, default=0,
@@ -316,8 +317,8 @@ def load_options_from_args(
         options = dataclasses.replace(options, asr_encode_bucket_s=args.encode_bucket)
     admission = AdmissionOptions(
         capacity=getattr(args, "capacity", None),
-        max_queue=getattr(args, "max_queue", AdmissionOptions.max_queue),
-        max_wait_s=getattr(args, "max_queue_wait", AdmissionOptions.max_wait_s),
+        max_queue=getattr(args, "max_queue", AdmissionOptions().max_queue),
+        max_wait_s=getattr(args, "max_queue_wait", AdmissionOptions().max_wait_s),
         per_client=getattr(args, "per_client_sessions", 0) or 0,
     )
     load = LoadOptions(admission=admission,

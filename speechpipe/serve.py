@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from speechpipe.config import PipelineOptions
     from speechpipe.session import Pipeline
 
-__all__ = ["run_server", "add_serve_arguments", "serve_main", "ServerApp"]
+__all__ = ["run_server", "add_serve_arguments", "serve_main", "serve_options", "ServerApp"]
 
 log = logging.getLogger("speechpipe.serve")
 
@@ -173,6 +173,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--webrtc-timeout", type=float, default=15.0,
                         help="seconds for a WebRTC peer's ICE + DTLS to complete")
     parser.add_argument("--no-webrtc", action="store_true", help="refuse WebRTC offers")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="GROUP.FIELD=VALUE",
+                        help="override a pipeline option for every session, e.g. "
+                             "asr.step_s=1.5 or batching.group_min_queue=2")
     from speechpipe.security import add_security_arguments
 
     add_security_arguments(parser)  # auth, origins, quotas, keepalive, --log-content
@@ -180,26 +184,31 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(handler=serve_main)
 
 
-def serve_main(args: argparse.Namespace) -> int:
-    from speechpipe.config import PipelineOptions
+def serve_options(
+    args: argparse.Namespace,
+) -> tuple[PipelineOptions, ServerLimits, LoadOptions]:
+    """The pipeline options (``--set`` applied), server limits and load options of ``serve``."""
+    from speechpipe.config import PipelineOptions, with_overrides
+    from speechpipe.security import security_limits
 
-    options = PipelineOptions(
+    options = with_overrides(PipelineOptions(
         asr_model=getattr(args, "asr_model", "whisper-base"),
         voice_dirs=tuple(getattr(args, "voices_dir", ()) or ()),
-    )
-    limits = ServerLimits(
+    ), getattr(args, "overrides", ()) or ())
+    limits = security_limits(args, ServerLimits(
         token=args.token,
         start_timeout_s=args.start_timeout,
         webrtc_connect_timeout_s=args.webrtc_timeout,
-    )
-    from speechpipe.security import security_limits
-
-    limits = security_limits(args, limits)
+    ))
     options, load = load_options_from_args(args, options)
+    return options, limits, load
+
+
+def serve_main(args: argparse.Namespace) -> int:
+    options, limits, load = serve_options(args)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run_server(args.host, args.port, options, limits=limits,
                                webrtc=not args.no_webrtc, load=load))
     return 0
-

@@ -84,3 +84,36 @@ def test_malformed_manifest(tmp_path):
     (tmp_path / "m.jsonl").write_text('{"file": "a.wav", "lang": "es"}\nnot json\n')
     result = speechpipe("eval", "m.jsonl", tmp_path=tmp_path)
     assert_one_line_error(result, "m.jsonl:2")
+
+
+def test_serve_rejects_an_unknown_option_before_listening(tmp_path):
+    result = speechpipe("serve", "--port", "0", "--set", "asr.no_such_option=1",
+                        tmp_path=tmp_path)
+    assert_one_line_error(result, "asr has no option 'no_such_option'")
+
+
+def test_serve_applies_set_overrides_and_load_flags():
+    from speechpipe.cli import build_parser
+    from speechpipe.serve import serve_options
+
+    args = build_parser().parse_args([
+        "serve", "--set", "asr.step_s=1.5", "--set", "batching.group_min_queue=2",
+        "--no-batching", "--capacity", "3",
+    ])
+    options, _, load = serve_options(args)
+    assert options.asr.step_s == 1.5
+    assert options.batching.group_min_queue == 2
+    assert options.batching.enabled is False
+    assert load.admission.capacity == 3
+
+
+def test_serve_default_admission_options_are_numbers():
+    """Regression: the --max-queue default was the slots descriptor, not 16, so the first
+    session that had to wait crashed its handler instead of being queued."""
+    from speechpipe.admission import AdmissionOptions
+    from speechpipe.cli import build_parser
+    from speechpipe.serve import serve_options
+
+    _, _, load = serve_options(build_parser().parse_args(["serve"]))
+    assert load.admission.max_queue == AdmissionOptions().max_queue == 16
+    assert load.admission.max_wait_s == AdmissionOptions().max_wait_s
