@@ -75,8 +75,9 @@ def calibrate_capacity(pipeline: Pipeline, *, batch: int = 4, audio_s: float = 4
     every level-2 step (alone; a batch of ``batch`` is timed too but not credited, see below),
     plus 25 % for pause/final decodes, and Piper's real-time factor times ``speech_duty``.
     The ASR workers get 70 % of one core each (at most one per core); all stages together
-    get 70 % of the cores. A rough model (measured here: 5 against 6-8 held by
-    ``speechpipe bench load``): measure and configure ``--capacity``."""
+    get 70 % of the cores. A conservative model (measured here: 5, against 8-10 held by
+    ``speechpipe bench load`` on the ladder's bottom rungs): measure and configure
+    ``--capacity``."""
     import numpy as np
 
     from speechpipe.degrade import degrade_asr
