@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -49,6 +50,8 @@ __all__ = ["run_load_bench", "register_load", "ClientRun", "commit_latencies", "
 
 RATE = 16_000
 REPO = Path(__file__).resolve().parent.parent
+# 16 000, 16 001, ... Hz: one per client session in this process (see ``run_level``)
+_OUTPUT_RATES = itertools.count(16_000)
 
 
 # -- what one client saw ----------------------------------------------------------------------
@@ -405,10 +408,11 @@ async def run_level(url: str, clips: Sequence[Clip], sessions: int, *, label: st
     async def client(i: int) -> ClientRun:
         await asyncio.sleep(i * stagger_s)
         audio, lang = playlist(clips, i, duration_s)
-        # a distinct output rate per client: the phrase cache keys on it, so sessions do not
-        # get each other's speech for free (the bench replays the same clips)
+        # a distinct output rate per client and level: the phrase cache keys on it, so no
+        # session gets speech synthesized earlier for free — neither another client's nor its
+        # own from an earlier level (the bench replays the same clips)
         return await run_client(url, i, audio, lang, frame_ms=frame_ms,
-                                output_rate=16_000 + 10 * i,
+                                output_rate=next(_OUTPUT_RATES),
                                 timeout_s=duration_s * 4 + 120)
 
     async def watch() -> None:

@@ -13,6 +13,9 @@ level  what changes (cumulative)                                                
                                                                                    encodes
 =====  ==========================================================================  =========
 
+On every level the partials before the first two translated words come at most 1 s apart
+(``early_step_s``): those are what the listener waits for.
+
 Clients on a degraded level get a ``status`` event ``degraded`` ("fast mode: translation may
 be less accurate", with ``detail.level``) and ``normal`` when they are back. A client that
 asked for ``mode: fast`` starts at level 2 (and is told nothing: it asked); the server's level
@@ -150,8 +153,11 @@ def degrade_asr(base: AsrOptions, level: int) -> AsrOptions:
         return base
     step = changes.get("step_s")
     names = {f.name for f in dataclasses.fields(base)}
-    if step is not None and "early_step_s" in names:  # the first words' cadence slows too
-        changes["early_step_s"] = max(getattr(base, "early_step_s"), step)  # noqa: B009
+    if step is not None and "early_step_s" in names:
+        # the first words keep a cadence of at most 1 s: they are what the listener waits for
+        # (measured at 8 sessions, two runs each: StartOffset p50 3.9/3.7 s against 4.3/4.2 s
+        # when they slowed to the step, commit p95 1.37/1.43 against 1.54/1.52 s)
+        changes["early_step_s"] = max(getattr(base, "early_step_s"), min(step, 1.0))  # noqa: B009
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 

@@ -90,6 +90,9 @@ def test_each_level_sheds_more_work():
     assert levels[2].partial_max_new_tokens == 10 and levels[2].source_partials
     assert levels[3].source_partials is False and levels[3].step_s == 2.0
     assert degrade_max_utterance(15.0, 3) == 15.0 and degrade_max_utterance(15.0, 4) == 8.0
+    # the first words keep a cadence of at most 1 s on every level (0.5 s on level 0)
+    assert [lv.early_step_s for lv in levels] == [0.5, 1.0, 1.0, 1.0, 1.0]
+    assert all(lv.early_step_s <= lv.step_s for lv in levels)
 
 
 def test_session_ladder_takes_the_higher_of_mode_floor_and_server_level():
