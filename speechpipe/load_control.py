@@ -320,10 +320,11 @@ def load_options_from_args(
         options = dataclasses.replace(options, batching=dataclasses.replace(batching, **changes))
     if getattr(args, "encode_bucket", None) is not None:
         options = dataclasses.replace(options, asr_encode_bucket_s=args.encode_bucket)
+    defaults = AdmissionOptions()
     admission = AdmissionOptions(
         capacity=getattr(args, "capacity", None),
-        max_queue=getattr(args, "max_queue", AdmissionOptions().max_queue),
-        max_wait_s=getattr(args, "max_queue_wait", AdmissionOptions().max_wait_s),
+        max_queue=getattr(args, "max_queue", defaults.max_queue),
+        max_wait_s=getattr(args, "max_queue_wait", defaults.max_wait_s),
         per_client=getattr(args, "per_client_sessions", 0) or 0,
     )
     load = LoadOptions(admission=admission,
