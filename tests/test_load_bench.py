@@ -84,3 +84,30 @@ async def test_one_short_real_session_through_the_bench(live_server):
     assert report.target_commit, "a real session commits translated words"
     assert report.start_offsets and report.end_offsets
     assert report.mean_batch >= 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="session")
+async def test_overload_runs_past_the_capacity_the_server_announces(pipeline):
+    """``--overload`` without ``--capacity`` reads the server's own capacity from /metrics and
+    runs past it; the extra session is refused with the documented code and a retry hint."""
+    from speechpipe.admission import AdmissionOptions
+    from speechpipe.bench_load import run_load_bench
+    from speechpipe.load_control import LoadOptions
+    from speechpipe.serve import ServerApp
+
+    app = ServerApp("127.0.0.1", 0, pipeline=pipeline,
+                    load=LoadOptions(admission=AdmissionOptions(capacity=1)))
+    await app.start()
+    try:
+        await app.load()
+        results = await run_load_bench(
+            url=f"ws://127.0.0.1:{app.server.port}/ws", overload=2.0, duration_s=3.0,
+            clips_manifest=str(ROOT / "samples" / "manifest.jsonl"),
+        )
+    finally:
+        await app.stop(close_pipeline=False)
+    assert results["capacity"] == {"server": 1}
+    (row,) = results["levels"]
+    assert row["sessions"] == 2 and row["started"] == 1 and row["finished"] == 1
+    assert row["refused"] == 1 and row["retry_after_s"] and row["retry_after_s"][0] > 0
