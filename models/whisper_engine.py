@@ -27,6 +27,18 @@ Guards against words from nothing (unguarded decodes loop on real clips here):
 - a loop guard cuts a continuation at the first repeated n-gram run;
 - a no-speech guard drops a decode whose no-speech probability is high and whose
   log-probability is low (faster-whisper's rule).
+The ASR stage adds the commit guard (``stages.faithfulness``): no words where a neural VAD
+heard no speech, no translation without source words.
+
+Coverage recovery (``recover_coverage``, for decodes that commit everything): Whisper's
+``translate`` can end its output after a short first sentence ("Merci. Mais ..." ->
+"Thank you!") and leave the rest of a long utterance untranslated. When the translation holds
+much fewer words than the captions of the same request (``models.coverage.coverage_gap``),
+the captions are aligned to the audio (cross-attention, faster-whisper's ``find_alignment``,
+on the encoder output already computed), and the audio from the first uncovered source
+sentence on is translated on its own, continuing the translation's unfinished sentence if
+any. Its words are appended to the translate decode (``recovered`` counts the extra decodes;
+``coverage_short`` says the translation is still short after them).
 """
 
 from __future__ import annotations
@@ -34,13 +46,19 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
 
 from speechpipe.errors import LanguageError, ModelError
+from speechpipe.models.coverage import (
+    MIN_RATIO,
+    MIN_SOURCE_WORDS,
+    classify_utterance,
+    coverage_gap,
+)
 
 __all__ = [
     "WhisperEngine",
@@ -86,6 +104,10 @@ class WhisperRequest:
     no_speech_threshold: float = 0.6
     logprob_threshold: float = -1.0
     partial: bool = False  # a tentative update: a shared worker may supersede it, never a final
+    recover_coverage: bool = False  # translate audio the translation left out (see below)
+    coverage_min_ratio: float = MIN_RATIO  # target/source words below this: left out
+    coverage_min_words: int = MIN_SOURCE_WORDS  # shorter captions are never judged
+    max_recoveries: int = 2  # extra translate decodes per request at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +120,9 @@ class DecodeResult:
     suppressed: bool = False  # dropped by the no-speech guard
     cut: bool = False  # shortened by the loop guard
     truncated: bool = False  # stopped by the length cap, not by the model
+    guarded: bool = False  # words dropped by the commit guard (stages.faithfulness)
+    recovered: int = 0  # extra decodes that translated audio the first decode left out
+    coverage_short: bool = False  # still much shorter than the captions after recovery
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +164,12 @@ def cut_repetition(
             keep = i + n if n > 1 else i + 1
             return list(words[: max(0, keep - n_context)]), True
     return list(words), False
+
+
+def _joined(prefix: str, decode: DecodeResult, added: str = "") -> str:
+    """The full text of a side: forced prefix, glued fragment, continuation, additions."""
+    text = f"{prefix.strip()}{decode.glued} {decode.continuation}".strip()
+    return f"{text} {added}".strip() if added else text
 
 
 class WhisperEngine:
@@ -328,10 +359,17 @@ class WhisperEngine:
                 ids = [i for i in tokens[:new_tokens] if i < self.eot]
                 avg_logprob = float(output.scores[0]) / max(1, len(full)) if output.scores else 0.0
                 generated[member] = (ids, avg_logprob, float(output.no_speech_prob), hit_cap)
-        t3 = time.perf_counter()
         decodes: list[list[DecodeResult]] = [[] for _ in requests]
         for member, (row, task, _, _, _) in enumerate(items):
             decodes[row].append(self._decode_result(requests[row], task, *generated[member]))
+        recover_s = [0.0] * len(requests)
+        for row, request in enumerate(requests):
+            if request.recover_coverage:
+                t_recover = time.perf_counter()
+                decodes[row] = self._recover_coverage(
+                    request, encoded[row], languages[row][0], decodes[row])
+                recover_s[row] = time.perf_counter() - t_recover
+        t3 = time.perf_counter()
         return [
             WhisperResult(
                 language=languages[row][0],
@@ -339,7 +377,9 @@ class WhisperEngine:
                 decodes=tuple(decodes[row]),
                 encode_s=t1 - t0,
                 decode_s=t3 - t2,
-                timings={"asr.encode": t1 - t0, "asr.langid": t2 - t1, "asr.decode": t3 - t2},
+                timings={"asr.encode": t1 - t0, "asr.langid": t2 - t1,
+                         "asr.decode": t3 - t2 - recover_s[row],
+                         **({"asr.recover": recover_s[row]} if recover_s[row] else {})},
                 batch_requests=len(requests),
             )
             for row in range(len(requests))
@@ -368,6 +408,94 @@ class WhisperEngine:
             cut=was_cut,
             truncated=hit_cap,
         )
+
+    # -- coverage recovery -----------------------------------------------------------------
+    def _recover_coverage(
+        self, request: WhisperRequest, encoded_row: NDArray[np.float32], language: str,
+        decodes: list[DecodeResult],
+    ) -> list[DecodeResult]:
+        """Translate the audio the translate decode left out (module docs); at most
+        ``request.max_recoveries`` extra decodes, each on the audio after the last cut."""
+        by_task = {d.task: i for i, d in enumerate(decodes)}
+        if "transcribe" not in by_task or "translate" not in by_task:
+            return decodes
+        prefixes = {t.task: t.prefix for t in request.tasks}
+        source = _joined(prefixes["transcribe"], decodes[by_task["transcribe"]])
+        target_decode = decodes[by_task["translate"]]
+        if target_decode.suppressed:
+            return decodes
+        added = ""
+        recovered = 0
+        audio_from = 0  # samples: where the source text's audio starts
+        source_rest = source
+        for _ in range(request.max_recoveries):
+            target = _joined(prefixes["translate"], target_decode, added)
+            gap = coverage_gap(source, target, request.coverage_min_ratio,
+                               request.coverage_min_words)
+            if gap is None:
+                break
+            offset, fragment = gap
+            offset -= len(source) - len(source_rest)  # into the text still to be placed
+            if offset <= 0:
+                break
+            start = self._source_time(request.audio[audio_from:], encoded_row if not audio_from
+                                      else None, language, source_rest, offset)
+            if start is None:
+                break
+            cut = audio_from + max(0, int((start - 0.1) * SAMPLE_RATE))
+            if len(request.audio) - cut < int(0.5 * SAMPLE_RATE):
+                break
+            tail = WhisperRequest(
+                audio=request.audio[cut:], language=language,
+                tasks=(DecodeTask("translate", fragment),), beam_size=request.beam_size,
+                tokens_per_second=request.tokens_per_second,
+                no_speech_threshold=request.no_speech_threshold,
+                logprob_threshold=request.logprob_threshold,
+            )
+            extra = self._run_bucket([tail])[0].decodes[0]
+            recovered += 1
+            if extra.suppressed or not extra.continuation:
+                break
+            added = " ".join(p for p in (added, extra.glued, extra.continuation) if p)
+            audio_from = cut
+            source_rest = source_rest[offset:]
+        if not recovered:
+            return decodes
+        continuation = " ".join(p for p in (target_decode.continuation, added) if p)
+        target = _joined(prefixes["translate"], target_decode, added)
+        short = classify_utterance(source, target, request.coverage_min_ratio,
+                                   request.coverage_min_words) == "dropped"
+        out = list(decodes)
+        out[by_task["translate"]] = replace(
+            target_decode, continuation=continuation, recovered=recovered, coverage_short=short)
+        return out
+
+    def _source_time(
+        self, audio: NDArray[np.float32], encoded_row: NDArray[np.float32] | None,
+        language: str, text: str, offset: int,
+    ) -> float | None:
+        """Seconds into ``audio`` where the word of ``text`` at character ``offset`` starts,
+        by aligning the transcript to the audio (cross-attention, as faster-whisper's word
+        timestamps do). None when the alignment cannot place it."""
+        import ctranslate2
+        from faster_whisper.tokenizer import Tokenizer
+
+        if encoded_row is None:
+            encoded_row = self._encode_rows([self.mel(audio)])[0]
+        tokenizer = Tokenizer(self.tokenizer, True, task="transcribe", language=language)
+        tokens = self.tokenizer.encode(" " + text.strip(), add_special_tokens=False).ids
+        view = ctranslate2.StorageView.from_array(np.ascontiguousarray(encoded_row[None]))
+        frames = len(audio) * 100 // SAMPLE_RATE  # mel frames (100 a second)
+        try:
+            words = self.model.find_alignment(tokenizer, [tokens], view, frames)[0]
+        except Exception:  # an alignment failure only means no recovery
+            return None
+        position = -1  # the text is aligned with a leading space
+        for word in words:
+            position += len(word["word"])
+            if position > offset:
+                return float(word["start"])
+        return None
 
     def warm_up(self) -> None:
         """A single request, then a batch of two in one bucket (both code paths)."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from speechpipe.errors import InputError
 from speechpipe.models.batching import BatchOptions
 from speechpipe.stages.asr import AsrOptions
+from speechpipe.stages.faithfulness import FaithfulnessOptions
 from speechpipe.stages.phrases import PhraseOptions
 from speechpipe.stages.tts import CatchUpOptions
 from speechpipe.stages.vad import VadOptions
@@ -33,6 +34,7 @@ class PipelineOptions:
     input_capacity_frames: int = 1500  # 30 s of 20 ms frames before audio is coalesced
     fast_input_capacity_frames: int = 5  # --pace fast: the producer waits, every step decodes
     batching: BatchOptions = field(default_factory=BatchOptions)  # the shared ASR worker
+    faithful: FaithfulnessOptions = field(default_factory=FaithfulnessOptions)  # guards
 
 
 def with_overrides(options: PipelineOptions, overrides: Iterable[str]) -> PipelineOptions:
@@ -40,7 +42,7 @@ def with_overrides(options: PipelineOptions, overrides: Iterable[str]) -> Pipeli
     for item in overrides:
         key, sep, raw = item.partition("=")
         group, _, name = key.strip().partition(".")
-        groups = ("vad", "asr", "phrases", "catch_up", "batching", "pipeline")
+        groups = ("vad", "asr", "phrases", "catch_up", "batching", "faithful", "pipeline")
         if not sep or group not in groups or not name:
             raise InputError(
                 f"--set {item!r}: expected GROUP.FIELD=VALUE ({', '.join(groups)})"

@@ -34,6 +34,7 @@ from speechpipe.stages.asr import AsrOptions, AsrStage
 from speechpipe.stages.cache import LruCache
 from speechpipe.stages.channels import Channel, ChannelClosed, Overflow
 from speechpipe.stages.clock import BasisStreamClock, StreamClock, WallStreamClock
+from speechpipe.stages.faithfulness import SileroSpeech
 from speechpipe.stages.frames import AudioFrame, OutputEvent, TextHypothesis
 from speechpipe.stages.mt import SpeechTranslationPassthrough
 from speechpipe.stages.text_mt import TextMtStage
@@ -94,6 +95,8 @@ class Pipeline:
         self._text_mt: dict[str, Ct2TranslationWorker] = {}
         self._text_mt_lock = threading.Lock()
         self.mt_memory = TranslationMemory(options.translation_memory_items)
+        # the commit guard's speech check (stages.faithfulness), shared by all sessions
+        self.speech = SileroSpeech() if options.faithful.guard else None
         self.sessions_started = 0
 
     @classmethod
@@ -253,6 +256,8 @@ class PipelineSession:
             translate=resolved.text_mt is None,
             target_language=self.request.target_lang,
             queue=asr_client if live else None,  # live: stale partials are superseded
+            faithfulness=options.faithful,
+            speech=pipeline.speech,
         )
         tts = TtsStage(speak, self.clock, rate, options.phrases, catch_up=options.catch_up)
         if resolved.text_mt is None:

@@ -26,7 +26,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -36,6 +36,14 @@ from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest, Whisper
 from speechpipe.stages.agreement import LocalAgreement
 from speechpipe.stages.channels import Channel, ChannelClosed
 from speechpipe.stages.clock import StreamClock
+from speechpipe.stages.faithfulness import (
+    FaithfulnessOptions,
+    SpeechClassifier,
+    SpeechEvidence,
+    classify_utterance,
+    count_words,
+    guard_decodes,
+)
 from speechpipe.stages.frames import (
     STREAM_RATE,
     ErrorEvent,
@@ -130,6 +138,9 @@ class UtteranceDecoder:
     revision: int = 0
     source: LocalAgreement = field(init=False)
     target: LocalAgreement = field(init=False)
+    faithfulness: FaithfulnessOptions = field(default_factory=FaithfulnessOptions)
+    speech: SpeechClassifier | None = None  # speech probability per 32 ms window
+    evidence: SpeechEvidence | None = None  # made at the first audio (start_pts is final)
 
     def __post_init__(self) -> None:
         lookback = self.options.agreement_lookback
@@ -149,6 +160,7 @@ class UtteranceDecoder:
         if len(samples):
             self.audio.append(samples)
             self.n_samples += len(samples)
+            self._add_evidence(samples)
         self.voiced_samples += voiced
 
     def tasks(self, kind: str = "final") -> tuple[DecodeTask, ...]:
@@ -198,7 +210,7 @@ class UtteranceDecoder:
         else:  # enough for the audio not yet committed, not for a loop
             uncommitted = (self.basis(kind) - max(self.start_pts, self.committed_at)) / STREAM_RATE
             cap = 8 + int(self.options.tokens_per_second * uncommitted)
-        return WhisperRequest(
+        return self._with_recovery(kind, WhisperRequest(
             audio=audio.astype(np.float32) / 32768.0,
             language=self.language if self.language_locked else None,
             tasks=self.tasks(kind),
@@ -206,10 +218,11 @@ class UtteranceDecoder:
             tokens_per_second=self.options.tokens_per_second,
             max_new_tokens=cap,
             partial=kind == "partial",
-        )
+        ))
 
     def apply(self, result: WhisperResult, kind: str, basis_pts: int) -> list[tuple[str, str, str]]:
         """Feed a decode result; return (side, committed, tentative) for each changed side."""
+        result = self._guarded(result, basis_pts)
         self.last_decode_end = basis_pts
         self.last_truncated = any(d.truncated for d in result.decodes)
         if not self.language_locked:
@@ -243,6 +256,44 @@ class UtteranceDecoder:
         if commit_all:
             self.committed_at = basis_pts
         return changed
+
+    # -- faithfulness (stages.faithfulness): never invent, never drop -------------------------
+    def _add_evidence(self, samples: np.ndarray) -> None:
+        if self.speech is None:
+            return
+        if self.evidence is None:
+            self.evidence = SpeechEvidence(self.start_pts, self.speech,
+                                           self.faithfulness.speech_threshold)
+        self.evidence.add(samples)
+
+    def _with_recovery(self, kind: str, request: WhisperRequest) -> WhisperRequest:
+        """Decodes that commit everything also translate what a short translation left out."""
+        options = self.faithfulness
+        if kind == "partial" or not self.translate or not options.recover:
+            return request
+        return replace(request, recover_coverage=True, coverage_min_ratio=options.min_ratio,
+                       coverage_min_words=options.min_source_words,
+                       max_recoveries=options.max_recoveries)
+
+    def _guarded(self, result: WhisperResult, basis_pts: int) -> WhisperResult:
+        """The commit guard: no words for a span without speech, no translation beyond what
+        the source side heard. The span is everything after the last full commit."""
+        if not self.faithfulness.guard:
+            return result
+        speech_s = None
+        if self.evidence is not None:
+            speech_s = self.evidence.seconds(max(self.start_pts, self.committed_at), basis_pts)
+        decodes = guard_decodes(
+            result.decodes, speech_s, count_words(self.source.committed_text),
+            count_words(self.target.committed_text), self.faithfulness,
+        )
+        return replace(result, decodes=tuple(decodes))
+
+    def coverage(self) -> str:
+        """``ok``, ``invented``, ``dropped`` or ``empty``: the committed translation against
+        the committed captions (``models.coverage.classify_utterance``)."""
+        return classify_utterance(self.source.committed_text, self.target.committed_text,
+                                  self.faithfulness.min_ratio, self.faithfulness.min_source_words)
 
     def commit_last(self, pause: bool = False) -> list[tuple[str, str, str]]:
         """Commit the last hypothesis without decoding (it already heard all the speech).
@@ -288,8 +339,13 @@ class AsrStage:
         translate: bool = True,
         target_language: str = "en",
         queue: QueuedDecodes | None = None,
+        faithfulness: FaithfulnessOptions | None = None,
+        speech: SpeechClassifier | None = None,
     ) -> None:
         self.recognize = recognize
+        self.faithfulness = faithfulness or FaithfulnessOptions()
+        self.speech = speech  # speech probability per 32 ms window (None: no speech rule)
+        self.incomplete = 0  # utterances whose translation stayed short (error events sent)
         self.clock = clock
         self.provider: AsrOptionsProvider = (
             FixedOptions(options) if isinstance(options, AsrOptions) else options
@@ -391,6 +447,8 @@ class AsrStage:
                 options=self.options,
                 language=self.language or self.detected_language,
                 translate=self.translate,
+                faithfulness=self.faithfulness,
+                speech=self.speech if self.faithfulness.guard else None,
             )
             # seed with history from the start (pre-roll and detection delay)
             seed = self._history_audio(event.pts - int(self.options.pre_roll_s * STREAM_RATE))
@@ -575,11 +633,31 @@ class AsrStage:
             StageTiming("queue.asr", queued),
             *(StageTiming(k, v) for k, v in result.timings.items()),
         )
+        if decoder.evidence is not None:
+            await asyncio.to_thread(decoder.evidence.update)
         changed = decoder.apply(result, kind, basis)
+        if kind == "final":
+            await self._report_coverage(decoder, basis, events)
         if (self.options.keep_detected_language and decoder.language_locked
                 and self.language is None):
             self.detected_language = decoder.language
         return changed, timings
+
+    async def _report_coverage(
+        self, decoder: UtteranceDecoder, basis: int, events: Channel[OutputEvent]
+    ) -> None:
+        """Never drop a span silently: a final translation still much shorter than its
+        captions (after recovery) is reported as a ``translation_incomplete`` error event
+        (word counts only: nothing spoken goes into the message)."""
+        if not decoder.translate or decoder.coverage() != "dropped":
+            return
+        self.incomplete += 1
+        await events.put(ErrorEvent(
+            "translation_incomplete",
+            f"the translation covers {count_words(decoder.target.committed_text)} words of "
+            f"{count_words(decoder.source.committed_text)} heard",
+            self.clock.stamp(basis), decoder.utterance,
+        ))
 
     async def _emit(
         self,
