@@ -48,7 +48,7 @@ def spanish_clip() -> tuple[Path, dict[str, Any]]:
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def live_server(pipeline: Any) -> AsyncIterator[Any]:
     """``speechpipe serve`` on the shared pipeline, on a free loopback port."""
-    from speechpipe.serve import ServerApp
+    from speechpipe.server.serve import ServerApp
 
     app = ServerApp("127.0.0.1", 0, pipeline=pipeline)
     await app.start()

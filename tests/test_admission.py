@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
-from speechpipe.admission import AdmissionCore, AdmissionGate, AdmissionOptions
 from speechpipe.config import PipelineOptions
 from speechpipe.errors import AdmissionError
-from speechpipe.load_control import LoadOptions, add_load_arguments, load_options_from_args
+from speechpipe.server.admission import AdmissionCore, AdmissionGate, AdmissionOptions
+from speechpipe.server.load_control import LoadOptions, add_load_arguments, load_options_from_args
 from speechpipe.stages.frames import StatusEvent
 from speechpipe.transport.protocol import CloseCode
 
@@ -125,7 +125,7 @@ async def _next(ws: Any) -> dict[str, Any]:
 @pytest.mark.slow
 @pytest.mark.asyncio(loop_scope="session")
 async def test_the_next_sessions_are_queued_then_refused_with_documented_messages(pipeline):
-    from speechpipe.serve import ServerApp
+    from speechpipe.server.serve import ServerApp
 
     load = LoadOptions(admission=AdmissionOptions(
         capacity=1, max_queue=1, max_wait_s=600.0, expected_session_s=30.0,

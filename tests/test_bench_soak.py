@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from speechpipe.bench_soak import SAMPLES_DIR, fds, load_clips, slope_per_minute, snapshot
+from speechpipe.bench.soak import SAMPLES_DIR, fds, load_clips, slope_per_minute, snapshot
 
 
 def test_rss_slope_is_per_minute_and_needs_enough_points() -> None:

@@ -94,7 +94,7 @@ def test_serve_rejects_an_unknown_option_before_listening(tmp_path):
 
 def test_serve_applies_set_overrides_and_load_flags():
     from speechpipe.cli import build_parser
-    from speechpipe.serve import serve_options
+    from speechpipe.server.serve import serve_options
 
     args = build_parser().parse_args([
         "serve", "--set", "asr.step_s=1.5", "--set", "batching.group_min_queue=2",
@@ -110,9 +110,9 @@ def test_serve_applies_set_overrides_and_load_flags():
 def test_serve_default_admission_options_are_numbers():
     """Regression: the --max-queue default was the slots descriptor, not 16, so the first
     session that had to wait crashed its handler instead of being queued."""
-    from speechpipe.admission import AdmissionOptions
     from speechpipe.cli import build_parser
-    from speechpipe.serve import serve_options
+    from speechpipe.server.admission import AdmissionOptions
+    from speechpipe.server.serve import serve_options
 
     _, _, load = serve_options(build_parser().parse_args(["serve"]))
     assert load.admission.max_queue == AdmissionOptions().max_queue == 16

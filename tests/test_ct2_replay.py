@@ -13,7 +13,7 @@ from conftest import OWN_SAMPLES
 from tiny_mt import build_tiny_mt
 
 from speechpipe.cli import main
-from speechpipe.trace import read_trace
+from speechpipe.evaluation.trace import read_trace
 
 pytestmark = pytest.mark.slow
 

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from speechpipe.admission import AdmissionOptions
-from speechpipe.degrade import (
+from speechpipe.models.whisper_engine import DecodeResult, WhisperRequest, WhisperResult
+from speechpipe.server.admission import AdmissionOptions
+from speechpipe.server.degrade import (
     MAX_LEVEL,
     DegradeController,
     DegradeOptions,
@@ -21,8 +22,7 @@ from speechpipe.degrade import (
     degrade_asr,
     degrade_max_utterance,
 )
-from speechpipe.load_control import LoadControl, LoadOptions
-from speechpipe.models.whisper_engine import DecodeResult, WhisperRequest, WhisperResult
+from speechpipe.server.load_control import LoadControl, LoadOptions
 from speechpipe.stages.asr import AsrOptions, AsrStage
 from speechpipe.stages.channels import Channel
 from speechpipe.stages.clock import BasisStreamClock

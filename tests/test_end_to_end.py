@@ -7,7 +7,7 @@ import pytest
 import soundfile as sf
 from conftest import OWN_SAMPLES, shared_clip, shared_manifest_row
 
-from speechpipe.scores import normalize_text, speech_span
+from speechpipe.evaluation.scores import normalize_text, speech_span
 from speechpipe.translate_file import translate_audio
 from speechpipe.transport.file_replay import read_audio
 from speechpipe.transport.session_api import SessionRequest
@@ -81,7 +81,7 @@ async def test_project_samples_run_end_to_end_without_shared(pipeline):
 
 def test_translate_cli_writes_speech_and_trace(tmp_path):
     from speechpipe.cli import main
-    from speechpipe.trace import read_trace
+    from speechpipe.evaluation.trace import read_trace
 
     clip = shared_clip("es_enh_1507_epst")
     out, trace = tmp_path / "out.wav", tmp_path / "trace.jsonl"

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from speechpipe.bench_load import (
+from speechpipe.bench.load import (
     ClientRun,
     Clip,
     LevelReport,
@@ -91,10 +91,10 @@ async def test_one_short_real_session_through_the_bench(live_server):
 async def test_overload_runs_past_the_capacity_the_server_announces(pipeline):
     """``--overload`` without ``--capacity`` reads the server's own capacity from /metrics and
     runs past it; the extra session is refused with the documented code and a retry hint."""
-    from speechpipe.admission import AdmissionOptions
-    from speechpipe.bench_load import run_load_bench
-    from speechpipe.load_control import LoadOptions
-    from speechpipe.serve import ServerApp
+    from speechpipe.bench.load import run_load_bench
+    from speechpipe.server.admission import AdmissionOptions
+    from speechpipe.server.load_control import LoadOptions
+    from speechpipe.server.serve import ServerApp
 
     app = ServerApp("127.0.0.1", 0, pipeline=pipeline,
                     load=LoadOptions(admission=AdmissionOptions(capacity=1)))

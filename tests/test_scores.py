@@ -1,13 +1,13 @@
 import pytest
 
-from speechpipe.models.whisper_engine import cut_repetition
-from speechpipe.scores import (
+from speechpipe.evaluation.scores import (
     average_lagging,
     latency_scores,
     normalize_text,
     normalized_erasure,
     wer,
 )
+from speechpipe.models.whisper_engine import cut_repetition
 
 
 def test_loop_guard_cuts_repeats_and_keeps_real_text():

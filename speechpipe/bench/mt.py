@@ -40,7 +40,7 @@ POLICIES: dict[str, TextMtOptions] = {
 
 
 def _tiny_model(folder: Path) -> Path:
-    builder = Path(__file__).resolve().parents[1] / "tests" / "tiny_mt.py"
+    builder = Path(__file__).resolve().parents[2] / "tests" / "tiny_mt.py"
     if not builder.is_file():
         raise ModelError("pass a CTranslate2 MT model folder (the tiny model needs a checkout)")
     spec = importlib.util.spec_from_file_location("speechpipe_tiny_mt", builder)

@@ -2,7 +2,7 @@
 
 ``capacity`` is the number of sessions this machine holds at real time. It is configured
 (``speechpipe serve --capacity N``) or, without the flag, estimated at start-up by a short
-calibration (``speechpipe.load_control.calibrate_capacity``: a timed batched inference; a
+calibration (``speechpipe.server.load_control.calibrate_capacity``: a timed batched inference; a
 rough figure — measure the real one with ``speechpipe bench load`` and configure it).
 
 A session over capacity either **waits** in a first-come-first-served line, receiving

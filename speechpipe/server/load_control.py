@@ -1,9 +1,9 @@
 """Peak load, wired: admission gate, degrade ladder, event-loop lag probe and their metrics.
 
-``LoadControl`` belongs to a running server (``speechpipe.serve.ServerApp``). At start-up it
+``LoadControl`` belongs to a running server (``speechpipe.server.serve.ServerApp``). At start-up it
 fixes the capacity (``--capacity N``, or ``calibrate_capacity``), then every ``tick_s`` it
 samples the load — how long ASR requests take (queue wait + compute), the event loop's lag,
-sessions vs capacity — feeds the degrade ladder (``speechpipe.degrade``), tells the affected
+sessions vs capacity — feeds the degrade ladder (``speechpipe.server.degrade``), tells the affected
 sessions about level changes (``status`` events) and updates the metrics.
 """
 
@@ -21,8 +21,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from speechpipe.admission import AdmissionCore, AdmissionGate, AdmissionOptions
-from speechpipe.degrade import (
+from speechpipe.server.admission import AdmissionCore, AdmissionGate, AdmissionOptions
+from speechpipe.server.degrade import (
     DegradeController,
     DegradeOptions,
     LoadSample,
@@ -33,7 +33,7 @@ from speechpipe.stages.frames import StatusEvent
 
 if TYPE_CHECKING:
     from speechpipe.config import PipelineOptions
-    from speechpipe.metrics import LoadMetrics
+    from speechpipe.server.metrics import LoadMetrics
     from speechpipe.session import Pipeline
 
 __all__ = [
@@ -80,8 +80,8 @@ def calibrate_capacity(pipeline: Pipeline, *, batch: int = 4, audio_s: float = 4
     ``--capacity``."""
     import numpy as np
 
-    from speechpipe.degrade import degrade_asr
     from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest
+    from speechpipe.server.degrade import degrade_asr
     from speechpipe.voices.registry import resolve_voice
     from speechpipe.voices.tts_worker import resample_int16
 

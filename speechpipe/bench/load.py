@@ -49,7 +49,7 @@ __all__ = ["run_load_bench", "register_load", "ClientRun", "commit_latencies", "
            "percentile", "LevelReport"]
 
 RATE = 16_000
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 # 16 000, 16 001, ... Hz: one per client session in this process (see ``run_level``)
 _OUTPUT_RATES = itertools.count(16_000)
 

@@ -127,7 +127,7 @@ class ServerMetrics:
 
 class LoadMetrics:
     """Peak-load metrics: the shared ASR worker (a ``models.batching.BatchObserver``; called
-    on its thread), admission and the degrade ladder (set by ``speechpipe.load_control``)."""
+    on its thread), admission and the degrade ladder (set by ``speechpipe.server.load_control``)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry

@@ -26,7 +26,7 @@ import numpy as np
 
 from speechpipe.config import PipelineOptions
 from speechpipe.errors import InputError
-from speechpipe.scores import (
+from speechpipe.evaluation.scores import (
     corpus_bleu,
     latency_scores,
     percentiles,
@@ -171,7 +171,7 @@ def _aggregate(rows, clips, stage_values, total_cpu, total_audio, total_wall) ->
     if wer_rows:
         import jiwer
 
-        from speechpipe.scores import normalize_text
+        from speechpipe.evaluation.scores import normalize_text
 
         corpus_wer = float(jiwer.wer(
             [normalize_text(by_id[r["id"]]["transcript"]) for r in wer_rows],

@@ -46,7 +46,7 @@ BEHAVIOURS = {  # behaviour -> weight
     "garbage": 8,
     "webrtc": 12,
 }
-SAMPLES_DIR = Path(__file__).resolve().parents[1] / "samples"
+SAMPLES_DIR = Path(__file__).resolve().parents[2] / "samples"
 
 
 @dataclass

@@ -16,16 +16,16 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     mt.add_argument("--source-lang", default="en")
     mt.add_argument("--target-lang", default="fr")
     mt.set_defaults(handler=_bench_mt)
-    from speechpipe.bench_load import register_load
+    from speechpipe.bench.load import register_load
 
     register_load(kinds)  # bench load: concurrent sessions, batching on vs off
-    from speechpipe.bench_soak import register_soak
+    from speechpipe.bench.soak import register_soak
 
     register_soak(kinds)  # bench soak: session churn, RSS slope, leaked tasks and fds
 
 
 def _bench_mt(args: argparse.Namespace) -> int:
-    from speechpipe.bench_mt import run_mt_growth_bench
+    from speechpipe.bench.mt import run_mt_growth_bench
 
     run_mt_growth_bench(args.model, source_lang=args.source_lang, target_lang=args.target_lang)
     return 0

@@ -19,13 +19,13 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
 from speechpipe.errors import SessionError
-from speechpipe.load_control import (
+from speechpipe.server.load_control import (
     LoadControl,
     LoadOptions,
     add_load_arguments,
     load_options_from_args,
 )
-from speechpipe.metrics import ServerMetrics
+from speechpipe.server.metrics import ServerMetrics
 from speechpipe.transport.session_api import LiveSession, SessionRequest
 from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
 
@@ -56,7 +56,7 @@ class ServerApp:
         self.metrics = ServerMetrics()
         self.pipeline: Pipeline | None = pipeline
         self._ready = False
-        # admission control + degrade ladder (speechpipe.load_control); None: neither
+        # admission control + degrade ladder (speechpipe.server.load_control); None: neither
         self.load_control = None if load is None else LoadControl(load, self.metrics.load)
         self.server = SpeechServer(
             self.session,
@@ -177,10 +177,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="GROUP.FIELD=VALUE",
                         help="override a pipeline option for every session, e.g. "
                              "asr.step_s=1.5 or batching.group_min_queue=2")
-    from speechpipe.security import add_security_arguments
+    from speechpipe.server.security import add_security_arguments
 
     add_security_arguments(parser)  # auth, origins, quotas, keepalive, --log-content
-    add_load_arguments(parser)  # --capacity, --no-batching, ... (speechpipe.load_control)
+    add_load_arguments(parser)  # --capacity, --no-batching, ... (speechpipe.server.load_control)
     parser.set_defaults(handler=serve_main)
 
 
@@ -189,7 +189,7 @@ def serve_options(
 ) -> tuple[PipelineOptions, ServerLimits, LoadOptions]:
     """The pipeline options (``--set`` applied), server limits and load options of ``serve``."""
     from speechpipe.config import PipelineOptions, with_overrides
-    from speechpipe.security import security_limits
+    from speechpipe.server.security import security_limits
 
     options = with_overrides(PipelineOptions(
         asr_model=getattr(args, "asr_model", "whisper-base"),
