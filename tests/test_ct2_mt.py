@@ -11,13 +11,9 @@ import pytest
 from tiny_mt import build_tiny_mt, generated_sentences, make_whisper_like_folder, train_tiny_spm
 
 from speechpipe.errors import LanguageError, ModelError, WorkerError
-from speechpipe.models.ct2_translator import (
-    Ct2TextTranslator,
-    Ct2TranslationWorker,
-    ModelFamily,
-    TextMtRequest,
-    inspect_mt_model,
-)
+from speechpipe.models.ct2_folder import ModelFamily, inspect_mt_model
+from speechpipe.models.ct2_translator import Ct2TextTranslator, TextMtRequest
+from speechpipe.models.ct2_worker import Ct2TranslationWorker
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 spm = pytest.importorskip("sentencepiece")
@@ -356,7 +352,7 @@ def test_whisper_folder_is_the_wrong_model_type(tmp_path: Path) -> None:
 
 
 def test_real_whisper_folder_if_assembled() -> None:
-    from speechpipe.models.whisper_weights import speechpipe_home
+    from speechpipe.models.home import speechpipe_home
 
     folder = speechpipe_home() / "models" / "whisper-base"
     if not (folder / "model.bin").is_file():

@@ -12,6 +12,7 @@ from tiny_mt import build_tiny_mt, make_whisper_like_folder
 
 from speechpipe import models_cli
 from speechpipe.errors import InputError, ModelError
+from speechpipe.models import mt_registry
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +62,9 @@ def test_add_list_resolve_round_trip(
     assert listed["asr"][0]["name"] == "whisper-base"
     assert any(v["name"] == "en_US-joe-medium" for v in listed["voices"]) or not listed["voices"]
 
-    assert models_cli.resolve_mt_model("tiny") == tiny_models["nllb"].resolve()
-    assert models_cli.resolve_mt_model("ct2:tiny") == tiny_models["nllb"].resolve()
-    assert models_cli.resolve_mt_model(str(tiny_models["marian"])) == tiny_models["marian"]
+    assert mt_registry.resolve_mt_model("tiny") == tiny_models["nllb"].resolve()
+    assert mt_registry.resolve_mt_model("ct2:tiny") == tiny_models["nllb"].resolve()
+    assert mt_registry.resolve_mt_model(str(tiny_models["marian"])) == tiny_models["marian"]
 
     assert run("models", "list") == 0
     text = capsys.readouterr().out
@@ -72,7 +73,7 @@ def test_add_list_resolve_round_trip(
 
 def test_default_name_is_the_folder_name(home: Path, tiny_models: dict[str, Path]) -> None:
     assert run("models", "add", str(tiny_models["marian"])) == 0
-    assert models_cli.registered_mt_models()["tiny-marian"]["target_langs"] == ["fr"]
+    assert mt_registry.registered_mt_models()["tiny-marian"]["target_langs"] == ["fr"]
 
 
 def test_name_clash_needs_replace(
@@ -81,9 +82,9 @@ def test_name_clash_needs_replace(
     assert run("models", "add", str(tiny_models["nllb"]), "--name", "m") == 0
     assert run("models", "add", str(tiny_models["marian"]), "--name", "m") == 2
     assert "already registered" in capsys.readouterr().err
-    assert models_cli.registered_mt_models()["m"]["family"] == "nllb"
+    assert mt_registry.registered_mt_models()["m"]["family"] == "nllb"
     assert run("models", "add", str(tiny_models["marian"]), "--name", "m", "--replace") == 0
-    assert models_cli.registered_mt_models()["m"]["family"] == "marian"
+    assert mt_registry.registered_mt_models()["m"]["family"] == "marian"
 
 
 @pytest.mark.parametrize("case", ["missing", "whisper", "mismatched", "bad-name", "file"])
@@ -126,9 +127,9 @@ def test_whisper_folder_error_names_the_problem(
 
 def test_resolve_unknown(home: Path) -> None:
     with pytest.raises(ModelError, match="no MT model named 'ghost'"):
-        models_cli.resolve_mt_model("ghost")
+        mt_registry.resolve_mt_model("ghost")
     with pytest.raises(InputError):
-        models_cli.resolve_mt_model("ct2:")
+        mt_registry.resolve_mt_model("ct2:")
 
 
 def test_resolve_registered_but_moved(
@@ -139,7 +140,7 @@ def test_resolve_registered_but_moved(
     assert run("models", "add", str(moved), "--name", "gone") == 0
     shutil.rmtree(moved)
     with pytest.raises(ModelError, match="no longer exists"):
-        models_cli.resolve_mt_model("gone")
+        mt_registry.resolve_mt_model("gone")
 
 
 def test_corrupt_registry_is_reported(home: Path, capsys: pytest.CaptureFixture[str]) -> None:

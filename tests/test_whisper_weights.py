@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from speechpipe.errors import ModelError
+from speechpipe.models.home import speechpipe_home
 from speechpipe.models.whisper_weights import (
     MARKER,
     WHISPER_BASE_MODEL,
     BundledModel,
     ensure_bundled_model,
     resolve_whisper_model,
-    speechpipe_home,
 )
 
 PINNED = WHISPER_BASE_MODEL.sha256
