@@ -1,4 +1,4 @@
-"""The CTranslate2 text-MT backend on tiny models the tests build (tests/tiny_mt.py)."""
+"""The CTranslate2 text-MT backend on tiny models the tests build (speechpipe/bench/tiny_mt.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tiny_mt import build_tiny_mt, generated_sentences, make_whisper_like_folder, train_tiny_spm
 
+from speechpipe.bench.tiny_mt import (
+    build_tiny_mt,
+    generated_sentences,
+    make_whisper_like_folder,
+    train_tiny_spm,
+)
 from speechpipe.errors import LanguageError, ModelError, WorkerError
 from speechpipe.models.ct2_folder import ModelFamily, inspect_mt_model
 from speechpipe.models.ct2_translator import Ct2TextTranslator, TextMtRequest

@@ -1,8 +1,9 @@
 """File replay with a bring-your-own CTranslate2 MT model (issue 4).
 
 No real MT model ships in any registry here, so the test builds a tiny NLLB-style model with
-random weights (tests/tiny_mt.py): the words mean nothing; the mechanics must hold — Whisper
-captions feed the text-MT stage, committed target text is spoken, the file gets audio."""
+random weights (speechpipe/bench/tiny_mt.py): the words mean nothing; the mechanics must
+hold — Whisper captions feed the text-MT stage, committed target text is spoken, the file
+gets audio."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 from conftest import OWN_SAMPLES
-from tiny_mt import build_tiny_mt
 
+from speechpipe.bench.tiny_mt import build_tiny_mt
 from speechpipe.cli import main
 from speechpipe.evaluation.trace import read_trace
 

@@ -8,9 +8,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tiny_mt import build_tiny_mt, make_whisper_like_folder
 
 from speechpipe import models_cli
+from speechpipe.bench.tiny_mt import build_tiny_mt, make_whisper_like_folder
 from speechpipe.errors import InputError, ModelError
 from speechpipe.models import mt_registry
 

@@ -7,8 +7,8 @@ import re
 from collections.abc import Sequence
 
 import pytest
-from tiny_mt import build_tiny_mt, generated_sentences
 
+from speechpipe.bench.tiny_mt import build_tiny_mt, generated_sentences
 from speechpipe.errors import LanguageError, SpeechpipeError
 from speechpipe.models.ct2_translator import Ct2TextTranslator, TextMtRequest, TextMtResult
 from speechpipe.models.ct2_worker import Ct2TranslationWorker

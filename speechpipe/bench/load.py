@@ -1,7 +1,7 @@
 """``speechpipe bench load``: N concurrent WebSocket clients replaying real clips at real time.
 
-Each client plays a playlist of recordings (``../shared/samples`` when present, else the
-project's ``samples/``; clips rotated per client so sessions say different things at a time,
+Each client plays a playlist of recordings (``--clips MANIFEST``, default the project's
+``samples/manifest.jsonl``; clips rotated per client so sessions say different things at a time,
 1 s of silence between clips) at real-time pace in 20 ms frames, then ``stop``, and records
 every event with its arrival time on its own stream clock. Per level it reports:
 
@@ -119,9 +119,8 @@ class Clip:
 
 
 def find_manifest(explicit: str | None = None) -> Path:
+    """``explicit``, else the project's own ``samples/manifest.jsonl``."""
     candidates = [Path(explicit)] if explicit else [
-        Path.cwd().parent / "shared" / "samples" / "manifest.jsonl",
-        REPO.parent / "shared" / "samples" / "manifest.jsonl",
         Path.cwd() / "samples" / "manifest.jsonl",
         REPO / "samples" / "manifest.jsonl",
     ]
@@ -627,7 +626,7 @@ def register_load(kinds: Any) -> None:
                       help="run ceil(F x capacity) sessions (e.g. 1.5): --capacity, or what "
                            "the server calibrated")
     load.add_argument("--clips", default=None,
-                      help="manifest of clips (default ../shared/samples, else samples/)")
+                      help="manifest of clips (default: the project's samples/manifest.jsonl)")
     load.add_argument("--frame-ms", type=int, default=20, help="client frame size")
     load.add_argument("--server-arg", action="append", default=[],
                       help="extra argument for the started server (repeatable)")

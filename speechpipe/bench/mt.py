@@ -10,14 +10,13 @@ re-translated) and ``whole`` (re-translating the whole committed utterance prefi
 update, the naive policy). If work per update is flat in the utterance length, total work is
 linear; if it grows linearly, total work is quadratic. The fitted exponents say which.
 
-Without a model folder it builds the tests' tiny random-weight model (``tests/tiny_mt.py``,
-needs a source checkout); its output is gibberish, but it runs to the decoding-length cap,
+Without a model folder it builds a tiny random-weight model (``speechpipe.bench.tiny_mt``,
+which the tests use too); its output is gibberish, but it runs to the decoding-length cap,
 so its work tracks source length the way a real model's does.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import statistics
 import tempfile
@@ -26,7 +25,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from speechpipe.errors import ModelError
 from speechpipe.models.ct2_translator import Ct2TextTranslator, TextMtRequest
 from speechpipe.stages.text_mt import IncrementalTextTranslation, TextMtOptions
 
@@ -40,14 +38,9 @@ POLICIES: dict[str, TextMtOptions] = {
 
 
 def _tiny_model(folder: Path) -> Path:
-    builder = Path(__file__).resolve().parents[2] / "tests" / "tiny_mt.py"
-    if not builder.is_file():
-        raise ModelError("pass a CTranslate2 MT model folder (the tiny model needs a checkout)")
-    spec = importlib.util.spec_from_file_location("speechpipe_tiny_mt", builder)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return Path(module.build_tiny_mt(folder / "tiny-nllb", "nllb"))
+    from speechpipe.bench.tiny_mt import build_tiny_mt
+
+    return Path(build_tiny_mt(folder / "tiny-nllb", "nllb"))
 
 
 def _source_words(count: int) -> list[str]:
