@@ -8,7 +8,8 @@ import sys
 import numpy as np
 import pytest
 import soundfile as sf
-from conftest import OWN_SAMPLES
+
+from tests.helpers import OWN_SAMPLES
 
 
 def speechpipe(*args: str, tmp_path) -> subprocess.CompletedProcess[str]:

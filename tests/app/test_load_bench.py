@@ -21,7 +21,7 @@ from speechpipe.bench.load import (
     utterance_offsets,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_commit_latency_counts_only_events_whose_committed_text_grew():

@@ -20,7 +20,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from guard_helpers import (
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from speechpipe.models.whisper_engine import WhisperRequest
+from speechpipe.transport.file_replay import read_audio
+from speechpipe.transport.protocol import CloseCode
+from speechpipe.transport.quotas import Quotas
+from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
+from tests.helpers import (
     TickFactory,
     assert_released,
     errors,
@@ -30,18 +38,10 @@ from guard_helpers import (
     recv_json,
     wait_for,
 )
-from websockets.asyncio.client import connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus
-
-from speechpipe.models.whisper_engine import WhisperRequest
-from speechpipe.transport.file_replay import read_audio
-from speechpipe.transport.protocol import CloseCode
-from speechpipe.transport.quotas import Quotas
-from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
 
 live = pytest.mark.asyncio(loop_scope="session")
 
-SAMPLES = Path(__file__).resolve().parents[1] / "samples" / "wav"
+SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "wav"
 
 
 def words(text: str) -> set[str]:
@@ -274,7 +274,7 @@ async def test_real_session_tasks_and_fds_gone_within_2s(pipeline: Any) -> None:
 @live
 async def test_webrtc_session_sockets_gone_within_2s() -> None:
     from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-    from test_webrtc import WavTrack
+    from tests.transport.test_webrtc import WavTrack
 
     async with SpeechServer(TickFactory(), port=0) as srv:
         tasks_before, fds_before = set(asyncio.all_tasks()), open_fds()

@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import soundfile as sf
-from conftest import OWN_SAMPLES
 
 from speechpipe.bench.tiny_mt import build_tiny_mt
 from speechpipe.cli import main
 from speechpipe.evaluation.trace import read_trace
+from tests.helpers import OWN_SAMPLES
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,6 @@ import time
 
 import numpy as np
 import pytest
-from conftest import shared_clip
 
 from speechpipe.errors import Superseded, WorkerError
 from speechpipe.models.batching import (
@@ -39,6 +38,7 @@ from speechpipe.stages.channels import Channel
 from speechpipe.stages.clock import WallStreamClock
 from speechpipe.stages.frames import STREAM_RATE, ErrorEvent, TextHypothesis, VadEvent
 from speechpipe.stages.vad import LabeledAudio
+from tests.helpers import shared_clip
 
 CLIPS = ("es_enh_11375_cv", "es_enh_12411_cv", "es_enh_2692_cv", "es_enh_9756_cv",
          "es_enh_12478_cv", "es_enh_4109_cv")

@@ -10,15 +10,6 @@ import time
 from typing import Any
 
 import pytest
-from guard_helpers import (
-    SECRET,
-    TickFactory,
-    errors,
-    pcm,
-    read_until_closed,
-    recv_json,
-    wait_for,
-)
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
@@ -36,6 +27,15 @@ from speechpipe.transport.quotas import (
     quota_error,
 )
 from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
+from tests.helpers import (
+    SECRET,
+    TickFactory,
+    errors,
+    pcm,
+    read_until_closed,
+    recv_json,
+    wait_for,
+)
 
 live = pytest.mark.asyncio(loop_scope="session")  # the loop the fixtures run in
 

@@ -12,14 +12,6 @@ from typing import Any
 
 import jwt
 import pytest
-from guard_helpers import (
-    SECRET,
-    TickFactory,
-    errors,
-    read_until_closed,
-    recv_json,
-    server_log,
-)
 from websockets.asyncio.client import connect
 from websockets.datastructures import Headers
 from websockets.exceptions import InvalidStatus
@@ -38,6 +30,14 @@ from speechpipe.transport.gate import AccessGate
 from speechpipe.transport.protocol import CloseCode
 from speechpipe.transport.quotas import Quotas
 from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
+from tests.helpers import (
+    SECRET,
+    TickFactory,
+    errors,
+    read_until_closed,
+    recv_json,
+    server_log,
+)
 
 live = pytest.mark.asyncio(loop_scope="session")  # the loop the fixtures run in
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 MANIFEST = SAMPLES / "manifest.jsonl"
 ROWS: list[dict[str, Any]] = [
     json.loads(line) for line in MANIFEST.read_text(encoding="utf-8").splitlines() if line

@@ -45,7 +45,7 @@ from speechpipe.transport.protocol import (
 )
 from speechpipe.transport.quotas import check_sdp_size
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "protocol.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 
 EXAMPLES = {
     "text": 3000,
@@ -332,11 +332,11 @@ DOCUMENTED_CLOSES = {1000, 1008, 1009, 4000, 4001, 4002, 4003, 4004, 4006, 4007,
 def test_any_message_sequence_ends_cleanly_on_a_live_server(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
-    from guard_helpers import TickFactory
     from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed
 
     from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
+    from tests.helpers import TickFactory
 
     server = SpeechServer(TickFactory(), port=0,
                           limits=ServerLimits(start_timeout_s=5, webrtc_connect_timeout_s=1))

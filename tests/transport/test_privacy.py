@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from guard_helpers import (
+from websockets.asyncio.client import connect
+
+from speechpipe.transport.auth import TokenAuthority
+from speechpipe.transport.file_replay import read_audio
+from speechpipe.transport.protocol import CloseCode
+from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
+from tests.helpers import (
     FAKE_SOURCE,
     FAKE_TARGET,
     SECRET,
@@ -25,16 +31,10 @@ from guard_helpers import (
     recv_json,
     server_log,
 )
-from websockets.asyncio.client import connect
-
-from speechpipe.transport.auth import TokenAuthority
-from speechpipe.transport.file_replay import read_audio
-from speechpipe.transport.protocol import CloseCode
-from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
 
 live = pytest.mark.asyncio(loop_scope="session")
 
-OWN_SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+OWN_SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 
 
 def clip(clip_id: str) -> tuple[Path, dict[str, Any]]:
