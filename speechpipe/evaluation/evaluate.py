@@ -8,6 +8,11 @@ detect it instead.
 "Words during non-speech": words of utterances whose source span holds less than 0.3 s of
 speech according to an independent, strict VAD pass over the clip (webrtcvad mode 3) — so a
 hallucination on noise or silence counts even though the pipeline's own VAD let it through.
+
+"Utterances invented / dropped" (``count_unfaithful``, per clip and in total): utterances
+whose translation has words but whose captions have none, and utterances whose translation
+has fewer than half as many words as their captions (8 or more source words); the trace's
+``utterance.end`` records carry the same verdict as ``faithfulness``.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import json
 import resource
 import statistics
 import sys
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,13 +39,15 @@ from speechpipe.evaluation.scores import (
     sentence_bleu,
     wer,
 )
+from speechpipe.models.coverage import MIN_RATIO, MIN_SOURCE_WORDS, classify_utterance
 from speechpipe.session import Pipeline
 from speechpipe.stages.frames import FRAME_SAMPLES, STREAM_RATE
 from speechpipe.translate_file import translate_audio
 from speechpipe.transport.file_replay import read_audio
 from speechpipe.transport.session_api import SessionRequest
 
-__all__ = ["run_eval", "load_manifest", "evaluate_clips", "words_in_non_speech"]
+__all__ = ["run_eval", "load_manifest", "evaluate_clips", "words_in_non_speech",
+           "count_unfaithful"]
 
 STAGES = ("vad", "queue.asr", "asr.encode", "asr.langid", "asr.decode", "queue.tts", "tts")
 
@@ -100,6 +108,26 @@ def words_in_non_speech(records: list[dict[str, Any]], audio: np.ndarray) -> int
     return count
 
 
+def count_unfaithful(
+    utterances: Iterable[tuple[str, str]], min_ratio: float = MIN_RATIO,
+    min_source_words: int = MIN_SOURCE_WORDS,
+) -> dict[str, int]:
+    """Per (source text, target text) of each utterance: ``invented`` counts utterances with
+    target words but no source words, ``dropped`` those whose target/source word ratio is
+    below ``min_ratio`` (``models.coverage.classify_utterance``)."""
+    counts = {"invented": 0, "dropped": 0}
+    for source, target in utterances:
+        verdict = classify_utterance(source, target, min_ratio, min_source_words)
+        if verdict in counts:
+            counts[verdict] += 1
+    return counts
+
+
+def _utterance_texts(records: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(r.get("source_text") or "", r.get("text") or "")
+            for r in records if r["event"] == "utterance.end"]
+
+
 def _stage_samples(records: list[dict[str, Any]]) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for r in records:
@@ -139,6 +167,8 @@ async def evaluate_clips(
             "source_text": run.source_text, "target_text": run.target_text,
             "wer": None, "bleu": None,
             "words_in_non_speech": words_in_non_speech(run.records, audio),
+            **{f"utterances_{k}": v
+               for k, v in count_unfaithful(_utterance_texts(run.records)).items()},
         }
         kind = (clip.get("transcript_kind") or "reference").split()[0]
         if clip.get("transcript") and kind.startswith("reference"):
@@ -200,6 +230,8 @@ def _aggregate(rows, clips, stage_values, total_cpu, total_audio, total_wall) ->
         "cpu_per_audio_s": round(total_cpu / total_audio, 4) if total_audio else None,
         "rtf": round(total_wall / total_audio, 4) if total_audio else None,
         "words_in_non_speech": sum(r["words_in_non_speech"] for r in rows),
+        "utterances_invented": sum(r["utterances_invented"] for r in rows),
+        "utterances_dropped": sum(r["utterances_dropped"] for r in rows),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "stages": stages,
     }
@@ -232,6 +264,10 @@ def print_report(report: dict[str, Any], out=sys.stdout) -> None:
     print(f"BLEU {_fmt(a['bleu'])}, WER {wer_text}, CPU {_fmt(a['cpu_per_audio_s'])} s per "
           f"audio s, RTF {_fmt(a['rtf'])}, peak RSS {_fmt(a['peak_rss_mb'])} MB, words during "
           f"non-speech {a['words_in_non_speech']}", file=out)
+    print(f"utterances invented {a['utterances_invented']}, dropped {a['utterances_dropped']}"
+          + "".join(f"; {r['id']}: {r['utterances_invented']} invented, "
+                    f"{r['utterances_dropped']} dropped" for r in report["clips"]
+                    if r["utterances_invented"] or r["utterances_dropped"]), file=out)
     print(f"\n{'stage':<12}{'p50':>8}{'p95':>8}{'p99':>8}{'n':>6}{'share':>8}", file=out)
     for stage, f in a["stages"].items():
         print(f"{stage:<12}{_fmt(f.get('p50')):>8}{_fmt(f.get('p95')):>8}"

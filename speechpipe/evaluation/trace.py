@@ -6,6 +6,9 @@ Text events are ``asr.partial``/``asr.commit`` (source) and ``mt.partial``/``mt.
 (target): ``*.commit`` when the committed text grew (or the hypothesis is final).
 ``tts.audio`` records where the chunk lies on the output timeline (``audio_start``): at the
 stream time it was produced, or right after the previous chunk.
+``utterance.end`` carries ``faithfulness``: ``invented`` (target words, no source words),
+``dropped`` (fewer than half as many target words as source words, with 8 or more source
+words), ``ok`` or ``empty``, and the ``source_words``/``target_words`` counts behind it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from speechpipe.models.coverage import classify_utterance, count_words
 from speechpipe.stages.frames import (
     STREAM_RATE,
     ErrorEvent,
@@ -81,7 +85,7 @@ class TraceBuilder:
         elif isinstance(event, UtteranceEnd):
             record = {"event": "utterance.end", "stream_t": _sec(event.stream_pts),
                       "utterance": event.utterance, "source_text": event.source_text,
-                      "text": event.target_text}
+                      "text": event.target_text, **faithfulness_fields(event)}
         elif isinstance(event, StatusEvent):
             record = {"event": "status", "stream_t": _sec(event.stream_pts), "utterance": None,
                       "status": event.status, "message": event.message, **event.detail}
@@ -103,6 +107,14 @@ class TraceBuilder:
             i = int(round(start * self.output_rate))
             out[i : i + len(samples)] = samples[: len(out) - i]
         return out
+
+
+def faithfulness_fields(event: UtteranceEnd) -> dict[str, Any]:
+    """``faithfulness`` (``ok``, ``invented``, ``dropped`` or ``empty``, from
+    ``models.coverage.classify_utterance``) with the word counts it was judged on."""
+    return {"faithfulness": classify_utterance(event.source_text, event.target_text),
+            "source_words": count_words(event.source_text),
+            "target_words": count_words(event.target_text)}
 
 
 def write_trace(path: str | Path, records: Iterable[dict[str, Any]]) -> None:

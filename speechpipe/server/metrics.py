@@ -17,6 +17,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from speechpipe.models.coverage import classify_utterance
 from speechpipe.stages.frames import (
     STREAM_RATE,
     ErrorEvent,
@@ -85,6 +86,11 @@ class ServerMetrics:
             "Stream time a hypothesis was emitted minus the end of the audio it covers",
             ["side"], buckets=LAG_BUCKETS, registry=r,
         )
+        self.unfaithful = Counter(
+            "speechpipe_unfaithful_utterances",
+            "Ended utterances whose translation was invented (no source words) or dropped "
+            "speech (under half the source words)", ["kind"], registry=r,
+        )
         self.speech_seconds = Counter(
             "speechpipe_speech_output_seconds", "Seconds of translated speech produced",
             registry=r,
@@ -113,6 +119,15 @@ class ServerMetrics:
             self.speech_seconds.inc(event.duration)
         elif isinstance(event, ErrorEvent):
             self.errors.labels(event.code).inc()
+        elif isinstance(event, UtteranceEnd):
+            self.utterance_ended(event)
+
+    def utterance_ended(self, event: UtteranceEnd) -> None:
+        """Count an unfaithful translation (``models.coverage.classify_utterance``); fed by
+        every ``UtteranceEnd``, the last one when the session ends."""
+        verdict = classify_utterance(event.source_text, event.target_text)
+        if verdict in ("invented", "dropped"):
+            self.unfaithful.labels(verdict).inc()
 
     def error(self, code: str) -> None:
         self.errors.labels(code).inc()
