@@ -28,6 +28,7 @@ class VadOptions:
     pause_ms: int = 240  # unvoiced run inside an utterance reported as a pause
     hangover_ms: int = 600  # unvoiced run that ends the utterance
     max_utterance_s: float = 15.0  # longer speech is cut into utterances here
+    soft_max_utterance_s: float = 8.0  # after this long, a pause ends the utterance
 
     def __post_init__(self) -> None:
         if not 0 <= self.aggressiveness <= 3:
@@ -120,6 +121,8 @@ class VadCore:
             self._silent_run += 1
             if self._silent_run == self._pause_frames and not self._paused:
                 self._paused = True
+                if self._long_enough_to_cut(end):
+                    return voiced, self._end_at_pause(end, events)
                 events.append(VadEvent("pause", self.utterance, self._last_voiced_end, end))
             if self._silent_run >= self._hangover_frames:
                 events.append(VadEvent("end", self.utterance, self._last_voiced_end, end))
@@ -134,6 +137,19 @@ class VadCore:
                 self.in_speech = False
                 self._window.clear()
         return voiced, events
+
+    def _long_enough_to_cut(self, end: int) -> bool:
+        """Past ``soft_max_utterance_s``, a pause is a good place to end the utterance:
+        every decode re-reads the whole utterance, so shorter ones cost less, and a
+        translation of a shorter span is less likely to leave speech out."""
+        soft = min(self.options.soft_max_utterance_s * STREAM_RATE, self._max_samples)
+        return end - self._utterance_start >= soft
+
+    def _end_at_pause(self, end: int, events: list[VadEvent]) -> list[VadEvent]:
+        events.append(VadEvent("end", self.utterance, self._last_voiced_end, end))
+        self.in_speech = False
+        self._window.clear()
+        return events
 
     def flush(self, pts: int) -> list[VadEvent]:
         """End the current utterance now (client ``flush``, or end of input)."""

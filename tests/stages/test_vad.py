@@ -68,3 +68,14 @@ def test_real_webrtcvad_hears_nothing_in_silence():
     frame = np.zeros(FRAME_SAMPLES, np.int16)
     events = [e for i in range(100) for e in core.process(frame, i * FRAME_SAMPLES)[1]]
     assert events == []
+
+
+def test_a_pause_ends_a_long_utterance_after_the_soft_maximum():
+    """3 s of speech, a 0.3 s pause, 3 s more: one utterance with the soft cut at 15 s (a
+    pause event), two with it at 2 s (the pause ends the first)."""
+    pattern = "x" * 150 + "." * 15 + "x" * 150 + "." * 40
+    _, events = run(pattern, VadOptions(soft_max_utterance_s=15.0))
+    assert [e.kind for e in events] == ["start", "pause", "pause", "end"]
+    _, events = run(pattern, VadOptions(soft_max_utterance_s=2.0))
+    assert [e.kind for e in events] == ["start", "end", "start", "end"]
+    assert not events[1].forced and events[1].pts == 150 * FRAME_SAMPLES
