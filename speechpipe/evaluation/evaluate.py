@@ -47,7 +47,7 @@ from speechpipe.transport.file_replay import read_audio
 from speechpipe.transport.session_api import SessionRequest
 
 __all__ = ["run_eval", "load_manifest", "evaluate_clips", "words_in_non_speech",
-           "count_unfaithful"]
+           "count_unfaithful", "utterance_texts"]
 
 STAGES = ("vad", "queue.asr", "asr.encode", "asr.langid", "asr.decode", "queue.tts", "tts")
 
@@ -123,7 +123,8 @@ def count_unfaithful(
     return counts
 
 
-def _utterance_texts(records: list[dict[str, Any]]) -> list[tuple[str, str]]:
+def utterance_texts(records: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(source text, target text) of every ``utterance.end`` record of a trace."""
     return [(r.get("source_text") or "", r.get("text") or "")
             for r in records if r["event"] == "utterance.end"]
 
@@ -168,7 +169,7 @@ async def evaluate_clips(
             "wer": None, "bleu": None,
             "words_in_non_speech": words_in_non_speech(run.records, audio),
             **{f"utterances_{k}": v
-               for k, v in count_unfaithful(_utterance_texts(run.records)).items()},
+               for k, v in count_unfaithful(utterance_texts(run.records)).items()},
         }
         kind = (clip.get("transcript_kind") or "reference").split()[0]
         if clip.get("transcript") and kind.startswith("reference"):

@@ -9,13 +9,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from speechpipe.evaluation.evaluate import _utterance_texts, count_unfaithful
+from speechpipe.evaluation.evaluate import count_unfaithful, utterance_texts
 from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest
 from speechpipe.session import Pipeline
 from speechpipe.stages.faithfulness import FaithfulnessOptions
+from speechpipe.translate_file import translate_audio
 from speechpipe.transport.file_replay import read_audio
 from speechpipe.transport.session_api import SessionRequest
-from speechpipe.translate_file import translate_audio
 from tests.helpers import shared_clip
 from tests.synth_music import MUSIC_KINDS, synthesize
 
@@ -32,7 +32,7 @@ async def test_music_gives_no_english_at_fast_pace(pipeline, kind):
     run = await translate_audio(pipeline, synthesize(kind, 8.0),
                                 SessionRequest(source_lang="fr", pace="fast"))
     assert spoken(run) == ("", 0)
-    assert count_unfaithful(_utterance_texts(run.records))["invented"] == 0
+    assert count_unfaithful(utterance_texts(run.records))["invented"] == 0
 
 
 @pytest.mark.parametrize("kind", ["band", "melody"])
@@ -53,7 +53,7 @@ async def test_without_the_guard_music_is_translated_into_invented_english(pipel
         for kind in ("band", "noise_bed"):
             run = await translate_audio(unguarded, synthesize(kind, 10.0),
                                         SessionRequest(source_lang="fr", pace="fast"))
-            invented += count_unfaithful(_utterance_texts(run.records))["invented"]
+            invented += count_unfaithful(utterance_texts(run.records))["invented"]
         assert invented >= 1
     finally:
         unguarded.close()
@@ -93,4 +93,4 @@ async def test_long_utterance_with_a_short_first_sentence_is_translated_in_full(
     english = run.target_text.lower()
     assert "assembly" in english and "consul" in english
     assert not [r for r in run.records if r["event"] == "error"]
-    assert count_unfaithful(_utterance_texts(run.records)) == {"invented": 0, "dropped": 0}
+    assert count_unfaithful(utterance_texts(run.records)) == {"invented": 0, "dropped": 0}
