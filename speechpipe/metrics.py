@@ -36,7 +36,7 @@ LAG_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16)
 LOOP_LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 OFFSET_BUCKETS = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0, 30.0)
-WAIT_BUCKETS = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+WAIT_BUCKETS = (0.01, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 
 # Refusals at the HTTP upgrade of ``/ws``, by status (the transport's ``upgrade_refused``).
 UPGRADE_REFUSALS = {401: "unauthorized", 403: "origin_not_allowed", 429: "too_many_sessions",
@@ -230,7 +230,7 @@ class LoadMetrics:
         )
         self.admission_wait = Histogram(
             "speechpipe_admission_wait_seconds",
-            "Time an admitted session waited in line for a slot (0: admitted at once)",
+            "Time an admitted session waited in line for a slot (<= 0.01: admitted at once)",
             buckets=WAIT_BUCKETS, registry=r,
         )
         self.sessions_refused = Counter(

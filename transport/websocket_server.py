@@ -358,7 +358,7 @@ class _Connection:
             self.server.gate.release(self.admission)
             if self.session_open:
                 self.session_open = False
-                self.observer.session_closed(time.monotonic() - opened, close and close.code)
+                self.observer.session_closed(time.monotonic() - opened, self._close_cause(close)[0])
         if close is not None:
             await self._close(close)
         code, reason = self._close_cause(close)
