@@ -311,17 +311,17 @@ class SessionTrace:
                 attributes={"speechpipe.vad.decision_delay_s": round(delay_s, 4)},
             )
             return
-        utterance = self._utterances.get(event.utterance)
-        if utterance is None or utterance.vad is None:
+        current = self._utterances.get(event.utterance)
+        if current is None or current.vad is None:
             return
         if event.kind == "pause":
-            utterance.vad.add_event("pause", timestamp=now)
+            current.vad.add_event("pause", timestamp=now)
             return
-        speech_s = max(0, event.pts - utterance.speech_start) / STREAM_RATE
-        utterance.vad.set_attributes({"speechpipe.speech_s": round(speech_s, 3),
-                                      "speechpipe.vad.forced": event.forced})
-        utterance.vad.end(end_time=now)
-        utterance.vad = None
+        speech_s = max(0, event.pts - current.speech_start) / STREAM_RATE
+        current.vad.set_attributes({"speechpipe.speech_s": round(speech_s, 3),
+                                    "speechpipe.vad.forced": event.forced})
+        current.vad.end(end_time=now)
+        current.vad = None
 
     def _hypothesis(self, hyp: TextHypothesis, now: int) -> None:
         utterance = self._utterance(hyp.utterance, now)
