@@ -43,7 +43,7 @@ UPGRADE_REFUSALS = {401: "unauthorized", 403: "origin_not_allowed", 429: "too_ma
                     503: "not_ready"}
 # Close codes the server sends (``docs/protocol.md``); anything else is labelled ``other``.
 SERVER_CLOSE_CODES = frozenset(
-    {1000, 1001, 1008, 1009, 1011, 1013, *range(4000, 4010)}
+    {1000, 1001, 1008, 1009, 1011, 1013, *range(4000, 4100)}
 )
 
 
