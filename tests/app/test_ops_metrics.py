@@ -39,7 +39,7 @@ async def observed() -> AsyncIterator[tuple[SpeechServer, ServerMetrics, dict[st
     ready = {"value": True}
     limits = ServerLimits(
         token="s3cret", start_timeout_s=1.0, max_lead_s=3.0,
-        quotas=Quotas(max_idle_s=0.5, max_sessions_per_ip=2),
+        quotas=Quotas(max_idle_s=0.5),
     )
     srv = SpeechServer(FakeFactory(), port=0, is_ready=lambda: ready["value"],
                        metrics_text=metrics.text, observer=metrics, limits=limits)
@@ -124,11 +124,13 @@ async def test_every_refusal_and_close_is_counted_by_code_and_reason(
         assert value(metrics, refusals, code=code, reason=reason) == 0, (code, reason)
     assert value(metrics, "speechpipe_sessions_closed_total", code="1009") == 1
 
-    # 429 at the upgrade: the address already holds its 2 sessions
-    async with connect(url(srv)) as first, connect(url(srv)) as second:
-        await start(first, token="s3cret")
-        await start(second, token="s3cret")
-        assert await refused_at_upgrade(url(srv)) == 429
+    # 429 at the upgrade: the address already holds its 2 sessions (no idle limit here)
+    limits = ServerLimits(quotas=Quotas(max_sessions_per_ip=2))
+    async with SpeechServer(FakeFactory(), port=0, observer=metrics, limits=limits) as other:
+        async with connect(url(other)) as first, connect(url(other)) as second:
+            await start(first)
+            await start(second)
+            assert await refused_at_upgrade(url(other)) == 429
     assert value(metrics, refusals, code="429", reason="too_many_sessions") == 1
     exposition = metrics.text().decode()
     assert "process_resident_memory_bytes" in exposition
