@@ -12,12 +12,13 @@ from typing import Any
 import numpy as np
 import pytest
 from websockets.asyncio.client import connect
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from speechpipe.server.admission import AdmissionCore, AdmissionGate, AdmissionOptions
 from speechpipe.server.metrics import ServerMetrics
 from speechpipe.server.observe import ListenerLatency, Observation
 from speechpipe.stages.frames import SpeechChunk, TextHypothesis, UtteranceEnd, VadEvent
+from speechpipe.transport.auth import TokenAuthority
 from speechpipe.transport.protocol import MAX_MESSAGE_BYTES, CloseCode
 from speechpipe.transport.quotas import Quotas
 from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
@@ -132,6 +133,40 @@ async def test_every_refusal_and_close_is_counted_by_code_and_reason(
             await start(second)
             assert await refused_at_upgrade(url(other)) == 429
     assert value(metrics, refusals, code="429", reason="too_many_sessions") == 1
+
+    # 4009: the token in 'start' already holds its one session
+    authority = TokenAuthority("metrics-test-secret-" + "x" * 40)
+    token = authority.issue(ttl_s=60)
+    limits = ServerLimits(auth=authority, quotas=Quotas(max_sessions_per_token=1))
+    async with SpeechServer(FakeFactory(), port=0, observer=metrics, limits=limits) as other:
+        async with connect(url(other)) as holder:
+            await start(holder, token=token)
+            async with connect(url(other)) as ws:
+                await ws.send(json.dumps({"type": "start", "token": token}))
+                await expect_close(ws)
+                assert ws.close_code == CloseCode.TOO_MANY_SESSIONS
+    assert value(metrics, refusals, code="4009", reason="too_many_sessions") == 1
+
+    # 4008 (rate limit) and 4006 (session length) end running sessions
+    limits = ServerLimits(quotas=Quotas(messages_per_s=20, message_burst=30, max_session_s=0.5))
+    async with SpeechServer(FakeFactory(), port=0, observer=metrics, limits=limits) as other:
+        async with connect(url(other)) as ws:
+            await start(ws)
+            with pytest.raises(ConnectionClosed):  # tiny messages, far faster than allowed
+                for _ in range(200):
+                    await ws.send(b"\x00\x00")
+                    await asyncio.sleep(0.001)
+            await expect_close(ws)
+            assert ws.close_code == CloseCode.RATE_LIMITED
+        async with connect(url(other)) as ws:
+            await start(ws)
+            await ws.send(pcm(0.2))
+            await expect_close(ws, within=10)
+            assert ws.close_code == CloseCode.SESSION_EXPIRED
+        await wait_for(lambda: not other.connections)
+    for code, reason in (("4008", "rate_limited"), ("4006", "session_expired")):
+        assert value(metrics, closed, code=code, reason=reason) == 1, (code, reason)
+        assert value(metrics, refusals, code=code, reason=reason) == 0, (code, reason)
     exposition = metrics.text().decode()
     assert "process_resident_memory_bytes" in exposition
     assert "process_cpu_seconds_total" in exposition
