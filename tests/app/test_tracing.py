@@ -253,3 +253,14 @@ async def test_text_mt_session_has_mt_steps(pipeline: Any, tmp_path: Any) -> Non
     assert names["mt.step"] >= 1 and names["mt.translate"] == names["mt.step"], names
     assert names["speechpipe.utterance"] >= 1
     assert any(isinstance(e, TextHypothesis) and e.side == "target" for e in events)
+
+
+def test_opentelemetry_is_imported_only_when_tracing_is_on() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, speechpipe.server.serve, speechpipe.server.tracing; "
+            "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
