@@ -368,7 +368,8 @@ class WhisperEngine:
                 t_recover = time.perf_counter()
                 decodes[row] = self._recover_coverage(
                     request, encoded[row], languages[row][0], decodes[row])
-                recover_s[row] = time.perf_counter() - t_recover
+                if any(d.recovered for d in decodes[row]):  # an extra decode ran
+                    recover_s[row] = time.perf_counter() - t_recover
         t3 = time.perf_counter()
         return [
             WhisperResult(

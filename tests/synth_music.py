@@ -3,7 +3,9 @@
 Used by the faithfulness tests (nothing spoken may come out of music) and to measure how
 often the VAD takes music for speech:
 
-    .venv/bin/python tests/synth_music.py     # webrtcvad voiced share per clip and mode
+    .venv/bin/python tests/synth_music.py     # webrtcvad and Silero voiced share per clip
+    .venv/bin/python tests/synth_music.py --translate [--pace fast] [--set GROUP.FIELD=V]
+        # what the pipeline commits on each clip (20 s, source fr and auto)
 
 Levels are speech-like: every clip is normalized to an RMS of -20 dBFS (a close-talk voice
 in the shared recordings sits between -26 and -16 dBFS).
@@ -120,8 +122,12 @@ def synthesize(kind: str, seconds: float = 12.0, seed: int = 0) -> NDArray[np.in
 def _vad_report() -> None:
     import webrtcvad
 
+    from speechpipe.stages.faithfulness import SPEECH_WINDOW, SileroSpeech
+
+    silero = SileroSpeech()
     frame = RATE // 50
-    print(f"{'kind':<10}" + "".join(f"{'mode ' + str(m):>8}" for m in range(4)))
+    print(f"{'kind':<10}" + "".join(f"{'webrtc ' + str(m):>10}" for m in range(4))
+          + f"{'silero':>10}")
     for kind in MUSIC_KINDS:
         audio = synthesize(kind, 30.0)
         shares = []
@@ -130,8 +136,44 @@ def _vad_report() -> None:
             frames = [audio[i : i + frame] for i in range(0, len(audio) - frame + 1, frame)]
             voiced = sum(vad.is_speech(f.tobytes(), RATE) for f in frames)
             shares.append(voiced / len(frames))
-        print(f"{kind:<10}" + "".join(f"{s * 100:>7.0f}%" for s in shares))
+        usable = len(audio) // SPEECH_WINDOW * SPEECH_WINDOW
+        probabilities, _ = silero(audio[:usable].astype(np.float32) / 32768.0, None)
+        shares.append(float(np.mean(probabilities >= 0.5)))
+        print(f"{kind:<10}" + "".join(f"{s * 100:>9.0f}%" for s in shares))
+
+
+def _translate_report(pace: str, overrides: list[str]) -> None:
+    import asyncio
+
+    from speechpipe.config import PipelineOptions, with_overrides
+    from speechpipe.session import Pipeline
+    from speechpipe.translate_file import translate_audio
+    from speechpipe.transport.session_api import SessionRequest
+
+    pipeline = Pipeline.load(with_overrides(PipelineOptions(), overrides))
+    try:
+        pipeline.warm_up()
+        for lang in ("fr", "auto"):
+            for kind in MUSIC_KINDS:
+                run = asyncio.run(translate_audio(pipeline, synthesize(kind, 20.0),
+                                                  SessionRequest(source_lang=lang, pace=pace)))
+                chunks = sum(r["event"] == "tts.audio" for r in run.records)
+                print(f"{lang:<5}{kind:<10} source {len(run.source_text.split()):>3} words, "
+                      f"English {len(run.target_text.split()):>3} words, {chunks} speech chunks: "
+                      f"{run.target_text[:60]!r}", flush=True)
+    finally:
+        pipeline.close()
 
 
 if __name__ == "__main__":
-    _vad_report()
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--translate", action="store_true")
+    parser.add_argument("--pace", choices=("fast", "realtime"), default="fast")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args()
+    if args.translate:
+        _translate_report(args.pace, args.overrides)
+    else:
+        _vad_report()
