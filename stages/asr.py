@@ -636,8 +636,6 @@ class AsrStage:
         if decoder.evidence is not None:
             await asyncio.to_thread(decoder.evidence.update)
         changed = decoder.apply(result, kind, basis)
-        if kind == "final":
-            await self._report_coverage(decoder, basis, events)
         if (self.options.keep_detected_language and decoder.language_locked
                 and self.language is None):
             self.detected_language = decoder.language
@@ -672,6 +670,7 @@ class AsrStage:
         final = kind == "final"
         if final:
             decoder.revision += 1
+            await self._report_coverage(decoder, basis, events)
         stamp = self.clock.stamp(basis)
         for side, committed, tentative in changed:
             if not final:
