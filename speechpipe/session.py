@@ -111,7 +111,7 @@ class Pipeline:
         self.engine.warm_up()  # includes a batched inference
         self.whisper.warm_up()  # and one through the shared worker's thread
         voice = resolve_voice(None, "en", self.options.voice_dirs)
-        self._tts_worker(voice).warm_up()
+        self.tts_worker(voice).warm_up()
 
     def close(self) -> None:
         self.whisper.close()
@@ -166,7 +166,8 @@ class Pipeline:
                 self._text_mt[str(path)] = worker
             return worker
 
-    def _tts_worker(self, voice: VoiceInfo) -> TtsWorker:
+    def tts_worker(self, voice: VoiceInfo) -> TtsWorker:
+        """The shared TTS worker for ``voice`` (loaded on first use; blocking)."""
         with self._tts_lock:
             worker = self._tts.get(voice.name)
             if worker is None:
@@ -177,7 +178,7 @@ class Pipeline:
             return worker
 
     def phrase_cache(self, voice: VoiceInfo) -> LruCache[tuple[str, int, float], np.ndarray]:
-        self._tts_worker(voice)
+        self.tts_worker(voice)
         return self._phrase_caches[voice.name]
 
     def session(self, request: SessionRequest) -> PipelineSession:
@@ -205,12 +206,13 @@ class PipelineSession:
         self._next_pts = 0
         self.vad: VadStage | None = None
         self.asr: AsrStage | None = None
+        self.ladder: SessionLadder | None = None  # set on entry; the degrade ladder reads it
 
     async def __aenter__(self) -> PipelineSession:
         pipeline = self.pipeline
         self.resolved = resolved = await asyncio.to_thread(pipeline.resolve, self.request)
         options = pipeline.options
-        tts_worker = await asyncio.to_thread(pipeline._tts_worker, resolved.voice)
+        tts_worker = await asyncio.to_thread(pipeline.tts_worker, resolved.voice)
         cache = pipeline.phrase_cache(resolved.voice)
         rate = self.request.output_sample_rate
 
@@ -325,6 +327,11 @@ class PipelineSession:
 
     async def finish(self) -> None:
         self.input.close()
+
+    def set_max_utterance_s(self, seconds: float) -> None:
+        """Change the VAD's forced-cut length from now on (the server's degrade ladder)."""
+        if self.vad is not None:
+            self.vad.set_max_utterance_s(seconds)
 
     def post(self, event: OutputEvent) -> bool:
         """Add an event from outside the stages (e.g. a ``status``); False if it cannot be

@@ -165,6 +165,10 @@ class VadStage:
     def request_flush(self) -> None:
         self._flush_requested = True
 
+    def set_max_utterance_s(self, seconds: float) -> None:
+        """Change the forced-cut length from now on."""
+        self.core.set_max_utterance_s(seconds)
+
     async def run(self, inbox: Channel[AudioFrame], outbox: Channel[LabeledAudio]) -> None:
         try:
             while True:

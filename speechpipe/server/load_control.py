@@ -88,7 +88,7 @@ def calibrate_capacity(pipeline: Pipeline, *, batch: int = 4, audio_s: float = 4
     options = pipeline.options
     asr_options = degrade_asr(options.asr, 2)
     voice = resolve_voice(None, "en", options.voice_dirs)
-    synthesizer = pipeline._tts_worker(voice).synthesizer
+    synthesizer = pipeline.tts_worker(voice).synthesizer
     text = ("The committee will meet again next week to discuss the budget and the new "
             "schedule for the river project.")
     t0 = time.perf_counter()
@@ -241,14 +241,13 @@ class LoadControl:
         assert self.pipeline is not None
         base_max = self.pipeline.options.vad.max_utterance_s
         for session in list(self.pipeline.live_sessions):
-            ladder = getattr(session, "ladder", None)
+            ladder = session.ladder
             if ladder is None:
                 continue
             level = ladder.level()
             if level == ladder.announced:
                 continue
-            if session.vad is not None:
-                session.vad.core.set_max_utterance_s(degrade_max_utterance(base_max, level))
+            session.set_max_utterance_s(degrade_max_utterance(base_max, level))
             if level > ladder.floor or ladder.announced > ladder.floor:
                 status, message, detail = level_status(level)
                 stream_pts = session.clock.stamp(0) if session.clock.wall_seconds() else 0

@@ -274,6 +274,7 @@ async def test_real_session_tasks_and_fds_gone_within_2s(pipeline: Any) -> None:
 @live
 async def test_webrtc_session_sockets_gone_within_2s() -> None:
     from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+
     from tests.transport.test_webrtc import WavTrack
 
     async with SpeechServer(TickFactory(), port=0) as srv:
