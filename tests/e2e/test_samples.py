@@ -77,8 +77,12 @@ def whisper() -> Any:
 @pytest.mark.slow
 @pytest.mark.parametrize("clip", ["es_hermano", "fr_croissant", "de_wetter", "en_river"])
 def test_whisper_base_hears_the_clip(whisper: Any, clip: str) -> None:
-    """One clip per language (all of them: ``make_samples.py --check``)."""
+    """One clip per language (all of them: ``make_samples.py --check``).
+
+    Character error rate, not word error rate: espeak-ng's French "s'il vous plaît" is heard
+    as "si le vous plait" by Whisper base int8 on this CPU, two word errors in a short
+    sentence for one elided syllable. "Recognisable" is the bar, not spelling."""
     row = next(row for row in ROWS if row["id"] == clip)
     segments, _ = whisper.transcribe(str(SAMPLES / row["file"]), language=row["lang"], beam_size=5)
     heard = " ".join(segment.text for segment in segments)
-    assert jiwer.wer(norm(row["transcript"]), norm(heard)) <= 0.25
+    assert jiwer.cer(norm(row["transcript"]), norm(heard)) <= 0.15
