@@ -34,13 +34,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
 
 from speechpipe.errors import LanguageError, ModelError
+from speechpipe.stages.model_api import DecodeResult, DecodeTask, WhisperRequest, WhisperResult
 
 __all__ = [
     "WhisperEngine",
@@ -64,51 +64,6 @@ WHISPER_LANGUAGES = (
     "gl mr pa si km sn yo so af oc ka be tg sd gu am yi lo uz fo ht ps tk nn mt sa lb my bo tl "
     "mg as tt haw ln ha ba jw su yue"
 ).split()
-
-
-@dataclass(frozen=True, slots=True)
-class DecodeTask:
-    """One decode on the shared encoder output: ``transcribe`` or ``translate`` (to English),
-    continuing ``prefix`` (the committed text, forced)."""
-
-    task: str
-    prefix: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class WhisperRequest:
-    audio: NDArray[np.float32]  # 16 kHz mono, the utterance so far
-    language: str | None  # None: detect
-    tasks: tuple[DecodeTask, ...]
-    beam_size: int = 1
-    tokens_per_second: float = 7.0
-    max_new_tokens: int | None = None  # cap for partial decodes (they only need the next words)
-    no_speech_threshold: float = 0.6
-    logprob_threshold: float = -1.0
-    partial: bool = False  # a tentative update: a shared worker may supersede it, never a final
-
-
-@dataclass(frozen=True, slots=True)
-class DecodeResult:
-    task: str
-    continuation: str  # text after the forced prefix
-    avg_logprob: float
-    no_speech_prob: float
-    glued: str = ""  # leading text with no space before it (e.g. "," after the prefix)
-    suppressed: bool = False  # dropped by the no-speech guard
-    cut: bool = False  # shortened by the loop guard
-    truncated: bool = False  # stopped by the length cap, not by the model
-
-
-@dataclass(frozen=True, slots=True)
-class WhisperResult:
-    language: str
-    language_prob: float
-    decodes: tuple[DecodeResult, ...]
-    encode_s: float
-    decode_s: float
-    timings: dict[str, float] = field(default_factory=dict)
-    batch_requests: int = 1  # requests that shared this request's encoder bucket in the call
 
 
 def cut_repetition(

@@ -106,7 +106,7 @@ def _register_optional(commands: argparse._SubParsersAction) -> None:  # type: i
 
 
 def _request(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from speechpipe.transport.session_api import SessionRequest
+    from speechpipe.stages.request import SessionRequest
 
     return SessionRequest(
         source_lang=args.source_lang,

@@ -37,11 +37,11 @@ from speechpipe.stages.channels import Channel, ChannelClosed, Overflow
 from speechpipe.stages.clock import BasisStreamClock, StreamClock, WallStreamClock
 from speechpipe.stages.frames import AudioFrame, OutputEvent, TextHypothesis
 from speechpipe.stages.mt import SpeechTranslationPassthrough
+from speechpipe.stages.request import SessionRequest
 from speechpipe.stages.text_mt import TextMtStage
 from speechpipe.stages.translation_memory import TranslationMemory
 from speechpipe.stages.tts import TtsStage
 from speechpipe.stages.vad import LabeledAudio, VadStage, merge_labeled
-from speechpipe.transport.session_api import SessionRequest
 from speechpipe.voices.piper_engine import PiperOptions, PiperSynthesizer
 from speechpipe.voices.registry import VoiceInfo, resolve_voice
 from speechpipe.voices.tts_worker import TtsWorker

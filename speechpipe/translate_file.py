@@ -16,8 +16,8 @@ from speechpipe.evaluation.scores import final_texts, latency_scores
 from speechpipe.evaluation.trace import TraceBuilder, write_trace
 from speechpipe.session import Pipeline
 from speechpipe.stages.frames import STREAM_RATE
+from speechpipe.stages.request import SessionRequest
 from speechpipe.transport.file_replay import read_audio, replay
-from speechpipe.transport.session_api import SessionRequest
 
 __all__ = ["TranslationRun", "translate_audio", "translate_file"]
 

@@ -32,7 +32,6 @@ from typing import Protocol
 import numpy as np
 
 from speechpipe.errors import SpeechpipeError, Superseded
-from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest, WhisperResult
 from speechpipe.stages.agreement import LocalAgreement
 from speechpipe.stages.channels import Channel, ChannelClosed
 from speechpipe.stages.clock import StreamClock
@@ -44,6 +43,7 @@ from speechpipe.stages.frames import (
     TextHypothesis,
     VadEvent,
 )
+from speechpipe.stages.model_api import DecodeTask, WhisperRequest, WhisperResult
 from speechpipe.stages.vad import LabeledAudio
 
 __all__ = [

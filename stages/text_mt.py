@@ -45,11 +45,11 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from speechpipe.errors import SpeechpipeError
-from speechpipe.models.ct2_translator import TextMtRequest, TextMtResult
 from speechpipe.stages.agreement import LocalAgreement, normalize_word
 from speechpipe.stages.channels import Channel, ChannelClosed
 from speechpipe.stages.clock import StreamClock
 from speechpipe.stages.frames import ErrorEvent, OutputEvent, StageTiming, TextHypothesis
+from speechpipe.stages.model_api import TextMtRequest, TextMtResult
 from speechpipe.stages.translation_memory import TranslationMemory
 
 __all__ = [

@@ -36,7 +36,7 @@ from speechpipe.stages.frames import (
     UtteranceEnd,
     VadEvent,
 )
-from speechpipe.transport.session_api import SessionRequest
+from speechpipe.stages.request import SessionRequest
 
 __all__ = [
     "PROTOCOL_VERSION",

@@ -35,9 +35,9 @@ from speechpipe.evaluation.scores import (
 )
 from speechpipe.session import Pipeline
 from speechpipe.stages.frames import FRAME_SAMPLES, STREAM_RATE
+from speechpipe.stages.request import SessionRequest
 from speechpipe.translate_file import translate_audio
 from speechpipe.transport.file_replay import read_audio
-from speechpipe.transport.session_api import SessionRequest
 
 __all__ = ["run_eval", "load_manifest", "evaluate_clips", "words_in_non_speech"]
 

@@ -26,7 +26,8 @@ from speechpipe.server.load_control import (
     load_options_from_args,
 )
 from speechpipe.server.metrics import ServerMetrics
-from speechpipe.transport.session_api import LiveSession, SessionRequest
+from speechpipe.stages.request import SessionRequest
+from speechpipe.transport.session_api import LiveSession
 from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
 
 if TYPE_CHECKING:
