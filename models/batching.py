@@ -249,9 +249,20 @@ class AsrBatcher:
             future.result(timeout=timeout_s)
 
     def close(self) -> None:
+        """Stop the worker threads taking work (sync callers)."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+
+    async def aclose(self) -> None:
+        """``close()`` for async callers."""
+        self.close()
+
+    async def __aenter__(self) -> AsrBatcher:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     # -- internals ------------------------------------------------------------------------
     def _entry(

@@ -158,8 +158,8 @@ class Ct2TranslationWorker:
                 future.set_exception(WorkerError("the translation worker is closed"))
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    def shutdown(self) -> None:
-        """Synchronous stop for process teardown (the other workers' interface)."""
+    def close(self) -> None:
+        """Synchronous stop for process teardown (sync callers; ``aclose`` also drains)."""
         self._closed = True
         if self._task is not None and not self._task.done():
             self._task.cancel()

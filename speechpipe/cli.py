@@ -128,16 +128,18 @@ def _options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def _load_pipeline(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from speechpipe.session import Pipeline
+    from speechpipe.session import Pipeline, apply_process_limits
 
-    pipeline = Pipeline.load(_options(args))
+    options = _options(args)
+    apply_process_limits(options)
+    pipeline = Pipeline.load(options)
     pipeline.resolve(_request(args))  # fail fast on a bad language / voice, before any work
     pipeline.warm_up()  # as a server does before it says ready: no cold first decode
     return pipeline
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
-    from speechpipe.translate_file import translate_file
+    from speechpipe.file_translation import translate_file
     from speechpipe.transport.file_replay import read_audio
 
     read_audio(args.input)  # a bad file fails before the models load
@@ -146,7 +148,8 @@ def cmd_translate(args: argparse.Namespace) -> int:
         raise InputError(f"{out.parent}: output folder does not exist")
     pipeline = _load_pipeline(args)
     try:
-        run = translate_file(pipeline, args.input, out, _request(args), args.trace)
+        run = translate_file(args.input, out, _request(args), pipeline=pipeline,
+                             trace_path=args.trace)
     finally:
         pipeline.close()
     scores = run.scores

@@ -33,6 +33,10 @@ class PipelineOptions:
     input_capacity_frames: int = 1500  # 30 s of 20 ms frames before audio is coalesced
     fast_input_capacity_frames: int = 5  # --pace fast: the producer waits, every step decodes
     batching: BatchOptions = field(default_factory=BatchOptions)  # the shared ASR worker
+    # numpy BLAS threads for the whole process, set by the CLI and server entry points before
+    # they load the models (``apply_process_limits``); None leaves the process as it is.
+    # ``Pipeline.load`` itself never changes process-wide settings.
+    blas_threads: int | None = 1
 
 
 def with_overrides(options: PipelineOptions, overrides: Iterable[str]) -> PipelineOptions:

@@ -46,7 +46,9 @@ from speechpipe.voices.piper_engine import PiperOptions, PiperSynthesizer
 from speechpipe.voices.registry import VoiceInfo, resolve_voice
 from speechpipe.voices.tts_worker import TtsWorker
 
-__all__ = ["Pipeline", "PipelineSession", "ResolvedRequest"]
+__all__ = [
+    "Pipeline", "PipelineSession", "ResolvedRequest", "apply_process_limits", "limit_blas_threads",
+]
 
 log = logging.getLogger("speechpipe.session")
 
@@ -80,6 +82,13 @@ def limit_blas_threads(threads: int = 1) -> None:
     threadpool_limits(limits=threads, user_api="blas")
 
 
+def apply_process_limits(options: PipelineOptions) -> None:
+    """Apply the options' process-wide limits (BLAS threads). Called by the entry points
+    (CLI, server) that own their process; a library host decides for itself."""
+    if options.blas_threads is not None:
+        limit_blas_threads(options.blas_threads)
+
+
 class Pipeline:
     """Models and shared workers; ``pipeline.session`` is a ``SessionFactory``."""
 
@@ -100,7 +109,6 @@ class Pipeline:
     @classmethod
     def load(cls, options: PipelineOptions | None = None) -> Pipeline:
         options = options or PipelineOptions()
-        limit_blas_threads()
         model_dir = resolve_whisper_model(options.asr_model)
         engine = WhisperEngine(model_dir, cpu_threads=options.asr_threads,
                                num_workers=options.batching.workers,
@@ -114,11 +122,22 @@ class Pipeline:
         self.tts_worker(voice).warm_up()
 
     def close(self) -> None:
+        """Release the shared workers (sync callers; in async code use ``aclose``)."""
         self.whisper.close()
         for worker in self._tts.values():
-            worker.shutdown()
+            worker.close()
         for mt_worker in self._text_mt.values():
-            mt_worker.shutdown()
+            mt_worker.close()
+
+    async def aclose(self) -> None:
+        """Release the shared workers without blocking the event loop."""
+        await asyncio.to_thread(self.close)
+
+    async def __aenter__(self) -> Pipeline:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     # -- requests ------------------------------------------------------------------------
     def resolve(self, request: SessionRequest) -> ResolvedRequest:

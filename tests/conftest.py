@@ -16,9 +16,12 @@ from tests.helpers import SPANISH_CLIP, manifest_clip, stream_websocket
 @pytest.fixture(scope="session")
 def pipeline():
     """The real models (Whisper base int8 + Piper joe), loaded and warmed once."""
-    from speechpipe.session import Pipeline
+    from speechpipe.config import PipelineOptions
+    from speechpipe.session import Pipeline, apply_process_limits
 
-    loaded = Pipeline.load()
+    options = PipelineOptions()
+    apply_process_limits(options)  # as the CLI and the server do
+    loaded = Pipeline.load(options)
     loaded.warm_up()
     yield loaded
     loaded.close()

@@ -37,6 +37,10 @@ def resample_int16(samples: NDArray[np.int16], rate_in: int, rate_out: int) -> N
 
 
 class TtsWorker:
+    """Synthesizes phrases for many sessions on one dedicated thread (one voice).
+
+    Close with ``aclose()`` (or ``async with``); ``close()`` is the same for sync callers."""
+
     def __init__(self, synthesizer: PiperSynthesizer, name: str) -> None:
         self.synthesizer = synthesizer
         self.name = name
@@ -64,5 +68,16 @@ class TtsWorker:
     def warm_up(self) -> None:
         self._synthesize("Hello.", self.sample_rate, 1.0)
 
-    def shutdown(self) -> None:
+    def close(self) -> None:
+        """Stop taking work; queued syntheses are cancelled."""
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def aclose(self) -> None:
+        """``close()`` for async callers."""
+        self.close()
+
+    async def __aenter__(self) -> TtsWorker:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -374,9 +374,12 @@ async def run_soak(
     clips = load_clips(clips_dir)
     own_pipeline = pipeline is None
     if own_pipeline:
-        from speechpipe.session import Pipeline
+        from speechpipe.config import PipelineOptions
+        from speechpipe.session import Pipeline, apply_process_limits
 
-        pipeline = await asyncio.to_thread(Pipeline.load)
+        options = PipelineOptions()
+        apply_process_limits(options)
+        pipeline = await asyncio.to_thread(Pipeline.load, options)
         await asyncio.to_thread(pipeline.warm_up)
     report = SoakReport(minutes=minutes)
     limits = ServerLimits(quotas=Quotas(max_sessions_per_ip=None))
@@ -445,7 +448,7 @@ async def run_soak(
             report.leaked_threads = [n for n in added if n not in report.pool_threads_added]
     finally:
         if own_pipeline:
-            await asyncio.to_thread(pipeline.close)
+            await pipeline.aclose()
     after = [s for s in report.samples if s["t"] >= report.warmup_s]
     report.rss_slope_mb_per_min = slope_per_minute([(s["t"], s["rss_mb"]) for s in after])
     report.py_blocks_slope_k_per_min = slope_per_minute(

@@ -33,10 +33,10 @@ from speechpipe.evaluation.scores import (
     sentence_bleu,
     wer,
 )
-from speechpipe.session import Pipeline
+from speechpipe.file_translation import translate_audio
+from speechpipe.session import Pipeline, apply_process_limits
 from speechpipe.stages.frames import FRAME_SAMPLES, STREAM_RATE
 from speechpipe.stages.request import SessionRequest
-from speechpipe.translate_file import translate_audio
 from speechpipe.transport.file_replay import read_audio
 
 __all__ = ["run_eval", "load_manifest", "evaluate_clips", "words_in_non_speech"]
@@ -245,6 +245,7 @@ def run_eval(args: argparse.Namespace, options: PipelineOptions, request: Sessio
     missing = [c["path"] for c in clips if not Path(c["path"]).is_file()]
     if missing:
         raise InputError(f"{missing[0]}: listed in the manifest but missing")
+    apply_process_limits(options)
     pipeline = Pipeline.load(options)
     try:
         pipeline.resolve(request)

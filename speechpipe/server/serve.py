@@ -87,8 +87,9 @@ class ServerApp:
         """Load (unless given) and warm the models off the event loop, then turn ready."""
         started = time.monotonic()
         if self.pipeline is None:
-            from speechpipe.session import Pipeline
+            from speechpipe.session import Pipeline, apply_process_limits
 
+            apply_process_limits(self.options)  # the server owns its process
             self.pipeline = await asyncio.to_thread(Pipeline.load, self.options)
         await asyncio.to_thread(self.pipeline.warm_up)
         if self.load_control is not None:
@@ -106,7 +107,7 @@ class ServerApp:
             await self.load_control.stop()
         await self.server.stop()
         if close_pipeline and self.pipeline is not None:
-            await asyncio.to_thread(self.pipeline.close)
+            await self.pipeline.aclose()
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[ServerApp]:

@@ -1,4 +1,8 @@
-"""``speechpipe translate``: replay a file through the live pipeline, write speech and trace."""
+"""File translation: replay audio through the live pipeline; write the speech and the trace.
+
+Used by ``speechpipe translate`` and ``speechpipe eval``; ``translate_file`` is also the
+one-call library entry point (``speechpipe.translate_file``).
+"""
 
 from __future__ import annotations
 
@@ -26,6 +30,9 @@ PROGRESS_MIN_SECONDS = 30.0
 
 @dataclass
 class TranslationRun:
+    """What one file translation produced: the event records, the rendered output audio,
+    the final texts and the latency scores."""
+
     records: list[dict[str, Any]]
     output: np.ndarray
     output_rate: int
@@ -50,6 +57,7 @@ async def translate_audio(
     *,
     progress: bool = False,
 ) -> TranslationRun:
+    """Replay int16 16 kHz ``audio`` through one session of ``pipeline``."""
     seconds = len(audio) / STREAM_RATE
     bar = None
     if progress and seconds >= PROGRESS_MIN_SECONDS:
@@ -85,14 +93,28 @@ async def translate_audio(
 
 
 def translate_file(
-    pipeline: Pipeline,
     path: str | Path,
     out: str | Path,
-    request: SessionRequest,
+    request: SessionRequest | None = None,
+    *,
+    pipeline: Pipeline | None = None,
     trace_path: str | Path | None = None,
 ) -> TranslationRun:
+    """Translate the speech in an audio file into ``out`` (16-bit WAV); one call, blocking.
+
+    ``request`` defaults to ``SessionRequest(pace="fast", priority="replay")``. Without a
+    ``pipeline`` the models are loaded for this call and released after it; pass a loaded
+    ``Pipeline`` to translate many files. ``trace_path`` also writes the JSON-lines trace."""
     audio = read_audio(path)
-    run = asyncio.run(translate_audio(pipeline, audio, request, progress=True))
+    request = request or SessionRequest(pace="fast", priority="replay")
+    owned = pipeline is None
+    if pipeline is None:
+        pipeline = Pipeline.load()
+    try:
+        run = asyncio.run(translate_audio(pipeline, audio, request, progress=True))
+    finally:
+        if owned:
+            pipeline.close()
     sf.write(str(out), run.output, run.output_rate, subtype="PCM_16")
     if trace_path is not None:
         write_trace(trace_path, run.records)
