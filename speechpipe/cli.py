@@ -20,6 +20,10 @@ __all__ = ["main", "build_parser"]
 
 log = logging.getLogger("speechpipe")
 
+# ``--set`` groups (``speechpipe.config.GROUPS``; a test keeps these lists equal to it)
+PIPELINE_GROUPS = "pipeline, vad, asr, phrases, catch_up, batching, text_mt"
+SERVER_GROUPS = "limits, quotas, load, admission, degrade"
+
 
 def _add_session_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pace", choices=("realtime", "fast"), default="realtime",
@@ -40,8 +44,8 @@ def _add_session_arguments(parser: argparse.ArgumentParser) -> None:
                         help="extra folder with Piper .onnx + .onnx.json voices")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="GROUP.FIELD=VALUE",
-                        help="override a pipeline option, e.g. asr.step_s=1.0 or "
-                             "phrases.first_words=3 (groups: vad, asr, phrases)")
+                        help="override an option (repeatable), e.g. asr.step_s=1.0; groups: "
+                             f"{PIPELINE_GROUPS}; `speechpipe config` lists every option")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,7 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
                                "manifest's 'lang'")
     _add_session_arguments(evaluate)
 
+    config = commands.add_parser(
+        "config", help="print the effective configuration tree (serve's arguments apply)"
+    )
+    config.add_argument("--format", choices=("toml", "json"), default="toml")
     _register_optional(commands)
+    from speechpipe.server.serve import add_serve_arguments
+
+    add_serve_arguments(config)  # the tree `serve` would run with these arguments
+    config.set_defaults(handler=cmd_config)
     return parser
 
 
@@ -164,6 +176,15 @@ def cmd_translate(args: argparse.Namespace) -> int:
           f"audio: {run.input_seconds:.1f} s in {run.wall_seconds:.1f} s "
           f"({run.cpu_seconds / max(run.input_seconds, 1e-9):.2f} CPU-s per audio s)")
     print(f"wrote {out}" + (f" and {args.trace}" if args.trace else ""))
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """``speechpipe config``: the effective tree (defaults, flags, ``--set``) as TOML/JSON."""
+    from speechpipe.config import render_config
+    from speechpipe.server.serve import serve_config
+
+    print(render_config(serve_config(args), args.format), end="")
     return 0
 
 

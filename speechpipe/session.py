@@ -290,6 +290,7 @@ class PipelineSession:
                 clock=self.clock,
                 memory=pipeline.mt_memory,
                 forward_source=True,
+                options=options.text_mt,
             )
 
             async def run_mt() -> None:

@@ -18,7 +18,8 @@ A level **holds** when every session was admitted at once and finished normally 
 pooled p95 target commit latency is within ``--target-p95`` (1.5 s). *Sessions held at real
 time* is the largest level that holds. Without ``--url`` the bench starts the server itself
 (a subprocess on 127.0.0.1, port chosen by the OS), once with batching and once with
-``--no-batching``, in the same run, and prints the ratio. Everything is bounded: at most
+``--set batching.enabled=false``, in the same run, and prints the ratio. Everything is
+bounded: at most
 ``--max-sessions`` clients, each session ``--duration`` seconds of audio, a hard time limit
 per level; the bench stops by itself.
 """
@@ -514,7 +515,7 @@ async def run_load_bench(
           flush=True)
     results: dict[str, Any] = {"levels": [], "held": {}, "target_p95": target_p95}
     levels = _levels(sessions, ramp, steps, max_sessions)
-    configs = [("batching", []), ("no-batching", ["--no-batching"])]
+    configs = [("batching", []), ("no-batching", ["--set", "batching.enabled=false"])]
     if url is not None:
         configs = [("server", [])]
     elif batching == "on":

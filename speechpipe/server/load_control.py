@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import math
 import os
@@ -275,57 +274,39 @@ class LoadControl:
 
 # -- CLI --------------------------------------------------------------------------------------
 def add_load_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("peak load (capacity, batching, degrade ladder)")
-    defaults = AdmissionOptions()  # an instance: a slots dataclass has no class-level defaults
+    """Shorthand flags for the most used admission settings (each writes one leaf of the
+    configuration tree; defaults live in ``AdmissionOptions``/``LoadOptions`` only). Batching
+    and the rest: ``--set batching.FIELD=...``, ``--set admission.FIELD=...``."""
+    group = parser.add_argument_group("peak load (admission, degrade ladder)")
+    defaults = AdmissionOptions()  # for the help text only
     group.add_argument("--capacity", type=int, default=None,
                        help="sessions held at once; more wait in line or are refused "
-                            "(default: estimated at start-up by a short calibration)")
-    group.add_argument("--max-queue", type=int, default=defaults.max_queue,
-                       help="sessions that may wait for a slot (default %(default)s)")
-    group.add_argument("--max-queue-wait", type=float, default=defaults.max_wait_s,
+                            "(default: estimated at start-up by a short calibration; "
+                            "admission.capacity)")
+    group.add_argument("--max-queue", type=int, default=None,
+                       help=f"sessions that may wait for a slot (default {defaults.max_queue}; "
+                            "admission.max_queue)")
+    group.add_argument("--max-queue-wait", type=float, default=None,
                        help="refuse (1013) when the estimated wait is longer, in seconds "
-                            "(default %(default)s)")
-    group.add_argument("--per-client-sessions", type=int, default=0,
+                            f"(default {defaults.max_wait_s}; admission.max_wait_s)")
+    group.add_argument("--per-client-sessions", type=int, default=None,
                        help="capacity slots (active + waiting) per client id or address; "
-                            "0 = no limit (default)")
-    group.add_argument("--no-batching", action="store_true",
-                       help="one ASR request per model call (the baseline for bench load)")
-    group.add_argument("--batch-window-ms", type=float, default=None,
-                       help="how long an idle ASR worker waits for more requests")
-    group.add_argument("--max-batch", type=int, default=None, help="ASR requests per call")
-    group.add_argument("--asr-workers", type=int, default=None,
-                       help="ASR calls running at once (CTranslate2 workers, 1 thread each)")
-    group.add_argument("--encode-bucket", type=float, default=None,
-                       help="seconds: encode lengths are multiples of this; longer buckets "
-                            "batch more requests together and encode more silence")
+                            "0 = no limit (default; admission.per_client)")
     group.add_argument("--no-degrade", action="store_true",
-                       help="never step down the degrade ladder")
+                       help="never step down the degrade ladder (load.degrade_enabled=false)")
 
 
 def load_options_from_args(
     args: argparse.Namespace, options: PipelineOptions
 ) -> tuple[PipelineOptions, LoadOptions]:
-    batching = options.batching
-    changes: dict[str, object] = {}
-    if getattr(args, "no_batching", False):
-        changes["enabled"] = False
-    if getattr(args, "batch_window_ms", None) is not None:
-        changes["window_s"] = args.batch_window_ms / 1000.0
-    if getattr(args, "max_batch", None) is not None:
-        changes["max_batch"] = args.max_batch
-    if getattr(args, "asr_workers", None) is not None:
-        changes["workers"] = args.asr_workers
-    if changes:
-        options = dataclasses.replace(options, batching=dataclasses.replace(batching, **changes))
-    if getattr(args, "encode_bucket", None) is not None:
-        options = dataclasses.replace(options, asr_encode_bucket_s=args.encode_bucket)
-    defaults = AdmissionOptions()
-    admission = AdmissionOptions(
-        capacity=getattr(args, "capacity", None),
-        max_queue=getattr(args, "max_queue", defaults.max_queue),
-        max_wait_s=getattr(args, "max_queue_wait", defaults.max_wait_s),
-        per_client=getattr(args, "per_client_sessions", 0) or 0,
-    )
+    """The load options the shorthand flags give (unset flags keep the defaults)."""
+    given = {
+        "capacity": getattr(args, "capacity", None),
+        "max_queue": getattr(args, "max_queue", None),
+        "max_wait_s": getattr(args, "max_queue_wait", None),
+        "per_client": getattr(args, "per_client_sessions", None),
+    }
+    admission = AdmissionOptions(**{k: v for k, v in given.items() if v is not None})
     load = LoadOptions(admission=admission,
                        degrade_enabled=not getattr(args, "no_degrade", False))
     return options, load

@@ -31,7 +31,7 @@ from speechpipe.transport.session_api import LiveSession
 from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
 
 if TYPE_CHECKING:
-    from speechpipe.config import PipelineOptions
+    from speechpipe.config import Config, PipelineOptions
     from speechpipe.session import Pipeline
 
 __all__ = ["run_server", "add_serve_arguments", "serve_main", "serve_options", "ServerApp"]
@@ -170,15 +170,19 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="extra folder with Piper .onnx + .onnx.json voices")
     parser.add_argument("--token", default=None,
                         help="require this token in every 'start' message")
-    parser.add_argument("--start-timeout", type=float, default=30.0,
-                        help="seconds a connection may wait before sending 'start'")
-    parser.add_argument("--webrtc-timeout", type=float, default=15.0,
-                        help="seconds for a WebRTC peer's ICE + DTLS to complete")
+    parser.add_argument("--start-timeout", type=float, default=None,
+                        help="seconds a connection may wait before sending 'start' "
+                             "(limits.start_timeout_s)")
+    parser.add_argument("--webrtc-timeout", type=float, default=None,
+                        help="seconds for a WebRTC peer's ICE + DTLS to complete "
+                             "(limits.webrtc_connect_timeout_s)")
     parser.add_argument("--no-webrtc", action="store_true", help="refuse WebRTC offers")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="GROUP.FIELD=VALUE",
-                        help="override a pipeline option for every session, e.g. "
-                             "asr.step_s=1.5 or batching.group_min_queue=2")
+                        help="override an option (repeatable), e.g. asr.step_s=1.5 or "
+                             "admission.max_queue=8; groups: pipeline, vad, asr, phrases, "
+                             "catch_up, batching, text_mt, limits, quotas, load, admission, "
+                             "degrade; `speechpipe config` lists every option")
     from speechpipe.server.security import add_security_arguments
 
     add_security_arguments(parser)  # auth, origins, quotas, keepalive, --log-content
@@ -186,24 +190,33 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(handler=serve_main)
 
 
+def serve_config(args: argparse.Namespace) -> Config:
+    """``serve``'s configuration tree: the defaults, then the flags, then ``--set``."""
+    from speechpipe.config import Config, PipelineOptions, ServerOptions, apply_overrides
+    from speechpipe.server.security import security_limits
+
+    options = PipelineOptions(
+        asr_model=getattr(args, "asr_model", None) or "whisper-base",
+        voice_dirs=tuple(getattr(args, "voices_dir", ()) or ()),
+    )
+    given = {
+        "token": getattr(args, "token", None),
+        "start_timeout_s": getattr(args, "start_timeout", None),
+        "webrtc_connect_timeout_s": getattr(args, "webrtc_timeout", None),
+    }
+    limits = security_limits(args, ServerLimits(**{k: v for k, v in given.items()
+                                                   if v is not None}))
+    options, load = load_options_from_args(args, options)
+    config = Config(options, ServerOptions(limits=limits, load=load))
+    return apply_overrides(config, getattr(args, "overrides", ()) or ())
+
+
 def serve_options(
     args: argparse.Namespace,
 ) -> tuple[PipelineOptions, ServerLimits, LoadOptions]:
-    """The pipeline options (``--set`` applied), server limits and load options of ``serve``."""
-    from speechpipe.config import PipelineOptions, with_overrides
-    from speechpipe.server.security import security_limits
-
-    options = with_overrides(PipelineOptions(
-        asr_model=getattr(args, "asr_model", "whisper-base"),
-        voice_dirs=tuple(getattr(args, "voices_dir", ()) or ()),
-    ), getattr(args, "overrides", ()) or ())
-    limits = security_limits(args, ServerLimits(
-        token=args.token,
-        start_timeout_s=args.start_timeout,
-        webrtc_connect_timeout_s=args.webrtc_timeout,
-    ))
-    options, load = load_options_from_args(args, options)
-    return options, limits, load
+    """The pipeline options, server limits and load options of ``serve`` (``serve_config``)."""
+    config = serve_config(args)
+    return config.pipeline, config.server.limits, config.server.load
 
 
 def serve_main(args: argparse.Namespace) -> int:

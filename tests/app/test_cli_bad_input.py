@@ -99,13 +99,18 @@ def test_serve_applies_set_overrides_and_load_flags():
 
     args = build_parser().parse_args([
         "serve", "--set", "asr.step_s=1.5", "--set", "batching.group_min_queue=2",
-        "--no-batching", "--capacity", "3",
+        "--set", "batching.enabled=false", "--capacity", "3", "--set", "admission.max_queue=5",
+        "--set", "quotas.max_idle_s=off", "--set", "degrade.down_after_s=20",
+        "--set", "limits.start_timeout_s=7", "--set", "text_mt.beam_size=2",
     ])
-    options, _, load = serve_options(args)
+    options, limits, load = serve_options(args)
     assert options.asr.step_s == 1.5
     assert options.batching.group_min_queue == 2
     assert options.batching.enabled is False
-    assert load.admission.capacity == 3
+    assert options.text_mt.beam_size == 2
+    assert load.admission.capacity == 3 and load.admission.max_queue == 5
+    assert load.degrade.down_after_s == 20.0
+    assert limits.quotas.max_idle_s is None and limits.start_timeout_s == 7.0
 
 
 def test_serve_default_admission_options_are_numbers():
