@@ -309,6 +309,8 @@ def _detect(path: Path) -> tuple[MtModelInfo, dict[str, Any]]:
             "ct2-transformers-converter --copy_files source.spm target.spm"
         )
     multi = False
+    sources: frozenset[str] | None
+    targets: frozenset[str] | None
     if family is ModelFamily.NLLB:
         sources = targets = _vocab_languages(target_vocab, _NLLB_TOKEN)
     elif family is ModelFamily.M2M100:

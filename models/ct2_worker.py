@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -111,7 +112,7 @@ class Ct2TranslationWorker:
                 delay = self._pending[0].queued_at + self.window_s - self._loop.time()
                 if delay > 0:
                     await asyncio.sleep(delay)
-            batch = []
+            batch: list[tuple[TextMtRequest, asyncio.Future[TextMtResult]]] = []
             while self._pending and len(batch) < self.max_batch:
                 queued = self._pending.popleft()
                 if not queued.future.done():
@@ -123,6 +124,7 @@ class Ct2TranslationWorker:
             call = partial(
                 self.translator.translate_batch, [r for r, _ in batch], return_exceptions=True
             )
+            outcomes: Sequence[TextMtResult | BaseException]
             try:
                 outcomes = await self._loop.run_in_executor(self._executor, call)
             except asyncio.CancelledError:

@@ -12,9 +12,15 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from speechpipe import __version__
 from speechpipe.errors import InputError, SpeechpipeError
+
+if TYPE_CHECKING:
+    from speechpipe.config import PipelineOptions
+    from speechpipe.session import Pipeline
+    from speechpipe.stages.request import SessionRequest
 
 __all__ = ["main", "build_parser"]
 
@@ -88,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _register_optional(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _register_optional(commands: argparse._SubParsersAction) -> None:
     """Subcommands owned by other modules; each registers itself if present."""
     try:
         from speechpipe.server.serve import add_serve_arguments
@@ -117,7 +123,7 @@ def _register_optional(commands: argparse._SubParsersAction) -> None:  # type: i
         security.register(commands)
 
 
-def _request(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _request(args: argparse.Namespace) -> SessionRequest:
     from speechpipe.stages.request import SessionRequest
 
     return SessionRequest(
@@ -132,14 +138,14 @@ def _request(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     )
 
 
-def _options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _options(args: argparse.Namespace) -> PipelineOptions:
     from speechpipe.config import PipelineOptions, with_overrides
 
     options = PipelineOptions(asr_model=args.asr_model, voice_dirs=tuple(args.voices_dir))
     return with_overrides(options, args.overrides)
 
 
-def _load_pipeline(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _load_pipeline(args: argparse.Namespace) -> Pipeline:
     from speechpipe.session import Pipeline, apply_process_limits
 
     options = _options(args)

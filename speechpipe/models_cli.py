@@ -51,7 +51,7 @@ _TOKENIZER_FILES = (
 )
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``models list|add|convert`` to the ``speechpipe`` command's subparsers."""
     models = subparsers.add_parser("models", help="list, add and convert models and voices")
     sub = models.add_subparsers(dest="models_command", required=True)
@@ -191,7 +191,7 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     for name, entry in sorted(registered_mt_models().items()):
         path = Path(str(entry.get("path", "")))
         mt.append({"name": name, **entry, "present": path.is_dir()})
-    voices = [
+    voices: list[dict[str, Any]] = [
         {
             "name": v.name, "locale": v.locale, "lang": v.lang, "sample_rate": v.sample_rate,
             "size_bytes": _size(v.model_path), "source": v.source, "path": str(v.model_path),

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -362,6 +363,7 @@ class PipelineSession:
             return False
         return True
 
-    async def events(self):  # type: ignore[no-untyped-def]
+    async def events(self) -> AsyncIterator[OutputEvent]:
+        """Events in the order produced; ends after ``finish`` has drained the stages."""
         async for event in self._events:
             yield event

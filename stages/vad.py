@@ -82,7 +82,10 @@ class VadCore:
 
         self._classify = classify
         frame_ms = FRAME_SAMPLES * 1000 // STREAM_RATE
-        self._window = deque(maxlen=max(1, options.start_window_ms // frame_ms))
+        # (voiced, pts) of the last frames, for the start decision
+        self._window: deque[tuple[bool, int]] = deque(
+            maxlen=max(1, options.start_window_ms // frame_ms)
+        )
         self._pause_frames = max(1, options.pause_ms // frame_ms)
         self._hangover_frames = max(1, options.hangover_ms // frame_ms)
         self._max_samples = int(options.max_utterance_s * STREAM_RATE)

@@ -339,7 +339,9 @@ class _Connection:
             self.server.gate.release(self.admission)
             if self.session_open:
                 self.session_open = False
-                self.observer.session_closed(time.monotonic() - opened, close and close.code)
+                self.observer.session_closed(
+                    time.monotonic() - opened, close.code if close is not None else None
+                )
         if close is not None:
             await self._close(close)
         log.info(
@@ -368,6 +370,8 @@ class _Connection:
                             ProtocolError(ErrorCode.NOT_STARTED, "send 'start' before audio")
                         )
                         continue
+                    # the session length runs from ``begin_session``, after ``start``
+                    assert not isinstance(message, Expired)
                     try:
                         parsed = parse_text(message)
                     except ProtocolError as exc:

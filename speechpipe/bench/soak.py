@@ -184,7 +184,8 @@ class _Client:
             else:
                 code = await self._websocket(behaviour, lang, audio)
         except (ConnectionClosed, InvalidStatus, OSError, TimeoutError) as exc:
-            code = type(exc).__name__
+            self.report.close_codes[type(exc).__name__] += 1
+            return
         self.report.close_codes[str(code)] += 1
 
     def _note(self, message: str | bytes) -> None:
@@ -250,7 +251,7 @@ class _Client:
         mic = make_clip_track(np.concatenate([audio, np.zeros(16000, np.int16)]), pc)
         pc.addTrack(mic)
 
-        @pc.on("track")  # type: ignore[misc]
+        @pc.on("track")
         def on_track(track: Any) -> None:
             drains.append(asyncio.ensure_future(_drain(track)))
 
@@ -499,7 +500,7 @@ def print_report(report: SoakReport) -> None:
           f"(default executor threads added, bounded: {len(report.pool_threads_added)})")
 
 
-def register_soak(kinds: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register_soak(kinds: argparse._SubParsersAction) -> None:
     soak = kinds.add_parser("soak", help="session churn for M minutes: RSS slope, leaked "
                                          "tasks and file descriptors")
     soak.add_argument("--minutes", type=float, default=10.0, help="how long to churn")

@@ -18,8 +18,12 @@ import ipaddress
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from speechpipe.errors import InputError
+
+if TYPE_CHECKING:
+    from speechpipe.transport.websocket_server import ServerLimits
 
 __all__ = [
     "SECRET_ENV",
@@ -89,7 +93,7 @@ def resolve_secret(args: argparse.Namespace) -> str | None:
     return getattr(args, "auth_secret", None) or os.environ.get(SECRET_ENV) or None
 
 
-def security_limits(args: argparse.Namespace, limits):  # type: ignore[no-untyped-def]
+def security_limits(args: argparse.Namespace, limits: ServerLimits) -> ServerLimits:
     """``limits`` (a ``ServerLimits``) with the security flags of ``args`` applied."""
     from speechpipe.transport.auth import TokenAuthority
     from speechpipe.transport.quotas import Quotas
@@ -133,7 +137,7 @@ def _is_loopback(host: str) -> bool:
 # --------------------------------------------------------------------------- speechpipe token
 
 
-def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(commands: argparse._SubParsersAction) -> None:
     token = commands.add_parser(
         "token", help="issue a signed session token for a server run with --auth-secret"
     )

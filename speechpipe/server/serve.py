@@ -87,10 +87,12 @@ class ServerApp:
         """Load (unless given) and warm the models off the event loop, then turn ready."""
         started = time.monotonic()
         if self.pipeline is None:
+            from speechpipe.config import PipelineOptions
             from speechpipe.session import Pipeline, apply_process_limits
 
-            apply_process_limits(self.options)  # the server owns its process
-            self.pipeline = await asyncio.to_thread(Pipeline.load, self.options)
+            options = self.options or PipelineOptions()
+            apply_process_limits(options)  # the server owns its process
+            self.pipeline = await asyncio.to_thread(Pipeline.load, options)
         await asyncio.to_thread(self.pipeline.warm_up)
         if self.load_control is not None:
             await self.load_control.start(self.pipeline)  # capacity (maybe calibrated)
