@@ -11,9 +11,9 @@
   to ``window_s`` for others (or until ``max_batch`` are queued); requests that queued while
   the workers were busy go into the next call at once. While other workers are idle there is
   no window and no grouping beyond what they cannot take: parallel calls on idle cores are
-  faster than one batched call (measured: batching on top of an idle core raised latency).
-- **Grouping costs latency on CPU**: the encoder does not get cheaper per item in a batch
-  (measured), only the decoder does, and every member waits for the whole call. So a bucket
+  faster than one batched call (``docs/design.md``).
+- **Grouping costs latency on CPU**: the encoder does not get cheaper per item in a batch,
+  only the decoder does, and every member waits for the whole call. So a bucket
   is grouped only when ``group_min_queue`` requests wait (a backlog of about two calls per
   worker); below that, calls run one request each.
 - **Order**: each call takes the most urgent request — priority class first (live before
@@ -26,9 +26,8 @@
   cancelled (session gone) is skipped. Finals are never replaced or withdrawn.
 - **Errors** fail only the requests that caused them (``WorkerError``); the thread goes on.
 - ``BatchOptions(enabled=False)`` runs one request per engine call: the no-batching baseline.
-- ``workers`` threads take calls concurrently (measured on 2 cores: two CTranslate2 workers
-  of one thread each serve ~1.8x the requests of one worker; one worker with two threads
-  does not help), so a batch never waits for another session's long one to finish.
+- ``workers`` threads take calls concurrently (one CTranslate2 thread each), so a batch never
+  waits for another session's long one to finish.
 
 Thread-safety: ``submit``/``replace``/``withdraw`` may be called from any thread (the event
 loop, normally); every queue change happens under one lock, and a queued entry's future is

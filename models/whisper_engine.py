@@ -1,22 +1,20 @@
 """Whisper on CTranslate2: one encode of the audio you have, several prefix-forced decodes.
 
-Measured here (DESIGN.md): encoding only the audio of the utterance (a short mel input) is
-~17x cheaper than padding to 30 s, and one encoder output serves both the source-caption
-decode (``transcribe``) and the English decode (``translate``). This module is synchronous;
+Only the audio of the utterance is encoded (a short mel input, not 30 s of padding), and one
+encoder output serves both the source-caption decode (``transcribe``) and the English decode
+(``translate``); reasons and figures in ``docs/design.md``. This module is synchronous;
 the shared worker (``models.batching.AsrBatcher``) runs it on a dedicated thread so nothing
 blocks the event loop.
 
 Batching (``run_batch``; ``run`` is a batch of one, so both give identical results):
-- Whisper's encoder has no padding mask: extra trailing silence changes the text (measured on
-  the 12 x-to-English clips cut at 2/3.5/5 s and full: 8 of 44 transcripts changed with up to
-  1 s more silence, 21 with up to 2 s; BLEU-relevant quality was unchanged). So the encode
-  length is *canonical*: audio + 1 s of silence, rounded up to a multiple of
+- Whisper's encoder has no padding mask: extra trailing silence changes the text. So the
+  encode length is *canonical*: audio + 1 s of silence, rounded up to a multiple of
   ``encode_bucket_s`` with more silence. Requests in the same bucket share one encoder call and
   their decodes share ``generate`` calls; requests in different buckets are never padded
   together.
-- CTranslate2 (4.8) requires the same number of special tokens after
-  ``<|startoftranscript|>`` in a batch; the forced text prefixes may differ in length
-  (measured: identical ids and scores batched and alone). ``max_length`` is one value per
+- CTranslate2 requires the same number of special tokens after ``<|startoftranscript|>`` in
+  a batch; the forced text prefixes may differ in length (identical ids and scores batched
+  and alone). ``max_length`` is one value per
   ``generate`` call, so it is canonical too: rounded up to ``DECODE_BUCKET_TOKENS``; the
   per-request cap is enforced by truncation, so the text is the same for any bucket.
 
@@ -198,9 +196,9 @@ class WhisperEngine:
     def max_length(prompt_length: int, new_tokens: int) -> int:
         """``max_length`` for a generate call (canonical: one bucket per DECODE_BUCKET_TOKENS).
 
-        Measured with CTranslate2 4.8: a sequence (forced prefix included) stops at
-        max_length // 2 tokens. Ask generously; the cap is enforced by truncation, so the
-        text is right whatever the library's convention."""
+        Asks generously (CTranslate2 has stopped a sequence, forced prefix included, at
+        ``max_length // 2`` tokens); the cap is enforced by truncation, so the text is right
+        whatever the library's convention."""
         wanted = prompt_length + new_tokens
         bucketed = -(-wanted // DECODE_BUCKET_TOKENS) * DECODE_BUCKET_TOKENS
         return min(448, 2 * bucketed + 2)

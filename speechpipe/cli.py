@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_session_arguments(translate)
 
     evaluate = commands.add_parser("eval", help="evaluate on a manifest of clips")
-    evaluate.add_argument("manifest", help="JSON-lines manifest (DESIGN.md format)")
+    evaluate.add_argument("manifest",
+                          help="JSON-lines manifest (file, lang, transcript, translation_en)")
     evaluate.add_argument("--report", default=None, help="write per-clip and aggregate JSON")
     evaluate.add_argument("--limit", type=int, default=None, help="first N matching clips")
     evaluate.add_argument("--category", action="append", default=None,

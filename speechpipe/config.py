@@ -39,7 +39,7 @@ class PipelineOptions:
     """What the models are loaded with and every session is built with."""
 
     asr_model: str = "whisper-base"  # a bundled name, or a CTranslate2 Whisper folder
-    asr_threads: int = 1  # measured: 1 thread costs less CPU and was as fast on 2 shared cores
+    asr_threads: int = 1  # CTranslate2 threads per ASR worker (docs/design.md)
     asr_encode_bucket_s: float = 1.0  # encode lengths are multiples of this (batching)
     voice_dirs: tuple[str, ...] = ()
     phrase_cache_items: int = 512  # per voice; ~1 s of audio each

@@ -71,13 +71,7 @@ class ResolvedRequest:
 
 
 def limit_blas_threads(threads: int = 1) -> None:
-    """Cap numpy's BLAS thread pool for the whole process.
-
-    Whisper's log-mel features (``faster_whisper.FeatureExtractor``: a filter-bank matmul)
-    run on every decode in the ASR worker threads. OpenBLAS gives each such call its own pool
-    of one thread per core, which then competes with the other ASR worker, Piper and the
-    event loop. Measured here (2 cores, two ASR calls at once, separate processes): 228 ms
-    per call with the default pool, 161 ms with one BLAS thread (154 ms alone)."""
+    """Cap numpy's BLAS thread pool for the whole process (why: ``docs/design.md``)."""
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=threads, user_api="blas")

@@ -156,8 +156,7 @@ def degrade_asr(base: AsrOptions, level: int) -> AsrOptions:
     names = {f.name for f in dataclasses.fields(base)}
     if step is not None and "early_step_s" in names:
         # the first words keep a cadence of at most 1 s: they are what the listener waits for
-        # (measured at 8 sessions, two runs each: StartOffset p50 3.9/3.7 s against 4.3/4.2 s
-        # when they slowed to the step, commit p95 1.37/1.43 against 1.54/1.52 s)
+        # (docs/design.md)
         changes["early_step_s"] = max(getattr(base, "early_step_s"), min(step, 1.0))  # noqa: B009
     return dataclasses.replace(base, **changes)
 

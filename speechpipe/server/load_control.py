@@ -74,9 +74,8 @@ def calibrate_capacity(pipeline: Pipeline, *, batch: int = 4, audio_s: float = 4
     every level-2 step (alone; a batch of ``batch`` is timed too but not credited, see below),
     plus 25 % for pause/final decodes, and Piper's real-time factor times ``speech_duty``.
     The ASR workers get 70 % of one core each (at most one per core); all stages together
-    get 70 % of the cores. A conservative model (measured here: 5, against 8-9 held by
-    ``speechpipe bench load`` on the ladder's bottom rungs): measure and configure
-    ``--capacity``."""
+    get 70 % of the cores. A conservative model (``docs/design.md``): measure with
+    ``speechpipe bench load`` and configure ``--capacity``."""
     import numpy as np
 
     from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest
@@ -108,10 +107,8 @@ def calibrate_capacity(pipeline: Pipeline, *, batch: int = 4, audio_s: float = 4
         singles.append(time.perf_counter() - t0)
     single = min(singles)
     # Batching is not credited: a batch of identical requests shares one encode bucket, which
-    # live sessions rarely do (measured with ``speechpipe bench load``: mean batch ~1.1 and
-    # no throughput gain on 2 cores), so crediting it overestimated the capacity (before the
-    # BLAS fix: 6 admitted sessions at commit p95 1.9 s against 5 at 1.42 s without
-    # batching). The batched call is still timed, for the log.
+    # live sessions rarely do, so crediting it overestimates the capacity (docs/design.md).
+    # The batched call is still timed, for the log.
     per_request = single
     batched = 0.0
     if options.batching.enabled and options.batching.max_batch > 1:
