@@ -68,6 +68,7 @@ PRIORITY_REPLAY = 1
 
 @dataclass(frozen=True, slots=True)
 class BatchOptions:
+    """The shared ASR worker's batching and deadlines (``--set batching.*``)."""
     enabled: bool = True  # False: one request per engine call (the no-batching baseline)
     window_s: float = 0.02  # an idle worker waits this long after the first request
     max_batch: int = 8  # requests per engine call
@@ -164,6 +165,7 @@ class AsrBatcher:
         self, request: WhisperRequest, *, priority: int = PRIORITY_LIVE,
         deadline_s: float | None = None,
     ) -> concurrent.futures.Future[WhisperResult]:
+        """Queue a request from any thread; returns its future."""
         now = self._clock()
         entry = self._entry(request, priority, deadline_s, now, now, next(self._seq))
         with self._cond:
@@ -177,6 +179,7 @@ class AsrBatcher:
         self, request: WhisperRequest, *, priority: int = PRIORITY_LIVE,
         deadline_s: float | None = None,
     ) -> WhisperResult:
+        """Run a request through the shared worker and await its result."""
         return await asyncio.wrap_future(
             self.submit(request, priority=priority, deadline_s=deadline_s)
         )
@@ -217,6 +220,7 @@ class AsrBatcher:
         return True
 
     def client(self, priority: int = PRIORITY_LIVE) -> SessionAsr:
+        """A per-session view of the worker with a fixed priority."""
         return SessionAsr(self, priority)
 
     # -- state ----------------------------------------------------------------------------

@@ -35,6 +35,7 @@ __all__ = ["ModelFamily", "MtModelInfo", "inspect_mt_model", "WHISPER_LANGUAGES"
 
 
 class ModelFamily(enum.StrEnum):
+    """The CTranslate2 MT model families speechpipe can drive."""
     MARIAN = "marian"
     NLLB = "nllb"
     M2M100 = "m2m100"

@@ -358,4 +358,5 @@ class Ct2TextTranslator:
         return outcomes  # type: ignore[return-value]
 
     def translate(self, request: TextMtRequest) -> TextMtResult:
+        """Translate one request (blocking)."""
         return self.translate_batch([request])[0]

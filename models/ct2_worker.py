@@ -76,6 +76,7 @@ class Ct2TranslationWorker:
         return self.translator.model_id
 
     def check_languages(self, source_lang: str, target_lang: str) -> None:
+        """Raise ``LanguageError`` unless the model translates this pair."""
         self.translator.check_languages(source_lang, target_lang)
 
     def _ensure_running(self) -> None:
@@ -92,6 +93,7 @@ class Ct2TranslationWorker:
             self._task = loop.create_task(self._serve(), name="ct2-mt-worker")
 
     async def translate(self, request: TextMtRequest) -> TextMtResult:
+        """Translate one request in the next micro-batch and await it."""
         if self._closed:
             raise WorkerError("the translation worker is closed")
         self._ensure_running()

@@ -130,6 +130,7 @@ class WhisperEngine:
 
     # -- pieces -------------------------------------------------------------------------
     def check_language(self, language: str) -> None:
+        """Raise ``LanguageError`` unless Whisper knows ``code``."""
         if language not in self.languages:
             raise LanguageError(
                 f"unknown source language {language!r}; Whisper knows: "
@@ -153,6 +154,7 @@ class WhisperEngine:
         return np.ascontiguousarray(features[None, :, :frames], dtype=np.float32)
 
     def encode(self, audio: NDArray[np.float32]):  # -> ctranslate2.StorageView
+        """Encode 16 kHz audio (canonical length) with Whisper's encoder."""
         import ctranslate2
 
         mel = ctranslate2.StorageView.from_array(self.mel(audio))
@@ -167,6 +169,7 @@ class WhisperEngine:
         return np.array(output, dtype=np.float32)  # a copy: the StorageView is freed after
 
     def detect_language(self, encoder_output) -> tuple[str, float]:
+        """The most likely language of an encoded utterance and its probability."""
         results = self.model.model.detect_language(encoder_output)[0]
         token, prob = results[0]
         return token[2:-2], float(prob)

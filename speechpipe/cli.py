@@ -55,6 +55,7 @@ def _add_session_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``speechpipe`` argument parser with every subcommand."""
     parser = argparse.ArgumentParser(
         prog="speechpipe", description="Streaming speech-to-speech translation."
     )
@@ -158,6 +159,7 @@ def _load_pipeline(args: argparse.Namespace) -> Pipeline:
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
+    """``speechpipe translate``: one file in, translated speech (and trace) out."""
     from speechpipe.file_translation import translate_file
     from speechpipe.transport.file_replay import read_audio
 
@@ -196,12 +198,14 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    """``speechpipe eval``: score the clips of a manifest."""
     from speechpipe.evaluation.evaluate import run_eval
 
     return run_eval(args, _options(args), _request(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

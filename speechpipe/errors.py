@@ -42,26 +42,32 @@ class SpeechpipeError(Exception):
 
 
 class InputError(SpeechpipeError):
+    """Bad input from the user or a client (exit code 2 at the CLI)."""
     code = "bad_input"
 
 
 class AudioInputError(InputError):
+    """Audio that cannot be read or used."""
     code = "bad_audio"
 
 
 class LanguageError(InputError):
+    """A language that the models or the voices do not support."""
     code = "unsupported_language"
 
 
 class ModelError(SpeechpipeError):
+    """A model that cannot be found, assembled or loaded."""
     code = "model_error"
 
 
 class VoiceError(ModelError):
+    """A Piper voice that cannot be found or loaded."""
     code = "no_voice"
 
 
 class SessionError(SpeechpipeError):
+    """A session that cannot start or go on (carries a protocol error ``code``)."""
     code = "session_error"
 
     def __init__(self, message: str, *, code: str | None = None) -> None:
@@ -71,6 +77,7 @@ class SessionError(SpeechpipeError):
 
 
 class AdmissionError(SessionError):
+    """A session refused by admission control (carries ``retry_after_s``)."""
     code = "over_capacity"
 
     def __init__(self, message: str, *, retry_after_s: float) -> None:
@@ -79,6 +86,7 @@ class AdmissionError(SessionError):
 
 
 class WorkerError(SpeechpipeError):
+    """A shared model worker failed a request (only that request fails)."""
     code = "worker_error"
 
 

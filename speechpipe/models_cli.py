@@ -99,6 +99,7 @@ def _handles_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[[argpar
 
 @_handles_errors
 def cmd_models_add(args: argparse.Namespace) -> int:
+    """``speechpipe models add``: register an MT folder or install a Piper voice."""
     path = Path(args.path).expanduser()
     if args.name is not None and not _NAME.match(args.name):
         raise InputError(f"bad name {args.name!r}: use letters, digits, '.', '_' and '-'")
@@ -184,6 +185,7 @@ def _add_voice(path: Path, name: str | None, replace: bool) -> int:
 
 @_handles_errors
 def cmd_models_list(args: argparse.Namespace) -> int:
+    """``speechpipe models list``: the ASR model, MT models and voices."""
     from speechpipe.voices.registry import list_voices
 
     asr = _asr_models()
@@ -233,6 +235,7 @@ def _asr_models() -> list[dict[str, Any]]:
 
 @_handles_errors
 def cmd_models_convert(args: argparse.Namespace) -> int:
+    """``speechpipe models convert``: a Hugging Face MT model to CTranslate2."""
     src = Path(args.hf_model_dir).expanduser()
     out = Path(args.out).expanduser()
     if not (src / "config.json").is_file():

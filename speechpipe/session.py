@@ -63,6 +63,7 @@ def _merge_frames(first: AudioFrame, second: AudioFrame) -> AudioFrame:
 
 @dataclass(frozen=True, slots=True)
 class ResolvedRequest:
+    """A validated request: languages, voice, ASR options and the text-MT worker."""
     request: SessionRequest
     source_lang: str | None  # None: detect per utterance
     voice: VoiceInfo
@@ -103,6 +104,7 @@ class Pipeline:
 
     @classmethod
     def load(cls, options: PipelineOptions | None = None) -> Pipeline:
+        """Load the models (blocking); ``options`` default to ``PipelineOptions()``."""
         options = options or PipelineOptions()
         model_dir = resolve_whisper_model(options.asr_model)
         engine = WhisperEngine(model_dir, cpu_threads=options.asr_threads,
@@ -111,6 +113,7 @@ class Pipeline:
         return cls(options, engine)
 
     def warm_up(self) -> None:
+        """Run one inference through each model so the first session is not slow (blocking)."""
         self.engine.warm_up()  # includes a batched inference
         self.whisper.warm_up()  # and one through the shared worker's thread
         voice = resolve_voice(None, "en", self.options.voice_dirs)
@@ -192,10 +195,12 @@ class Pipeline:
             return worker
 
     def phrase_cache(self, voice: VoiceInfo) -> LruCache[tuple[str, int, float], np.ndarray]:
+        """The shared cache of synthesized phrases for ``voice``."""
         self.tts_worker(voice)
         return self._phrase_caches[voice.name]
 
     def session(self, request: SessionRequest) -> PipelineSession:
+        """A new session for ``request`` (a ``LiveSession``); use it with ``async with``."""
         return PipelineSession(self, request)
 
 
@@ -325,6 +330,7 @@ class PipelineSession:
 
     # -- LiveSession -----------------------------------------------------------------------
     async def push(self, frame: AudioFrame) -> None:
+        """Queue 16 kHz mono int16 audio; frames must be contiguous (``pts`` increasing)."""
         if frame.pts != self._next_pts:
             raise SessionError(
                 f"audio is not contiguous: expected pts {self._next_pts}, got {frame.pts}",
@@ -335,12 +341,14 @@ class PipelineSession:
         await self.input.put(frame)
 
     def flush(self) -> None:
+        """End the current utterance now, as if the speaker paused."""
         assert self.vad is not None
         self.vad.request_flush()
         with contextlib.suppress(asyncio.QueueFull):
             self.input.put_nowait(AudioFrame(np.zeros(0, np.int16), self._next_pts))
 
     async def finish(self) -> None:
+        """No more audio: the stages drain and ``events()`` ends after the last event."""
         self.input.close()
 
     def set_max_utterance_s(self, seconds: float) -> None:

@@ -24,10 +24,12 @@ _PUNCT = re.compile(r"[^\w']+", re.UNICODE)
 
 
 def normalize_word(word: str) -> str:
+    """A word as agreement compares it: lowercase, without punctuation."""
     return _PUNCT.sub("", word.casefold())
 
 
 def split_words(text: str) -> list[str]:
+    """Split text into words."""
     return text.split()
 
 

@@ -23,6 +23,8 @@ __all__ = ["StreamClock", "WallStreamClock", "BasisStreamClock"]
 
 
 class StreamClock(Protocol):
+    """Stamps events with the stream position they belong to."""
+
     def begin(self) -> None:
         """The stream starts now (the first audio frame arrived); later calls do nothing."""
         ...
@@ -35,6 +37,8 @@ class StreamClock(Protocol):
 
 
 class WallStreamClock:
+    """Real-time pace: the stream position is the wall-clock time since the first audio."""
+
     def __init__(self, start: float | None = None) -> None:
         self.start = start
 
@@ -50,6 +54,8 @@ class WallStreamClock:
 
 
 class BasisStreamClock:
+    """Fast pace: the stream position is the audio a result was based on."""
+
     def __init__(self) -> None:
         self.start: float | None = None
 

@@ -37,6 +37,7 @@ FRAME_SAMPLES = 320
 
 
 def samples_to_seconds(samples: int) -> float:
+    """Stream samples to seconds."""
     return samples / STREAM_RATE
 
 
@@ -121,6 +122,7 @@ class SpeechChunk:
 
 @dataclass(frozen=True, slots=True)
 class UtteranceEnd:
+    """An utterance is over: its final source and target text."""
     utterance: int
     stream_pts: int
     source_text: str

@@ -33,6 +33,7 @@ class DecodeTask:
 
 @dataclass(frozen=True, slots=True)
 class WhisperRequest:
+    """One ASR request: the utterance's audio and the decodes to run on it."""
     audio: NDArray[np.float32]  # 16 kHz mono, the utterance so far
     language: str | None  # None: detect
     tasks: tuple[DecodeTask, ...]
@@ -46,6 +47,7 @@ class WhisperRequest:
 
 @dataclass(frozen=True, slots=True)
 class DecodeResult:
+    """One decode's continuation and its confidence figures."""
     task: str
     continuation: str  # text after the forced prefix
     avg_logprob: float
@@ -58,6 +60,7 @@ class DecodeResult:
 
 @dataclass(frozen=True, slots=True)
 class WhisperResult:
+    """The detected language and every decode of one request, with timings."""
     language: str
     language_prob: float
     decodes: tuple[DecodeResult, ...]

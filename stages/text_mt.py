@@ -71,6 +71,7 @@ Translate = Callable[[TextMtRequest], Awaitable[TextMtResult]]
 
 @dataclass(frozen=True, slots=True)
 class TextMtOptions:
+    """The incremental text-MT policy (``--set text_mt.*``)."""
     agreement: int = 2
     """LocalAgreement-n over target continuations."""
     beam_size: int = 1

@@ -22,6 +22,7 @@ MemoryKey = tuple[str, str, str, str]
 
 
 def normalize_segment(text: str) -> str:
+    """A source segment as the memory keys it."""
     return " ".join(unicodedata.normalize("NFKC", text).split())
 
 

@@ -22,6 +22,7 @@ __all__ = ["VadOptions", "VadCore", "VadStage", "LabeledAudio", "merge_labeled"]
 
 @dataclass(frozen=True, slots=True)
 class VadOptions:
+    """Speech start, pause, end and forced-cut settings (``--set vad.*``)."""
     aggressiveness: int = 2  # webrtcvad 0 (lenient) .. 3 (strict)
     start_window_ms: int = 200  # speech starts when ...
     start_ratio: float = 0.6  # ... this share of the window is voiced
@@ -166,6 +167,7 @@ class VadStage:
         self._flush_requested = False
 
     def request_flush(self) -> None:
+        """End the current utterance at the next frame."""
         self._flush_requested = True
 
     def set_max_utterance_s(self, seconds: float) -> None:
@@ -173,6 +175,7 @@ class VadStage:
         self.core.set_max_utterance_s(seconds)
 
     async def run(self, inbox: Channel[AudioFrame], outbox: Channel[LabeledAudio]) -> None:
+        """Label audio from ``inbox`` as speech or not, with VAD events, into ``outbox``."""
         try:
             while True:
                 try:

@@ -72,6 +72,8 @@ class Identity:
 
 
 class TokenVerifier(Protocol):
+    """Checks a session token; returns the identity it grants."""
+
     def verify(self, token: str | None) -> Identity:
         """The token's identity, or ``AuthError``."""
         ...

@@ -50,6 +50,7 @@ def read_audio(path: str | Path) -> NDArray[np.int16]:
 
 @dataclass(frozen=True, slots=True)
 class ReplayEvent:
+    """An output event with the wall-clock time it arrived."""
     wall_t: float  # seconds since the replay started
     event: OutputEvent
 

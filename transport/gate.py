@@ -57,6 +57,8 @@ def _refuse(status: int, message: str, extra: Iterable[tuple[str, str]] = ()) ->
 
 
 class AccessGate:
+    """Who may open a session: origin, token and connection quotas."""
+
     def __init__(
         self,
         *,

@@ -147,6 +147,7 @@ class ProtocolError(InputError):
 
 @dataclass(frozen=True, slots=True)
 class Start:
+    """A client's ``start`` message: the session request and the audio format."""
     request: SessionRequest
     sample_rate: int
     format: str = "pcm_s16le"
@@ -155,16 +156,19 @@ class Start:
 
 @dataclass(frozen=True, slots=True)
 class Flush:
+    """A client's ``flush`` message: end the utterance now."""
     pass
 
 
 @dataclass(frozen=True, slots=True)
 class Stop:
+    """A client's ``stop`` message: no more audio."""
     pass
 
 
 @dataclass(frozen=True, slots=True)
 class Offer:
+    """A client's WebRTC ``offer``."""
     sdp: str
 
 
@@ -312,6 +316,7 @@ def dumps(message: dict[str, Any]) -> str:
 
 
 def encode_started(session: str, start: Start, *, output_sample_rate: int) -> dict[str, Any]:
+    """The ``started`` event for a session."""
     req = start.request
     return {
         "type": "started",
@@ -330,6 +335,7 @@ def encode_error(
     code: str, message: str, *, fatal: bool = False, utterance: int | None = None,
     stream_pts: int | None = None, **extra: Any,
 ) -> dict[str, Any]:
+    """An ``error`` event (``fatal``: the server closes afterwards)."""
     out: dict[str, Any] = {"type": "error", "code": code, "message": message, "fatal": fatal}
     if utterance is not None:
         out["utterance"] = utterance
@@ -340,10 +346,12 @@ def encode_error(
 
 
 def encode_answer(sdp: str) -> dict[str, Any]:
+    """The WebRTC ``answer`` event."""
     return {"type": "answer", "sdp": sdp, "sdp_type": "answer"}
 
 
 def encode_end(stream_pts: int) -> dict[str, Any]:
+    """The ``end`` event: the session finished."""
     return {"type": "end", "stream_t": _t(stream_pts)}
 
 

@@ -30,6 +30,8 @@ __all__ = ["SessionRequest", "LiveSession", "SessionFactory"]
 
 
 class LiveSession(Protocol):
+    """What a transport drives: push audio, flush, finish, read events."""
+
     async def push(self, frame: AudioFrame) -> None:
         """Queue 16 kHz mono int16 audio. Frames must be contiguous (``pts`` increasing)."""
 

@@ -30,6 +30,7 @@ def trim_silence(samples: NDArray[np.int16], rate: int) -> NDArray[np.int16]:
 
 
 def resample_int16(samples: NDArray[np.int16], rate_in: int, rate_out: int) -> NDArray[np.int16]:
+    """Resample int16 audio with soxr (HQ)."""
     if rate_in == rate_out or not len(samples):
         return samples
     out = soxr.resample(samples.astype(np.float32) / 32768.0, rate_in, rate_out, quality="HQ")
@@ -55,6 +56,7 @@ class TtsWorker:
         return resample_int16(speech, self.sample_rate, rate)
 
     async def synthesize(self, text: str, rate: int, speed: float = 1.0) -> NDArray[np.int16]:
+        """Speak ``text`` at ``rate`` Hz and ``speed`` on the worker's thread."""
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(
@@ -66,6 +68,7 @@ class TtsWorker:
             raise WorkerError(f"tts {self.name} failed: {type(exc).__name__}: {exc}") from exc
 
     def warm_up(self) -> None:
+        """Synthesize one short phrase (blocking)."""
         self._synthesize("Hello.", self.sample_rate, 1.0)
 
     def close(self) -> None:

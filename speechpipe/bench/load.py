@@ -58,6 +58,7 @@ _OUTPUT_RATES = itertools.count(16_000)
 # -- what one client saw ----------------------------------------------------------------------
 @dataclass
 class ClientRun:
+    """Everything one client saw, with arrival times on its stream clock."""
     index: int
     events: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
     audio: list[tuple[float, dict[str, Any]]] = field(default_factory=list)  # (arrival, header)
@@ -75,6 +76,7 @@ class ClientRun:
 
 
 def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (linear interpolation); None for no values."""
     if not values:
         return math.nan
     return float(np.percentile(np.asarray(values, dtype=float), q))
@@ -114,6 +116,7 @@ def utterance_offsets(run: ClientRun) -> tuple[list[float], list[float]]:
 # -- clips ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Clip:
+    """One recording of the playlist, int16 at 16 kHz."""
     id: str
     lang: str
     audio: np.ndarray  # int16 at 16 kHz
@@ -183,6 +186,7 @@ def playlist(clips: Sequence[Clip], index: int, seconds: float,
 async def run_client(url: str, index: int, audio: np.ndarray, lang: str, *,
                      frame_ms: int = 20, tail_s: float = 2.0, timeout_s: float = 180.0,
                      output_rate: int = 16_000) -> ClientRun:
+    """One client: stream its playlist at real time and record every event."""
     from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed
 
@@ -331,6 +335,7 @@ def scrape(url: str) -> dict[str, float]:
 # -- a level ----------------------------------------------------------------------------------
 @dataclass
 class LevelReport:
+    """The figures of one configuration at one session count."""
     label: str
     sessions: int
     started: int = 0
@@ -397,6 +402,7 @@ def _self_cpu() -> float:
 async def run_level(url: str, clips: Sequence[Clip], sessions: int, *, label: str,
                     duration_s: float, server: ServerProcess | None = None,
                     stagger_s: float = 0.25, frame_ms: int = 20) -> LevelReport:
+    """Run N clients against one server; returns the level's figures."""
     report = LevelReport(label, sessions)
     before = await asyncio.to_thread(scrape, url)  # the server may share this event loop
     cpu0 = server.cpu_seconds() if server else math.nan
@@ -508,6 +514,7 @@ async def run_load_bench(
     report_path: str | None = None,
     frame_ms: int = 20,
 ) -> dict[str, Any]:
+    """Run ``bench load`` (levels, configurations) and print the figures."""
     manifest = find_manifest(clips_manifest)
     clips = load_clips(manifest)
     print(f"clips: {len(clips)} from {manifest} "
@@ -595,6 +602,7 @@ async def run_load_bench(
 
 
 def iter_steps(text: str) -> Iterator[int]:
+    """Session counts from a comma-separated list."""
     for part in text.split(","):
         if part.strip():
             yield int(part)

@@ -51,6 +51,7 @@ SAMPLES_DIR = Path(__file__).resolve().parents[2] / "samples"
 
 @dataclass
 class SoakReport:
+    """What a soak measured: RSS and descriptor samples, sessions and close codes."""
     minutes: float
     sessions: Counter[str] = field(default_factory=Counter)
     close_codes: Counter[str] = field(default_factory=Counter)
@@ -369,6 +370,7 @@ async def run_soak(
     progress: bool = True,
     trim: bool = False,
 ) -> SoakReport:
+    """Run the soak against an in-process server; returns its report."""
     from speechpipe.transport.quotas import Quotas
     from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
 
@@ -475,6 +477,7 @@ async def _quiesce(server: Any, within: float = 30.0) -> None:
 
 
 def print_report(report: SoakReport) -> None:
+    """Print a soak report."""
     rss = [s["rss_mb"] for s in report.samples]
     after = [s for s in report.samples if s["t"] >= report.warmup_s]
     total = sum(report.sessions.values())
@@ -501,6 +504,7 @@ def print_report(report: SoakReport) -> None:
 
 
 def register_soak(kinds: argparse._SubParsersAction) -> None:
+    """Add ``bench soak`` to the bench subparsers."""
     soak = kinds.add_parser("soak", help="session churn for M minutes: RSS slope, leaked "
                                          "tasks and file descriptors")
     soak.add_argument("--minutes", type=float, default=10.0, help="how long to churn")

@@ -35,6 +35,7 @@ _NON_WORD = re.compile(r"[^\w\s']+", re.UNICODE)
 
 
 def normalize_text(text: str) -> str:
+    """Lowercase, strip punctuation and collapse spaces (how references are compared)."""
     text = _NON_WORD.sub(" ", text.casefold()).replace("'", "")
     return " ".join(text.split())
 
@@ -119,6 +120,7 @@ def latency_scores(
     source_duration: float,
     reference_words: int | None = None,
 ) -> dict[str, float | None]:
+    """StartOffset, EndOffset, AL, LAAL and flicker of one trace."""
     span = speech_span(records)
     audio = [r for r in records if r["event"] == "tts.audio"]
     commits = [r for r in records if r["event"] == "mt.commit" and r["committed"]]
@@ -142,6 +144,7 @@ def latency_scores(
 
 
 def wer(reference: str, hypothesis: str) -> float | None:
+    """Word error rate of ``hypothesis`` against ``reference`` (normalized)."""
     import jiwer
 
     ref = normalize_text(reference)
@@ -151,6 +154,7 @@ def wer(reference: str, hypothesis: str) -> float | None:
 
 
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float | None:
+    """Corpus BLEU (sacrebleu) over normalized texts."""
     import sacrebleu
 
     if not hypotheses:
@@ -163,6 +167,7 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float |
 
 
 def sentence_bleu(hypothesis: str, reference: str) -> float:
+    """Sentence BLEU (sacrebleu) of one normalized pair."""
     import sacrebleu
 
     return float(
@@ -171,6 +176,7 @@ def sentence_bleu(hypothesis: str, reference: str) -> float:
 
 
 def percentiles(values: Iterable[float]) -> dict[str, float] | None:
+    """p50, p95 and p99 of ``values``."""
     data = sorted(values)
     if not data:
         return None

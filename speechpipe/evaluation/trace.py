@@ -46,11 +46,13 @@ class TraceBuilder:
         self._laid_end = 0.0
 
     def add_all(self, events: Iterable[ReplayEvent]) -> TraceBuilder:
+        """Add every event; returns the builder."""
         for item in events:
             self.add(item)
         return self
 
     def add(self, item: ReplayEvent) -> dict[str, Any]:
+        """Add one event as trace records."""
         event = item.event
         base: dict[str, Any] = {"wall_t": round(item.wall_t, 4)}
         if isinstance(event, VadEvent):
@@ -106,11 +108,13 @@ class TraceBuilder:
 
 
 def write_trace(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
+    """Write trace records as JSON lines."""
     with open(path, "w", encoding="utf-8") as fh:
         for record in records:
             fh.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
 def read_trace(path: str | Path) -> list[dict[str, Any]]:
+    """Read a JSON-lines trace."""
     with open(path, encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]

@@ -40,6 +40,7 @@ __all__ = ["AdmissionOptions", "AdmissionCore", "AdmissionGate", "Decision"]
 
 @dataclass(frozen=True, slots=True)
 class AdmissionOptions:
+    """Capacity, the waiting line and its estimates (``--set admission.*``)."""
     capacity: int | None = None  # None: calibrate at start-up
     max_queue: int = 16  # sessions waiting in line
     max_wait_s: float = 60.0  # refuse when the estimated wait is longer
@@ -55,6 +56,7 @@ class AdmissionOptions:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """What admission decided for one session: admitted, queued or refused."""
     kind: Literal["admitted", "queued", "refused"]
     position: int = 0  # 1-based place in line when queued
     wait_s: float = 0.0  # estimated wait (queued) or the retry hint (refused)

@@ -61,6 +61,7 @@ FAST_MODE_MESSAGE = "fast mode: translation may be less accurate"
 
 @dataclass(frozen=True, slots=True)
 class LoadSample:
+    """One load measurement: ASR latency, event-loop lag and sessions vs capacity."""
     asr_latency_s: float = 0.0  # ASR turnaround: queue wait + compute (recent p90)
     loop_lag_s: float = 0.0  # event-loop lag (a timer's lateness)
     load_ratio: float = 0.0  # active sessions / capacity
@@ -68,6 +69,7 @@ class LoadSample:
 
 @dataclass(frozen=True, slots=True)
 class DegradeOptions:
+    """When the ladder steps up and down (``--set degrade.*``)."""
     up_latency_s: float = 1.0  # overloaded: ASR results take longer than this ...
     up_lag_s: float = 0.25  # ... or the event loop lags more than this
     up_load_ratio: float = 1.2  # ... or sessions exceed capacity by this factor
@@ -162,6 +164,7 @@ def degrade_asr(base: AsrOptions, level: int) -> AsrOptions:
 
 
 def degrade_max_utterance(base_s: float, level: int) -> float:
+    """The VAD's forced-cut length on ``level``."""
     return min(base_s, 8.0) if level >= 4 else base_s
 
 

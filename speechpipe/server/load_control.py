@@ -49,6 +49,7 @@ log = logging.getLogger("speechpipe.load")
 
 @dataclass(frozen=True, slots=True)
 class LoadOptions:
+    """Admission, the degrade ladder and load sampling (``--set load.*``)."""
     admission: AdmissionOptions = field(default_factory=AdmissionOptions)
     degrade: DegradeOptions = field(default_factory=DegradeOptions)
     degrade_enabled: bool = True
@@ -58,6 +59,7 @@ class LoadOptions:
 
 @dataclass(frozen=True, slots=True)
 class CapacityEstimate:
+    """The start-up calibration's estimate of sessions held at real time."""
     sessions: int
     asr_s_per_session_s: float  # ASR worker seconds per second of one live session
     tts_s_per_session_s: float

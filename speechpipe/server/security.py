@@ -138,6 +138,7 @@ def _is_loopback(host: str) -> bool:
 
 
 def register(commands: argparse._SubParsersAction) -> None:
+    """Add ``speechpipe token`` to the command's subparsers."""
     token = commands.add_parser(
         "token", help="issue a signed session token for a server run with --auth-secret"
     )
@@ -154,6 +155,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_token(args: argparse.Namespace) -> int:
+    """``speechpipe token``: issue a session token (or a new secret)."""
     from speechpipe.transport.auth import TokenAuthority, new_secret
 
     if args.new_secret:

@@ -178,6 +178,7 @@ async def run_server(
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``speechpipe serve``'s arguments to ``parser``."""
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any)")
     parser.add_argument("--asr-model", default="whisper-base",
@@ -240,6 +241,7 @@ def serve_options(
 
 
 def serve_main(args: argparse.Namespace) -> int:
+    """``speechpipe serve``: run until SIGINT/SIGTERM."""
     options, limits, load = serve_options(args)
     otlp = getattr(args, "otlp_endpoint", None)
     if otlp is not None:  # a bad URL or a missing extra fails now, with one line
