@@ -46,6 +46,8 @@ from typing import Any
 
 import numpy as np
 
+from speechpipe.evaluation.scores import percentile
+
 __all__ = ["run_load_bench", "register_load", "ClientRun", "commit_latencies", "utterance_offsets",
            "percentile", "LevelReport"]
 
@@ -73,13 +75,6 @@ class ClientRun:
 
     def of(self, kind: str) -> list[dict[str, Any]]:
         return [e for _, e in self.events if e.get("type") == kind]
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (linear interpolation); None for no values."""
-    if not values:
-        return math.nan
-    return float(np.percentile(np.asarray(values, dtype=float), q))
 
 
 def commit_latencies(events: Sequence[dict[str, Any]], side: str) -> list[float]:

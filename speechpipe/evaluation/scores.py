@@ -13,12 +13,13 @@ both after lowercasing and stripping punctuation (the references are normalized 
 
 from __future__ import annotations
 
+import math
 import re
-import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 __all__ = [
+    "percentile",
     "normalize_text",
     "speech_span",
     "latency_scores",
@@ -180,7 +181,17 @@ def percentiles(values: Iterable[float]) -> dict[str, float] | None:
     data = sorted(values)
     if not data:
         return None
-    if len(data) == 1:
-        return {"p50": data[0], "p95": data[0], "p99": data[0], "n": 1}
-    q = statistics.quantiles(data, n=100, method="inclusive")
-    return {"p50": statistics.median(data), "p95": q[94], "p99": q[98], "n": len(data)}
+    return {"p50": percentile(data, 50), "p95": percentile(data, 95),
+            "p99": percentile(data, 99), "n": len(data)}
+
+
+def percentile(values: Iterable[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) with linear interpolation between closest ranks (the
+    one definition every figure of speechpipe uses); nan for no values."""
+    data = sorted(values)
+    if not data:
+        return math.nan
+    position = (len(data) - 1) * q / 100.0
+    low = math.floor(position)
+    high = min(low + 1, len(data) - 1)
+    return data[low] + (data[high] - data[low]) * (position - low)
