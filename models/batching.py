@@ -112,6 +112,7 @@ class BatchStats:
 
     @property
     def mean_batch(self) -> float:
+        """Requests per engine call on average."""
         return self.batched_requests / self.engine_calls if self.engine_calls else 0.0
 
 
@@ -226,6 +227,7 @@ class AsrBatcher:
     # -- state ----------------------------------------------------------------------------
     @property
     def queue_depth(self) -> int:
+        """Requests waiting now."""
         with self._cond:
             return len(self._queue)
 
@@ -414,10 +416,12 @@ class SessionAsr:
         return asyncio.wrap_future(self.batcher.submit(request, priority=self.priority))
 
     def replace(self, old: WhisperRequest, new: WhisperRequest) -> Awaitable[WhisperResult] | None:
+        """Swap a still-queued partial for a newer request of the same utterance."""
         future = self.batcher.replace(old, new, priority=self.priority)
         return None if future is None else asyncio.wrap_future(future)
 
     def withdraw(self, old: WhisperRequest) -> bool:
+        """Drop a still-queued request."""
         return self.batcher.withdraw(old)
 
 

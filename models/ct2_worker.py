@@ -73,6 +73,7 @@ class Ct2TranslationWorker:
 
     @property
     def model_id(self) -> str:
+        """The translator's model id."""
         return self.translator.model_id
 
     def check_languages(self, source_lang: str, target_lang: str) -> None:

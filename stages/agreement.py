@@ -49,10 +49,12 @@ class LocalAgreement:
 
     @property
     def committed_text(self) -> str:
+        """The committed words as text."""
         return " ".join(self.committed)
 
     @property
     def tentative_text(self) -> str:
+        """The not yet committed words as text."""
         return " ".join(self.tentative)
 
     def update(self, continuation: Sequence[str]) -> list[str]:
@@ -98,6 +100,7 @@ class LocalAgreement:
         return words
 
     def reset(self) -> None:
+        """Forget everything (a new utterance)."""
         self.committed = []
         self.tentative = []
         self._history.clear()

@@ -66,6 +66,7 @@ class Channel(Generic[T]):
 
     @property
     def closed(self) -> bool:
+        """True once ``close`` was called."""
         return self._closed
 
     def _update(self) -> None:

@@ -43,13 +43,16 @@ class WallStreamClock:
         self.start = start
 
     def begin(self) -> None:
+        """The stream starts now (later calls do nothing)."""
         if self.start is None:
             self.start = time.monotonic()
 
     def wall_seconds(self) -> float:
+        """Seconds since the stream started."""
         return 0.0 if self.start is None else time.monotonic() - self.start
 
     def stamp(self, basis_pts: int) -> int:
+        """Now, in stream samples since the start (never before ``basis_pts``)."""
         return max(basis_pts, int(self.wall_seconds() * STREAM_RATE))
 
 
@@ -60,11 +63,14 @@ class BasisStreamClock:
         self.start: float | None = None
 
     def begin(self) -> None:
+        """The stream starts now (later calls do nothing)."""
         if self.start is None:
             self.start = time.monotonic()
 
     def wall_seconds(self) -> float:
+        """Seconds since the stream started."""
         return 0.0 if self.start is None else time.monotonic() - self.start
 
     def stamp(self, basis_pts: int) -> int:
+        """``basis_pts``: the audio the result was based on."""
         return basis_pts

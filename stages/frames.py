@@ -50,6 +50,7 @@ class AudioFrame:
 
     @property
     def end(self) -> int:
+        """The stream position just after the frame."""
         return self.pts + len(self.samples)
 
 
@@ -101,6 +102,7 @@ class TextHypothesis:
 
     @property
     def text(self) -> str:
+        """Committed and tentative text together."""
         return " ".join(part for part in (self.committed, self.tentative) if part)
 
 
@@ -117,6 +119,7 @@ class SpeechChunk:
 
     @property
     def duration(self) -> float:
+        """Seconds of speech."""
         return len(self.samples) / self.sample_rate
 
 

@@ -141,14 +141,17 @@ class IncrementalTextTranslation:
 
     @property
     def committed(self) -> str:
+        """The committed target text."""
         return " ".join([*self._closed, *self._agreement.committed])
 
     @property
     def tentative(self) -> str:
+        """The tentative target text."""
         return self._agreement.tentative_text
 
     @property
     def final(self) -> bool:
+        """True once the utterance's translation is complete."""
         return self._final
 
     def update(

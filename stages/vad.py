@@ -51,6 +51,7 @@ class LabeledAudio:
 
     @property
     def end(self) -> int:
+        """The stream position just after the audio."""
         return self.pts + len(self.samples)
 
 

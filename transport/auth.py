@@ -109,6 +109,7 @@ class TokenAuthority:
         return "TokenAuthority(secret=<hidden>)"
 
     def issue(self, *, ttl_s: float, subject: str = "", now: float | None = None) -> str:
+        """A signed token for ``subject`` valid for ``ttl_s`` seconds."""
         if ttl_s <= 0:
             raise InputError("a token's time to live must be positive")
         issued = int(time.time() if now is None else now)
@@ -123,6 +124,7 @@ class TokenAuthority:
         return str(_jwt().encode(claims, self._key, algorithm=ALGORITHM))
 
     def verify(self, token: str | None) -> Identity:
+        """The identity a valid token grants; raises ``AuthError`` otherwise."""
         if not token:
             raise AuthError("a session token is required")
         if len(token) > MAX_TOKEN_CHARS:
@@ -157,6 +159,7 @@ class StaticToken:
         return "StaticToken(<hidden>)"
 
     def verify(self, token: str | None) -> Identity:
+        """The identity for the one shared token; raises ``AuthError`` otherwise."""
         if not token:
             raise AuthError("a session token is required")
         if not hmac.compare_digest(self._token, token.encode()):
@@ -203,6 +206,7 @@ class OriginPolicy:
     allowed: tuple[str, ...] = ()
 
     def allows(self, origin: str | None, host: str | None) -> bool:
+        """True when a page from ``origin`` may open sessions on ``host``."""
         if origin is None:
             return True
         origin = origin.strip().lower().rstrip("/")

@@ -96,6 +96,7 @@ class AccessGate:
 
     # -- step 1: the HTTP handshake ---------------------------------------------------------
     def check_upgrade(self, remote_address: object, request: Request) -> Response | None:
+        """None to accept a WebSocket upgrade, else the HTTP refusal."""
         headers = request.headers
         if not self.origins.allows(headers.get("Origin"), headers.get("Host")):
             log.info("upgrade refused: origin not allowed")
@@ -160,6 +161,7 @@ class AccessGate:
         admission.token_counted = True
 
     def release(self, admission: Admission | None) -> None:
+        """Give back what an admitted connection held."""
         if admission is None:
             return
         if admission.ip_counted:

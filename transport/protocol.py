@@ -139,6 +139,7 @@ class ProtocolError(InputError):
 
     @property
     def fatal(self) -> bool:
+        """True when the server closes the connection after this error."""
         return self.close_code is not None
 
 
@@ -312,6 +313,7 @@ def _t(pts: int) -> float:
 
 
 def dumps(message: dict[str, Any]) -> str:
+    """Compact JSON for one event."""
     return json.dumps(message, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -448,15 +450,18 @@ class InputResampler:
 
     @property
     def received_seconds(self) -> float:
+        """Seconds of client audio received so far."""
         return self.received / self.sample_rate
 
     def feed(self, samples: NDArray[np.int16]) -> list[AudioFrame]:
+        """Client audio in; 16 kHz mono int16 out."""
         self.received += len(samples)
         if self._stream is not None:
             samples = self._stream.resample_chunk(samples)
         return list(self._chunk(samples))
 
     def finish(self) -> list[AudioFrame]:
+        """The resampler's remaining output."""
         tail = np.zeros(0, dtype=np.int16)
         if self._stream is not None:
             tail = self._stream.resample_chunk(np.zeros(0, dtype=np.int16), last=True)
@@ -485,6 +490,7 @@ class OutputResampler:
         self.sample_rate = sample_rate
 
     def convert(self, chunk: SpeechChunk) -> NDArray[np.int16]:
+        """Translated speech at the client's sample rate."""
         if chunk.sample_rate == self.sample_rate or len(chunk.samples) == 0:
             return np.asarray(chunk.samples, dtype=np.int16)
         import soxr
@@ -525,6 +531,7 @@ class RealtimeGuard:
         return self.lead(now) <= self.max_lead_s
 
     def lead(self, now: float) -> float:
+        """How far the client's audio runs ahead of the wall clock, in seconds."""
         if self._t0 is None:
             return 0.0
         return self._seconds - (now - self._t0)

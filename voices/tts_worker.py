@@ -49,6 +49,7 @@ class TtsWorker:
 
     @property
     def sample_rate(self) -> int:
+        """The voice's native sample rate."""
         return self.synthesizer.sample_rate
 
     def _synthesize(self, text: str, rate: int, speed: float) -> NDArray[np.int16]:

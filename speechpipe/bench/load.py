@@ -74,6 +74,7 @@ class ClientRun:
     error: str = ""
 
     def of(self, kind: str) -> list[dict[str, Any]]:
+        """The events of one type, in arrival order."""
         return [e for _, e in self.events if e.get("type") == kind]
 
 
@@ -291,9 +292,11 @@ class ServerProcess:
 
     @property
     def url(self) -> str:
+        """The server's WebSocket URL."""
         return f"ws://127.0.0.1:{self.port}/ws"
 
     def cpu_seconds(self) -> float:
+        """CPU seconds the server process has used so far."""
         assert self.proc is not None
         try:
             fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -355,11 +358,13 @@ class LevelReport:
     waited: list[float] = field(default_factory=list)
 
     def holds(self, target_p95: float) -> bool:
+        """True when every session ran and the pooled p95 commit latency is within target."""
         return (self.started == self.sessions and self.queued == 0 and self.refused == 0
                 and self.finished == self.sessions and self.errors == 0
                 and percentile(self.target_commit, 95) <= target_p95)
 
     def row(self) -> dict[str, Any]:
+        """The level's figures as one table row."""
         def p(values: list[float], q: float) -> float:
             return round(percentile(values, q), 2)
         return {

@@ -70,6 +70,7 @@ class SoakReport:
     pool_threads_added: list[str] = field(default_factory=list)  # bounded pools growing
 
     def as_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data."""
         return {
             "minutes": self.minutes,
             "sessions": dict(self.sessions),
@@ -94,12 +95,14 @@ class SoakReport:
 
 
 def rss_mb() -> float:
+    """This process's resident memory in MB."""
     with open("/proc/self/statm") as f:
         pages = int(f.read().split()[1])
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def fds() -> dict[str, str]:
+    """Open file descriptors of this process."""
     out: dict[str, str] = {}
     for fd in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):
@@ -123,6 +126,7 @@ def malloc_trim() -> bool:
 
 
 def snapshot() -> dict[str, Any]:
+    """One sample of this process: memory, descriptors and threads."""
     return {
         "rss_mb": round(rss_mb(), 1),
         "py_blocks_k": round(sys.getallocatedblocks() / 1000, 1),  # Python's own heap
@@ -147,6 +151,7 @@ def slope_per_minute(points: list[tuple[float, float]]) -> float | None:
 
 
 def load_clips(folder: Path) -> list[tuple[str, np.ndarray]]:
+    """The clips of ``folder/manifest.jsonl`` as (language, int16 16 kHz audio)."""
     from speechpipe.errors import InputError
     from speechpipe.transport.file_replay import read_audio
 

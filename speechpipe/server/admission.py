@@ -112,6 +112,7 @@ class AdmissionCore:
         return Decision("queued", position=position, wait_s=wait)
 
     def status(self, ticket: int, now: float) -> Decision:
+        """Where ``ticket`` stands now: admitted, or queued with its position and wait."""
         if ticket in self.active:
             return Decision("admitted")
         for position, waiting in enumerate(self.waiting, start=1):
@@ -132,6 +133,7 @@ class AdmissionCore:
         return self.promote(now)
 
     def promote(self, now: float) -> list[int]:
+        """Admit waiting sessions while slots are free; returns the admitted."""
         admitted = []
         while self.waiting and len(self.active) < self.capacity:
             ticket = next(iter(self.waiting))
@@ -142,12 +144,14 @@ class AdmissionCore:
         return admitted
 
     def set_capacity(self, capacity: int, now: float) -> list[int]:
+        """Change the capacity (e.g. after calibration); waiting sessions may be admitted."""
         self.capacity = max(1, capacity)
         return self.promote(now)
 
     # -- estimates ------------------------------------------------------------------------
     @property
     def expected_session_s(self) -> float:
+        """The session length the wait estimate assumes (learned from ended sessions)."""
         return self._mean_s
 
     def estimated_wait(self, position: int, now: float) -> float:
@@ -203,14 +207,17 @@ class AdmissionGate:
 
     @property
     def capacity(self) -> int:
+        """Sessions held at once."""
         return self.core.capacity
 
     def set_capacity(self, capacity: int) -> None:
+        """Change the capacity and admit whoever now fits."""
         self.core.set_capacity(capacity, self._clock())
         self._wake()
 
     @contextlib.asynccontextmanager
     async def slot(self, client: str, notify: Notify) -> AsyncIterator[None]:
+        """Hold a capacity slot for one session (waiting in line with status events)."""
         ticket = next(self._ids)
         core = self.core
         asked = self._clock()

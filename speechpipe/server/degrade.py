@@ -99,21 +99,25 @@ class DegradeController:
         self.transitions = 0
 
     def overloaded(self, sample: LoadSample) -> bool:
+        """True when any load signal is over its up threshold."""
         o = self.options
         return (sample.asr_latency_s > o.up_latency_s or sample.loop_lag_s > o.up_lag_s
                 or sample.load_ratio > o.up_load_ratio)
 
     def severe(self, sample: LoadSample) -> bool:
+        """True when a load signal is over ``severe_factor`` times its threshold."""
         o, k = self.options, self.options.severe_factor
         return (sample.asr_latency_s > k * o.up_latency_s or sample.loop_lag_s > k * o.up_lag_s
                 or sample.load_ratio > k * o.up_load_ratio)
 
     def calm(self, sample: LoadSample) -> bool:
+        """True when every load signal is under its down threshold."""
         o = self.options
         return (sample.asr_latency_s < o.down_latency_s and sample.loop_lag_s < o.down_lag_s
                 and sample.load_ratio < o.down_load_ratio)
 
     def update(self, sample: LoadSample, now: float) -> int:
+        """Feed one load sample; returns the (possibly changed) level."""
         o = self.options
         if self.overloaded(sample):
             self._calm_since = None
@@ -199,9 +203,11 @@ class SessionLadder:
         self._cache: dict[int, AsrOptions] = {}
 
     def level(self) -> int:
+        """The session's effective level: the server's, at least the session's floor."""
         return max(self.floor, min(self.state.level, MAX_LEVEL))
 
     def current(self) -> AsrOptions:
+        """The ASR options for the session's current level."""
         level = self.level()
         options = self._cache.get(level)
         if options is None:

@@ -171,10 +171,12 @@ class LoadControl:
             self._task = asyncio.create_task(self._monitor(), name="load-control")
 
     def describe(self) -> str:
+        """One line for the log: capacity and how it was found."""
         how = "configured" if self.estimate is None else "calibrated at start-up"
         return f"speechpipe: capacity {self.gate.capacity} sessions ({how})"
 
     async def stop(self) -> None:
+        """Stop sampling the load."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -187,6 +189,7 @@ class LoadControl:
 
     # -- BatchObserver (the ASR worker's thread) --------------------------------------------
     def batch_done(self, requests: int, waits: list[float], seconds: float) -> None:
+        """The ASR worker finished a batch (feeds the latency signal)."""
         now = time.monotonic()
         for wait in waits:
             self._turnarounds.append((now, wait + seconds))
@@ -194,6 +197,7 @@ class LoadControl:
             self.metrics.batch_done(requests, waits, seconds)
 
     def dropped(self, reason: str) -> None:
+        """The ASR worker dropped a queued request without computing it."""
         if self.metrics is not None:
             self.metrics.dropped(reason)
 
@@ -211,6 +215,7 @@ class LoadControl:
                 log.exception("load control tick failed")
 
     def sample(self, loop_lag_s: float, now: float) -> LoadSample:
+        """The load at ``now``: ASR turnaround, event-loop lag, sessions vs capacity."""
         assert self.pipeline is not None
         batcher = self.pipeline.whisper
         window = self.options.latency_window_s

@@ -77,15 +77,18 @@ class ServerApp:
 
     @property
     def ready(self) -> bool:
+        """True once the models are loaded and warmed."""
         return self._ready
 
     def session(self, request: SessionRequest) -> AbstractAsyncContextManager[LiveSession]:
+        """A session for ``request`` (refused while the models load)."""
         if self.pipeline is None or not self._ready:
             raise SessionError("models are still loading", code="not_ready")
         return ObservedSession(self.pipeline.session(request), self.metrics.listener, request,
                                self.tracing)
 
     async def start(self) -> None:
+        """Listen; returns once the port is bound (models load separately)."""
         await self.server.start()
 
     async def load(self) -> None:
@@ -108,6 +111,7 @@ class ServerApp:
         log.info("models ready in %.1f s", time.monotonic() - started)
 
     async def stop(self, *, close_pipeline: bool = True) -> None:
+        """Close every connection, stop load control and, unless told not to, the pipeline."""
         self._ready = False
         self.metrics.set_ready(False)
         if self.load_control is not None:
@@ -120,6 +124,7 @@ class ServerApp:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[ServerApp]:
+        """``start`` and ``load``, then ``stop`` on exit."""
         await self.start()
         try:
             await self.load()
