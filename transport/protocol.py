@@ -83,6 +83,7 @@ class CloseCode:
 
     NORMAL = 1000  # after ``stop``: every event and all audio were sent
     GOING_AWAY = 1001  # the server is shutting down
+    ABNORMAL = 1006  # never sent: the TCP connection dropped without a close frame
     POLICY = 1008  # audio far faster than real time
     TOO_BIG = 1009  # a message over MAX_MESSAGE_BYTES (sent by the websockets library)
     INTERNAL = 1011  # an unexpected server error ended the session
@@ -97,6 +98,7 @@ class CloseCode:
     IDLE_TIMEOUT = 4007  # no message from the client for the idle timeout
     RATE_LIMITED = 4008  # messages faster than the rate limit allows (after the burst)
     TOO_MANY_SESSIONS = 4009  # too many sessions for this token or address
+    TOO_SLOW = 4010  # audio fell far behind real time for a sustained period
 
 
 class ErrorCode:
@@ -121,6 +123,9 @@ class ErrorCode:
     INTERNAL = "internal"
     OVER_CAPACITY = "over_capacity"  # speechpipe.errors.AdmissionError
     NOT_READY = "not_ready"
+    NO_VOICE = "no_voice"  # speechpipe.errors.VoiceError; also a voice that is not a name
+    NOT_READING = "not_reading"  # counted only: the client cannot read an error any more
+    TOO_SLOW = "too_slow"
     # quotas (transport/quotas.py)
     SESSION_EXPIRED = "session_expired"
     IDLE_TIMEOUT = "idle_timeout"

@@ -187,9 +187,18 @@ class QuotaGuard:
     when the session length is reached, so the caller can finish the session gracefully.
     """
 
-    def __init__(self, quotas: Quotas, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        quotas: Quotas,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        count_messages: bool = True,
+    ) -> None:
+        """``count_messages=False`` when the rate is enforced below, per frame
+        (``transport.frame_guard``), so messages are not counted twice."""
         self.quotas = quotas
         self.clock = clock
+        self.count_messages = count_messages
         self.bucket = TokenBucket(quotas.messages_per_s, quotas.message_burst)
         self.timers = SessionTimers(quotas, last_active=clock())
         self.messages = 0
@@ -242,7 +251,7 @@ class QuotaGuard:
                     continue
             now = self.clock()
             self.messages += 1
-            if not self.bucket.take(now):
+            if self.count_messages and not self.bucket.take(now):
                 raise quota_error(
                     ErrorCode.RATE_LIMITED,
                     f"more than {self.quotas.messages_per_s:g} messages per second "

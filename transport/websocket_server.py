@@ -40,6 +40,13 @@ from speechpipe.errors import AdmissionError, SpeechpipeError
 from speechpipe.stages.channels import Channel, ChannelClosed
 from speechpipe.stages.frames import OutputEvent, SpeechChunk, StatusEvent
 from speechpipe.transport.auth import OriginPolicy, StaticToken, TokenVerifier
+from speechpipe.transport.frame_guard import (
+    DEFAULT_MAX_UNREAD_BYTES,
+    FrameLimits,
+    GuardedConnection,
+    Violation,
+    guarded_connection_class,
+)
 from speechpipe.transport.gate import AccessGate, Admission
 from speechpipe.transport.privacy import ContentFreeLogger, describe_content, guard_library_logs
 from speechpipe.transport.protocol import (
@@ -96,6 +103,7 @@ class ServerLimits:
     ping_interval_s: float | None = 20.0  # keepalive: a client that stops reading is dropped
     ping_timeout_s: float | None = 20.0
     close_timeout_s: float = 10.0  # wait this long for a closing handshake, then drop the TCP
+    max_unread_bytes: int = DEFAULT_MAX_UNREAD_BYTES  # a client that reads less is dropped
     log_content: bool = False  # debug only: log captions/translations (never audio or tokens)
 
 
@@ -227,6 +235,12 @@ class SpeechServer:
             ping_timeout=self.limits.ping_timeout_s,
             close_timeout=self.limits.close_timeout_s,
             logger=ContentFreeLogger(logging.getLogger("websockets.server")),
+            create_connection=guarded_connection_class(FrameLimits(
+                frames_per_s=self.limits.quotas.messages_per_s,
+                frame_burst=self.limits.quotas.message_burst,
+                max_unread_bytes=self.limits.max_unread_bytes,
+                linger_s=self.limits.close_timeout_s,
+            )),
         )
         log.info("listening on %s:%d", self.host, self.port)
         return self
@@ -314,7 +328,7 @@ class _Connection:
         self.tasks: list[asyncio.Task[Any]] = []
         self.resampler = InputResampler(16_000)
         self.stopping = False
-        self.quota = QuotaGuard(self.limits.quotas)
+        self.quota = QuotaGuard(self.limits.quotas, count_messages=False)  # frames: below
         self.admission: Admission | None = None
 
     async def run(self) -> None:
@@ -337,14 +351,33 @@ class _Connection:
             )
         finally:
             self.server.gate.release(self.admission)
+            violation = self._violation()
+            if violation is not None:
+                self.observer.error(violation.code)
+            code = close.code if close is not None else self._gone_code(violation)
             if self.session_open:
                 self.session_open = False
-                self.observer.session_closed(time.monotonic() - opened, close and close.code)
+                self.observer.session_closed(time.monotonic() - opened, code)
         if close is not None:
             await self._close(close)
-        log.info(
-            "session %s closed: code=%s", self.id, close.code if close else self.ws.close_code
-        )
+        log.info("session %s closed: code=%s", self.id, code)
+
+    def _violation(self) -> Violation | None:
+        """Why the connection layer ended this connection (flood, not reading), if it did."""
+        return self.ws.violation if isinstance(self.ws, GuardedConnection) else None
+
+    def _gone_code(self, violation: Violation | None) -> int:
+        """The real close code of a connection that ended without a close of ours: the one the
+        connection layer sent (a flood, 1009 too big, 1011 keepalive timeout, 1001 shutdown),
+        else the client's (1006 when the TCP connection just dropped)."""
+        if violation is not None:
+            return violation.close_code
+        proto = self.ws.protocol
+        if proto.close_sent is not None and not proto.close_rcvd_then_sent:
+            return int(proto.close_sent.code)
+        if proto.close_rcvd is not None:
+            return int(proto.close_rcvd.code)
+        return CloseCode.ABNORMAL
 
     async def _close(self, close: _Close) -> None:
         if close.error is not None:
@@ -423,6 +456,12 @@ class _Connection:
         await stack.enter_async_context(self.server.capacity.slot(client, notify))
 
     async def _run_session(self, start: Start) -> _Close | None:
+        try:
+            return await self._session(start)
+        except ExceptionGroup as group:  # e.g. the client left while the session was set up:
+            return self._outcome(group)  # ConnectionClosed through the session's TaskGroup
+
+    async def _session(self, start: Start) -> _Close | None:
         async with contextlib.AsyncExitStack() as stack:
             try:
                 await self._hold_capacity(stack, start)

@@ -1,0 +1,180 @@
+"""Attacks from the second hardening round (issue 10), each on a real server on loopback with
+real clients (raw sockets where a real client would not misbehave this way). Sessions are
+scripted fakes unless the test says otherwise: the limits do not depend on the models."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from guard_helpers import (
+    SECRET,
+    TickFactory,
+    errors,
+    pcm,
+    ping_flood,
+    read_until_closed,
+    recv_json,
+    rss_bytes,
+    wait_for,
+)
+from websockets.asyncio.client import connect
+
+from speechpipe.transport.auth import TokenAuthority
+from speechpipe.transport.protocol import CloseCode
+from speechpipe.transport.quotas import Quotas
+from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
+
+live = pytest.mark.asyncio(loop_scope="session")
+
+MB = 1 << 20
+SAMPLES = Path(__file__).resolve().parents[1] / "samples" / "wav"
+
+
+class Observed:
+    """A ``ServerObserver`` that records closes and errors (what the metrics would count)."""
+
+    def __init__(self) -> None:
+        self.closes: list[int | None] = []
+        self.errors: list[str] = []
+
+    def session_opened(self) -> None:
+        pass
+
+    def session_closed(self, seconds: float, close_code: int | None) -> None:
+        self.closes.append(close_code)
+
+    def output_event(self, event: Any) -> None:
+        pass
+
+    def error(self, code: str) -> None:
+        self.errors.append(code)
+
+
+async def _healthz_ms(port: int) -> float:
+    t0 = time.perf_counter()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+    await writer.drain()
+    await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    return (time.perf_counter() - t0) * 1000
+
+
+async def _sample_during(
+    task: asyncio.Future[Any], port: int, at_least_s: float = 1.0
+) -> tuple[int, list[float]]:
+    """Peak RSS of this process and /healthz latencies while ``task`` runs (and for at least
+    ``at_least_s``)."""
+    peak, latencies = rss_bytes(), []
+    t0 = time.monotonic()
+    while not task.done() or time.monotonic() - t0 < at_least_s:
+        peak = max(peak, rss_bytes())
+        latencies.append(await _healthz_ms(port))
+        await asyncio.sleep(0.05)
+    return peak, latencies
+
+
+async def _tick_session(url: str, seconds: float) -> list[Any]:
+    """A well-behaved session: real-time audio for ``seconds``, then ``stop``."""
+    async with connect(url) as ws:
+        await ws.send(json.dumps({"type": "start", "token": TokenAuthority(SECRET).issue(
+            ttl_s=60)}))
+        assert (await recv_json(ws))["type"] == "started"
+        t0 = time.monotonic()
+        for i in range(int(seconds / 0.02)):
+            await asyncio.sleep(max(0.0, t0 + i * 0.02 - time.monotonic()))
+            await ws.send(pcm(0.02))
+        await ws.send(json.dumps({"type": "stop"}))
+        seen = await read_until_closed(ws)
+        assert ws.close_code == CloseCode.NORMAL
+        return seen
+
+
+# --------------------------------------------------------------------------- item 2: floods
+
+
+@live
+async def test_ping_flood_before_start_is_cut_off_and_memory_stays_bounded() -> None:
+    """Two connections without a token flood pings and never read the pongs (the attack
+    that took a server from 559 MB to 1,261 MB): every frame counts against the rate limit,
+    so each is failed after the burst; memory stays flat and a real session goes on."""
+    observed = Observed()
+    limits = ServerLimits(auth=TokenAuthority(SECRET), close_timeout_s=1.0)
+    async with SpeechServer(TickFactory(), port=0, limits=limits, observer=observed) as srv:
+        url = f"ws://127.0.0.1:{srv.port}/ws"
+        base = rss_bytes()
+        session = asyncio.create_task(_tick_session(url, 3.0))
+        flood = asyncio.gather(*(asyncio.to_thread(ping_flood, srv.port, 300 * MB, 30.0)
+                                 for _ in range(2)))
+        peak, latencies = await _sample_during(flood, srv.port)
+        results = await flood
+        seen = await session
+        await wait_for(lambda: not srv.connections, what="every connection gone")
+    latencies.sort()
+    print(f"\nping flood: written {[round(b / MB, 1) for b, _ in results]} MB, dropped after "
+          f"{[round(s, 2) for _, s in results]} s; RSS +{(peak - base) / MB:.1f} MB; "
+          f"/healthz p50 {latencies[len(latencies) // 2]:.1f} ms, max {latencies[-1]:.1f} ms "
+          f"({len(latencies)} requests)")
+    assert peak - base < 150 * MB
+    assert all(written < 300 * MB and s < 30.0 for written, s in results), "the flood was cut"
+    assert observed.errors.count("rate_limited") == 2, observed.errors
+    assert not errors(seen) and any(m.get("type") == "source" for m in seen
+                                    if isinstance(m, dict)), "the real session went on"
+
+
+@live
+async def test_a_client_that_never_reads_is_dropped_at_the_write_buffer_bound() -> None:
+    """With the rate limit out of the way, pongs the client never reads pile up in the
+    server's write buffer: past ``max_unread_bytes`` the connection is aborted."""
+    observed = Observed()
+    limits = ServerLimits(max_unread_bytes=1 * MB,
+                          quotas=Quotas(messages_per_s=1e9, message_burst=10**9))
+    async with SpeechServer(TickFactory(), port=0, limits=limits, observer=observed) as srv:
+        base = rss_bytes()
+        flood = asyncio.gather(asyncio.to_thread(ping_flood, srv.port, 300 * MB, 30.0))
+        peak, _ = await _sample_during(flood, srv.port)
+        [(written, seconds)] = await flood
+        await wait_for(lambda: not srv.connections, what="the connection gone")
+    print(f"\nunread pongs: written {written / MB:.1f} MB, dropped after {seconds:.2f} s; "
+          f"RSS +{(peak - base) / MB:.1f} MB")
+    assert written < 300 * MB and seconds < 30.0, "the connection was dropped"
+    assert observed.errors == ["not_reading"]
+    assert peak - base < 150 * MB
+
+
+@pytest.mark.slow
+@live
+async def test_ping_floods_leave_memory_flat_and_a_real_session_speaking(
+    pipeline: Any, stream_ws: Any
+) -> None:
+    """The issue's attack on the real pipeline: 2 x 300 MB of pings nobody reads, while a
+    real session translates a recording. RSS stays within 150 MB; speech still arrives."""
+    from speechpipe.transport.file_replay import read_audio
+
+    audio = read_audio(SAMPLES / "es_hermano.wav")
+    async with SpeechServer(pipeline.session, port=0) as srv:
+        url = f"ws://127.0.0.1:{srv.port}/ws"
+        base = rss_bytes()
+        session = asyncio.create_task(
+            stream_ws(url, audio, tail_s=2.0, start={"source_lang": "es"})
+        )
+        await asyncio.sleep(1.0)  # mid-utterance
+        flood = asyncio.gather(*(asyncio.to_thread(ping_flood, srv.port, 300 * MB, 30.0)
+                                 for _ in range(2)))
+        peak, latencies = await _sample_during(flood, srv.port, at_least_s=2.0)
+        results = await flood
+        run = await session
+    latencies.sort()
+    print(f"\nping flood on a real server: written {[round(b / MB, 1) for b, _ in results]} MB,"
+          f" dropped after {[round(s, 2) for _, s in results]} s; RSS +{(peak - base) / MB:.1f}"
+          f" MB; /healthz p50 {latencies[len(latencies) // 2]:.1f} ms, max "
+          f"{latencies[-1]:.1f} ms; session: {len(run.audio)} speech chunks")
+    assert peak - base < 150 * MB
+    assert all(written < 300 * MB for written, _ in results)
+    assert run.close_code == CloseCode.NORMAL and run.audio, "translated speech arrived"
+    assert not errors([e for _, e in run.events])
