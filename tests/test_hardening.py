@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +22,13 @@ from guard_helpers import (
     read_until_closed,
     recv_json,
     rss_bytes,
+    server_log,
     wait_for,
 )
 from websockets.asyncio.client import connect
 
 from speechpipe.transport.auth import TokenAuthority
-from speechpipe.transport.protocol import CloseCode
+from speechpipe.transport.protocol import MAX_MESSAGE_BYTES, CloseCode
 from speechpipe.transport.quotas import Quotas
 from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
 
@@ -178,3 +181,46 @@ async def test_ping_floods_leave_memory_flat_and_a_real_session_speaking(
     assert all(written < 300 * MB for written, _ in results)
     assert run.close_code == CloseCode.NORMAL and run.audio, "translated speech arrived"
     assert not errors([e for _, e in run.events])
+
+
+# --------------------------------------------------------------------------- item 5
+
+
+@live
+async def test_clients_leaving_right_after_start_are_not_server_errors(
+    pipeline: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A burst of clients that vanish right after ``start``, close politely, or send a frame
+    over the size limit: on the real pipeline (whose session holds its stages in a task group,
+    so the client's leaving arrives wrapped in an exception group). No ERROR is logged and
+    each close is counted by its real code."""
+    observed = Observed()
+    caplog.set_level(logging.INFO)
+    async with SpeechServer(pipeline.session, port=0, observer=observed,
+                            limits=ServerLimits(quotas=Quotas(max_sessions_per_ip=None))) as srv:
+        url = f"ws://127.0.0.1:{srv.port}/ws"
+
+        async def vanish() -> None:
+            ws = await connect(url)
+            await ws.send(json.dumps({"type": "start", "source_lang": "es"}))
+            ws.transport.abort()
+
+        async def leave_politely() -> None:
+            async with connect(url) as ws:
+                await ws.send(json.dumps({"type": "start", "source_lang": "es"}))
+
+        async def oversize() -> None:
+            async with connect(url, max_size=None) as ws:
+                await ws.send(json.dumps({"type": "start", "source_lang": "es"}))
+                await ws.send(b"\x00" * (MAX_MESSAGE_BYTES + 2))
+                await read_until_closed(ws)
+                assert ws.close_code == CloseCode.TOO_BIG
+
+        for attempt in (vanish, leave_politely, oversize):
+            await asyncio.gather(*(attempt() for _ in range(10)))
+        await wait_for(lambda: not srv.connections, within=10, what="every connection gone")
+    bad = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not bad, server_log(bad)
+    assert "internal" not in observed.errors and CloseCode.INTERNAL not in observed.closes
+    print(f"\ncloses counted: {sorted(Counter(observed.closes).items(), key=str)}")
+    assert set(observed.closes) <= {CloseCode.ABNORMAL, CloseCode.NORMAL, CloseCode.TOO_BIG}
