@@ -52,6 +52,11 @@ def add_security_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                        help="a web origin allowed to open WebSocket sessions, e.g. "
                             "https://example.com (repeatable; '*' = any; default: same origin)")
+    group.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                       help="a host name this server answers to besides IP addresses and "
+                            "localhost, e.g. translate.example.com (repeatable; '*' = any). "
+                            "Guards against DNS rebinding; needed behind a proxy that "
+                            "forwards Host, and for scraping /metrics by name")
     group.add_argument("--max-session-s", type=_positive_or_off, default=q.max_session_s,
                        help="maximum session length in seconds (0 = no limit)")
     group.add_argument("--max-idle-s", type=_positive_or_off, default=q.max_idle_s,
@@ -110,10 +115,26 @@ def security_limits(args: argparse.Namespace, limits):  # type: ignore[no-untype
     if auth is None and limits.token is None and not _is_loopback(host):
         print(f"speechpipe: warning: serving on {host} without --auth-secret: anyone who can "
               "reach this port can open sessions", file=sys.stderr)
+    from speechpipe.transport.hosts import HeaderError, parse_host, parse_origin
+
+    for origin in args.allow_origin:
+        try:
+            if origin.strip() != "*":
+                parse_origin(origin)
+        except HeaderError:
+            raise InputError(f"--allow-origin {origin!r}: not an origin such as "
+                             "https://example.com") from None
+    for name in getattr(args, "allow_host", ()):
+        try:
+            if name.strip() != "*":
+                parse_host(name)
+        except HeaderError:
+            raise InputError(f"--allow-host {name!r}: not a host name") from None
     return dataclasses.replace(
         limits,
         auth=auth,
         allowed_origins=tuple(args.allow_origin),
+        allowed_hosts=tuple(getattr(args, "allow_host", ())),
         quotas=quotas,
         ping_interval_s=args.ping_interval,
         ping_timeout_s=args.ping_timeout,

@@ -233,7 +233,8 @@ def ping_flood(port: int, total_bytes: int, seconds: float) -> tuple[int, float]
 
 
 def raw_http(port: int, request: bytes, within: float = 5.0) -> tuple[int, bytes]:
-    """Send raw request bytes; return the status code and the whole response."""
+    """Send raw request bytes; return the status code and the response (for a 101, its
+    head only: the connection is then closed without a word)."""
     with socket.create_connection(("127.0.0.1", port), timeout=within) as sock:
         sock.sendall(request)
         data = b""
@@ -245,5 +246,18 @@ def raw_http(port: int, request: bytes, within: float = 5.0) -> tuple[int, bytes
             if not part:
                 break
             data += part
+            if data.startswith(b"HTTP/1.1 101") and b"\r\n\r\n" in data:
+                break
     status = int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/1.1 ") else 0
     return status, data
+
+
+def http_request(path: str, headers: list[tuple[str, str]]) -> bytes:
+    """A GET with exactly these headers (repeats and malformed values included); for
+    ``/ws`` the WebSocket upgrade headers are added."""
+    lines = [f"GET {path} HTTP/1.1", *(f"{k}: {v}" for k, v in headers)]
+    if path.startswith("/ws"):
+        key = base64.b64encode(os.urandom(16)).decode()
+        lines += ["Upgrade: websocket", "Connection: Upgrade", f"Sec-WebSocket-Key: {key}",
+                  "Sec-WebSocket-Version: 13"]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")

@@ -17,8 +17,10 @@ from guard_helpers import (
     SECRET,
     TickFactory,
     errors,
+    http_request,
     pcm,
     ping_flood,
+    raw_http,
     read_until_closed,
     recv_json,
     rss_bytes,
@@ -28,6 +30,7 @@ from guard_helpers import (
 from websockets.asyncio.client import connect
 
 from speechpipe.transport.auth import TokenAuthority
+from speechpipe.transport.hosts import HeaderError, HostPolicy, WebOrigin, parse_host, parse_origin
 from speechpipe.transport.protocol import MAX_MESSAGE_BYTES, CloseCode
 from speechpipe.transport.quotas import Quotas
 from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
@@ -224,3 +227,123 @@ async def test_clients_leaving_right_after_start_are_not_server_errors(
     assert "internal" not in observed.errors and CloseCode.INTERNAL not in observed.closes
     print(f"\ncloses counted: {sorted(Counter(observed.closes).items(), key=str)}")
     assert set(observed.closes) <= {CloseCode.ABNORMAL, CloseCode.NORMAL, CloseCode.TOO_BIG}
+
+
+# --------------------------------------------------------------------------- items 6 and 7
+
+
+def test_host_and_origin_parsing() -> None:
+    assert parse_host("LocalHost:8765") == ("localhost", 8765)
+    assert parse_host("[::1]") == ("[::1]", None)
+    assert parse_origin("https://App.Example") == WebOrigin("https", "app.example", 443)
+    assert parse_origin("http://127.0.0.1:8765/") == WebOrigin("http", "127.0.0.1", 8765)
+    assert parse_origin("null") is None
+    for bad in ("http://[::1", "http://a:0", "http://a:65536", "http://a/b", "http://u@a",
+                "a.example", "http://", "http://a b"):
+        with pytest.raises(HeaderError):
+            parse_origin(bad)
+    for bad in ("", "a:b", "a:", "[zz]", "a/b", "u@a", "a b"):
+        with pytest.raises(HeaderError):
+            parse_host(bad)
+    hosts = HostPolicy(("translate.example",))
+    assert all(hosts.allows(h) for h in ("127.0.0.1", "[::1]", "10.1.2.3", "localhost",
+                                          "app.localhost", "translate.example"))
+    assert not any(hosts.allows(h) for h in ("evil.example", "localhost.evil.example",
+                                              "translate.example.evil"))
+    assert HostPolicy(("*",)).allows("anything.example")
+
+
+def test_bad_allow_origin_or_host_is_one_line_rc_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from speechpipe.cli import main
+
+    assert main(["serve", "--allow-origin", "example.com"]) == 2
+    assert main(["serve", "--allow-host", "a/b"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "--allow-origin" in err[0] and "--allow-host" in err[1], err
+
+
+def _status(port: int, path: str, headers: list[tuple[str, str]]) -> int:
+    return raw_http(port, http_request(path, headers))[0]
+
+
+@live
+async def test_malformed_or_repeated_host_and_origin_get_400(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with SpeechServer(TickFactory(), port=0) as srv:
+        port = srv.port
+        host = ("Host", f"127.0.0.1:{port}")
+        same = ("Origin", f"http://127.0.0.1:{port}")
+        cases: dict[str, tuple[str, list[tuple[str, str]]]] = {
+            "origin bad IPv6": ("/ws", [host, ("Origin", "http://[::1")]),
+            "origin bad port": ("/ws", [host, ("Origin", "http://127.0.0.1:99999")]),
+            "origin port not a number": ("/ws", [host, ("Origin", "http://127.0.0.1:x")]),
+            "origin with a path": ("/ws", [host, ("Origin", "http://127.0.0.1/a/b")]),
+            "origin with a user": ("/ws", [host, ("Origin", "http://u@127.0.0.1")]),
+            "origin not a URL": ("/ws", [host, ("Origin", "é%%")]),
+            "origin twice": ("/ws", [host, same, same]),
+            "host twice (ws)": ("/ws", [host, host]),
+            "host twice (page)": ("/", [host, host]),
+            "host twice (metrics)": ("/metrics", [host, host]),
+            "host bad port": ("/metrics", [("Host", "127.0.0.1:99999")]),
+            "host bad IPv6": ("/", [("Host", "[::1")]),
+            "host with a user": ("/", [("Host", "u@127.0.0.1")]),
+            "no host": ("/", []),
+        }
+        got = {name: await asyncio.to_thread(_status, port, path, headers)
+               for name, (path, headers) in cases.items()}
+        assert got == dict.fromkeys(cases, 400), got
+        # the same requests, well-formed, still work
+        assert await asyncio.to_thread(_status, port, "/ws", [host, same]) == 101
+        assert await asyncio.to_thread(_status, port, "/metrics", [host]) == 200
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def _status_of(port: int, path: str, host: str, origin: str | None = None) -> int:
+    headers = [("Host", host)] + ([("Origin", origin)] if origin else [])
+    return await asyncio.to_thread(_status, port, path, headers)
+
+
+@live
+async def test_same_origin_compares_scheme_host_and_port_and_host_names_are_checked() -> None:
+    async with SpeechServer(TickFactory(), port=0) as srv:
+        port = srv.port
+        here = f"127.0.0.1:{port}"
+        evil = f"evil.example:{port}"
+        refused = {
+            "other port": await _status_of(port, "/ws", here, "http://127.0.0.1:9999"),
+            "https, default port": await _status_of(port, "/ws", here, "https://127.0.0.1"),
+            "https, same port": await _status_of(port, "/ws", here, f"https://{here}"),
+            "other host": await _status_of(port, "/ws", here, f"http://localhost:{port}"),
+            "opaque origin": await _status_of(port, "/ws", here, "null"),
+            # DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1
+            "rebinding, ws": await _status_of(port, "/ws", evil, f"http://{evil}"),
+            "rebinding, metrics": await _status_of(port, "/metrics", evil),
+            "rebinding, page": await _status_of(port, "/", evil),
+        }
+        assert refused == dict.fromkeys(refused, 403), refused
+        upgraded = {
+            "same origin": await _status_of(port, "/ws", here, f"http://{here}"),
+            "no Origin (not a browser)": await _status_of(port, "/ws", here),
+            "localhost": await _status_of(port, "/ws", f"localhost:{port}",
+                                          f"http://localhost:{port}"),
+            "IPv6 loopback name": await _status_of(port, "/ws", f"[::1]:{port}",
+                                                   f"http://[::1]:{port}"),
+        }
+        assert upgraded == dict.fromkeys(upgraded, 101), upgraded
+        served = {
+            "metrics by IP": await _status_of(port, "/metrics", here),
+            "metrics by localhost": await _status_of(port, "/metrics", f"localhost:{port}"),
+            "health under any name": await _status_of(port, "/healthz", evil),
+        }
+        assert served == dict.fromkeys(served, 200), served
+    limits = ServerLimits(allowed_hosts=("translate.example",),
+                          allowed_origins=("https://translate.example",))
+    async with SpeechServer(TickFactory(), port=0, limits=limits) as srv:  # behind a TLS proxy
+        port = srv.port
+        public = "translate.example"
+        assert await _status_of(port, "/ws", public, f"https://{public}") == 101
+        assert await _status_of(port, "/metrics", public) == 200
+        assert await _status_of(port, "/metrics", "evil.example") == 403
+        assert await _status_of(port, "/ws", public, "https://evil.example") == 403

@@ -48,6 +48,13 @@ from speechpipe.transport.frame_guard import (
     guarded_connection_class,
 )
 from speechpipe.transport.gate import AccessGate, Admission
+from speechpipe.transport.hosts import (
+    HeaderError,
+    HostPolicy,
+    is_ip_literal,
+    parse_host,
+    single_header,
+)
 from speechpipe.transport.privacy import ContentFreeLogger, describe_content, guard_library_logs
 from speechpipe.transport.protocol import (
     MAX_MESSAGE_BYTES,
@@ -99,6 +106,7 @@ class ServerLimits:
     token: str | None = None  # when set, ``start`` must carry it
     auth: TokenVerifier | None = None  # signed session tokens (transport.auth); wins over token
     allowed_origins: tuple[str, ...] = ()  # WebSocket Origin allowlist; () = same origin only
+    allowed_hosts: tuple[str, ...] = ()  # Host names served besides IPs and localhost (hosts.py)
     quotas: Quotas = field(default_factory=Quotas)  # transport.quotas
     ping_interval_s: float | None = 20.0  # keepalive: a client that stops reading is dropped
     ping_timeout_s: float | None = 20.0
@@ -210,6 +218,8 @@ class SpeechServer:
             origins=OriginPolicy(self.limits.allowed_origins),
             quotas=self.limits.quotas,
         )
+        bound = () if host in ("", "0.0.0.0", "::") or is_ip_literal(host) else (host,)
+        self.hosts = HostPolicy(self.limits.allowed_hosts + bound)
         guard_library_logs(self.limits.log_content)
 
     @property
@@ -264,6 +274,9 @@ class SpeechServer:
     # -- plain HTTP --------------------------------------------------------------------------
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         path = request.path.split("?", 1)[0]
+        refused = self._check_host(request, health=path in ("/healthz", "/readyz"))
+        if refused is not None:
+            return refused
         if path == "/ws":
             if not self.is_ready():
                 return _response(503, "text/plain; charset=utf-8", b"models are loading\n")
@@ -280,6 +293,24 @@ class SpeechServer:
         if static is not None:
             return _response(200, static[0], static[1])
         return _response(404, "text/plain; charset=utf-8", b"not found\n")
+
+    def _check_host(self, request: Request, *, health: bool) -> Response | None:
+        """400 for a missing, repeated or malformed ``Host``; 403 for a name this server does
+        not serve (DNS rebinding: ``transport.hosts``). Health checks answer any name."""
+        try:
+            value = single_header(request.headers, "Host")
+            if value is None:
+                raise HeaderError("no Host header")
+            name, _ = parse_host(value)
+        except HeaderError as exc:
+            return _response(400, "text/plain; charset=utf-8", f"{exc}\n".encode())
+        if health or self.hosts.allows(name):
+            return None
+        log.info("request refused: host not served")
+        return _response(
+            403, "text/plain; charset=utf-8",
+            b"host not served (the operator can add it with --allow-host)\n",
+        )
 
     # -- sessions ----------------------------------------------------------------------------
     async def _handle(self, ws: ServerConnection) -> None:
