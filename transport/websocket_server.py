@@ -1,8 +1,8 @@
 """The live server: one port for the demo page, ``/ws`` sessions, metrics and health checks.
 
 Built on websockets' asyncio server. Plain HTTP GETs are answered in ``process_request``
-(``/``, static files, ``/metrics``, ``/healthz``, ``/readyz``); ``/ws`` upgrades to a session
-speaking the protocol in ``transport.protocol`` (reference: ``docs/protocol.md``).
+(``/``, static files, ``/metrics``, ``/healthz``, ``/readyz``, ``/voices``); ``/ws`` upgrades
+to a session speaking the protocol in ``transport.protocol`` (reference: ``docs/protocol.md``).
 
 Per connection, once ``start`` is accepted, three tasks run in one ``asyncio.TaskGroup``:
 
@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import http
 import importlib.resources
+import json
 import logging
 import secrets
 import time
@@ -197,8 +198,10 @@ class SpeechServer:
         limits: ServerLimits | None = None,
         webrtc: bool = True,
         capacity: CapacityGate | None = None,
+        voices: Callable[[], list[dict[str, Any]]] = list,
     ) -> None:
         self.factory = factory
+        self.voices = voices  # what ``GET /voices`` lists: the names ``start.voice`` may use
         self.capacity = capacity  # admission control: queue or refuse when full
         self.host = host
         self.requested_port = port
@@ -289,6 +292,9 @@ class SpeechServer:
             return _response(503, "text/plain; charset=utf-8", b"loading\n")
         if path == "/metrics":
             return _response(200, METRICS_CONTENT_TYPE, self.metrics_text())
+        if path == "/voices":
+            body = json.dumps({"voices": self.voices()}, separators=(",", ":")).encode()
+            return _response(200, "application/json", body)
         static = self._static.get(path)
         if static is not None:
             return _response(200, static[0], static[1])
