@@ -264,8 +264,8 @@ def _voice_name(data: dict[str, Any]) -> str | None:
     value = data.get("voice")
     if value is None or value == "":
         return None
-    if not isinstance(value, str) or len(value) > 64:
-        raise _bad_start("'voice' must be a short string")
+    if not isinstance(value, str):
+        raise _bad_start("'voice' must be a string")
     if not _VOICE_NAME.fullmatch(value) or value.lower().endswith((".onnx", ".json")):
         raise ProtocolError(
             ErrorCode.NO_VOICE,
