@@ -172,6 +172,13 @@ async def run_server(
                 loop.remove_signal_handler(sig)
 
 
+def _grace(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < 3600:  # nan and inf included
+        raise argparse.ArgumentTypeError(f"not a number of seconds in [0, 3600): {text!r}")
+    return value
+
+
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any)")
@@ -186,6 +193,11 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--webrtc-timeout", type=float, default=15.0,
                         help="seconds for a WebRTC peer's ICE + DTLS to complete")
     parser.add_argument("--no-webrtc", action="store_true", help="refuse WebRTC offers")
+    parser.add_argument("--shutdown-grace", type=_grace, default=ServerLimits().shutdown_grace_s,
+                        metavar="S",
+                        help="on SIGTERM/SIGINT: seconds sessions get to close before their "
+                             "connections are dropped (default %(default)s; keep it under "
+                             "the 10 s container runtimes wait before SIGKILL)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="GROUP.FIELD=VALUE",
                         help="override a pipeline option for every session, e.g. "
@@ -212,6 +224,7 @@ def serve_options(
         token=args.token,
         start_timeout_s=args.start_timeout,
         webrtc_connect_timeout_s=args.webrtc_timeout,
+        shutdown_grace_s=getattr(args, "shutdown_grace", ServerLimits().shutdown_grace_s),
     ))
     options, load = load_options_from_args(args, options)
     return options, limits, load

@@ -89,6 +89,7 @@ __all__ = ["ServerLimits", "ServerObserver", "SpeechServer", "serve"]
 
 log = logging.getLogger("speechpipe.server")
 
+_HANDLER_EXIT_S = 1.0  # after the shutdown grace: how long aborted handlers get to return
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 STATIC_TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -112,6 +113,7 @@ class ServerLimits:
     ping_interval_s: float | None = 20.0  # keepalive: a client that stops reading is dropped
     ping_timeout_s: float | None = 20.0
     close_timeout_s: float = 10.0  # wait this long for a closing handshake, then drop the TCP
+    shutdown_grace_s: float = 5.0  # ``stop``: then drop what is still open (under 10 s SIGKILL)
     max_unread_bytes: int = DEFAULT_MAX_UNREAD_BYTES  # a client that reads less is dropped
     log_content: bool = False  # debug only: log captions/translations (never audio or tokens)
 
@@ -259,10 +261,30 @@ class SpeechServer:
         return self
 
     async def stop(self) -> None:
-        """Stop accepting; close every connection with 1001 and wait for their sessions."""
-        if self._server is not None:
-            self._server.close(close_connections=True)
-            await self._server.wait_closed()
+        """Stop accepting; close every connection with 1001 and wait for their sessions, for
+        at most ``limits.shutdown_grace_s``: then connections still open (clients that do not
+        answer the close) are dropped, and session handlers still running are cancelled."""
+        if self._server is None:
+            return
+        server = self._server
+        server.close(close_connections=True)
+        try:
+            async with asyncio.timeout(self.limits.shutdown_grace_s):
+                await server.wait_closed()
+            return
+        except TimeoutError:
+            pass
+        log.warning("shutdown grace over: dropping %d connections", len(server.all_connections))
+        for connection in server.all_connections:
+            connection.transport.abort()
+        try:  # aborted connections end their handlers at once; give them a moment
+            async with asyncio.timeout(_HANDLER_EXIT_S):
+                await server.wait_closed()
+        except TimeoutError:
+            log.warning("shutdown: cancelling %d session handlers", len(server.handler_tasks))
+            for task in server.handler_tasks:
+                task.cancel()
+            await server.wait_closed()
 
     async def serve_forever(self) -> None:
         assert self._server is not None
