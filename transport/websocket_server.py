@@ -39,7 +39,7 @@ from websockets.http11 import Request, Response
 
 from speechpipe.errors import AdmissionError, SpeechpipeError
 from speechpipe.stages.channels import Channel, ChannelClosed
-from speechpipe.stages.frames import OutputEvent, SpeechChunk, StatusEvent
+from speechpipe.stages.frames import STREAM_RATE, AudioFrame, OutputEvent, SpeechChunk, StatusEvent
 from speechpipe.transport.auth import OriginPolicy, StaticToken, TokenVerifier
 from speechpipe.transport.frame_guard import (
     DEFAULT_MAX_UNREAD_BYTES,
@@ -610,6 +610,7 @@ class _Connection:
                         ),
                         CloseCode.POLICY,
                     )
+                self.quota.audio(len(samples) / start.sample_rate)
                 for frame in self.resampler.feed(samples):
                     await session.push(frame)
                 continue
@@ -715,8 +716,12 @@ class _Connection:
         for frame in self.resampler.finish():
             await session.push(frame)
         self.resampler = InputResampler(rate, start_pts=self.resampler.pts)
+        async def push(frame: AudioFrame) -> None:  # WebRTC audio keeps the pace too
+            self.quota.audio(len(frame.samples) / STREAM_RATE)
+            await session.push(frame)
+
         peer = WebRtcPeer(
-            push=session.push,
+            push=push,
             start_pts=self.resampler.pts,
             connect_timeout_s=self.limits.webrtc_connect_timeout_s,
             label=self.id,

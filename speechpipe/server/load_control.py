@@ -286,9 +286,10 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-queue-wait", type=float, default=defaults.max_wait_s,
                        help="refuse (1013) when the estimated wait is longer, in seconds "
                             "(default %(default)s)")
-    group.add_argument("--per-client-sessions", type=int, default=0,
-                       help="capacity slots (active + waiting) per client id or address; "
-                            "0 = no limit (default)")
+    group.add_argument("--per-client-sessions", type=int, default=None,
+                       help="capacity slots (active + waiting) per client address; 0 = no "
+                            "limit (default: half the capacity, rounded up, for addresses "
+                            "other than loopback)")
     group.add_argument("--no-batching", action="store_true",
                        help="one ASR request per model call (the baseline for bench load)")
     group.add_argument("--batch-window-ms", type=float, default=None,
@@ -325,7 +326,7 @@ def load_options_from_args(
         capacity=getattr(args, "capacity", None),
         max_queue=getattr(args, "max_queue", defaults.max_queue),
         max_wait_s=getattr(args, "max_queue_wait", defaults.max_wait_s),
-        per_client=getattr(args, "per_client_sessions", 0) or 0,
+        per_client=getattr(args, "per_client_sessions", None),
     )
     load = LoadOptions(admission=admission,
                        degrade_enabled=not getattr(args, "no_degrade", False))

@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 from speechpipe.transport.auth import TokenAuthority
 from speechpipe.transport.hosts import HeaderError, HostPolicy, WebOrigin, parse_host, parse_origin
 from speechpipe.transport.protocol import MAX_MESSAGE_BYTES, CloseCode, ProtocolError, parse_start
-from speechpipe.transport.quotas import Quotas
+from speechpipe.transport.quotas import AudioPace, Quotas
 from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
 from tests.helpers import (
     SECRET,
@@ -365,3 +366,105 @@ def test_a_voice_from_a_client_is_a_name_never_a_path() -> None:
         resolve_voice(real, "en")
 
 
+
+
+# --------------------------------------------------------------------------- item 3: pace
+
+
+def test_audio_pace_core() -> None:
+    """Pure, on an explicit clock: 20 s windows, at least half of real time."""
+    pace = AudioPace(window_s=20.0, min_ratio=0.5, start=0.0)
+    for i in range(3000):  # a real-time client, 20 ms frames for 60 s: never behind
+        pace.add(0.02, i * 0.02)
+        assert not pace.behind(i * 0.02)
+    assert pace.deadline() == pytest.approx(60.0 + 10.0, abs=0.3)  # 10 s of silence later
+
+    holder = AudioPace(window_s=20.0, min_ratio=0.5, start=0.0)  # the issue's slot holder
+    holder.add(0.02, 0.5)
+    assert holder.deadline() == 20.0 and not holder.behind(19.9) and holder.behind(20.0)
+
+    slow_start = AudioPace(window_s=20.0, min_ratio=0.5, start=0.0)
+    for i in range(2000):  # the microphone came 8 s late, then real time: forgiven
+        now = 8.0 + i * 0.02
+        slow_start.add(0.02, now)
+        assert not slow_start.behind(now)
+
+    stall = AudioPace(window_s=20.0, min_ratio=0.5, start=0.0)
+    for i in range(1000):  # 20 s of real time, then a network stall
+        stall.add(0.02, i * 0.02)
+    assert stall.deadline() == pytest.approx(30.0, abs=0.3)  # up to 10 s of it is forgiven
+    assert not stall.behind(29.0)
+    stall.add(9.0, 29.0)  # 9 s: what was held up arrives at once, then real time again
+    for i in range(1500):
+        now = 29.02 + i * 0.02
+        stall.add(0.02, now)
+        assert not stall.behind(now)
+
+    off = AudioPace(window_s=20.0, min_ratio=0.0, start=0.0)
+    assert off.deadline() == float("inf")
+
+
+def test_per_client_default_is_half_the_capacity_except_loopback() -> None:
+    from speechpipe.server.admission import AdmissionCore, AdmissionOptions
+
+    core = AdmissionCore(AdmissionOptions(capacity=5))
+    assert core.client_limit("203.0.113.7") == 3 and core.client_limit("2001:db8::1") == 3
+    assert core.client_limit("127.0.0.1") is None and core.client_limit("::1") is None
+    assert [core.request(i, "203.0.113.7", 0.0).kind for i in range(4)] == [
+        "admitted", "admitted", "admitted", "refused"]
+    assert core.request(9, "198.51.100.2", 0.0).kind == "admitted"
+    assert AdmissionCore(AdmissionOptions(capacity=1)).client_limit("203.0.113.7") == 1
+    explicit = AdmissionCore(AdmissionOptions(capacity=5, per_client=0))
+    assert explicit.client_limit("203.0.113.7") is None
+    assert AdmissionCore(AdmissionOptions(capacity=5, per_client=2)).client_limit("::1") == 2
+
+
+async def _hold_without_speaking(url: str, results: list[tuple[Any, int | None]]) -> None:
+    """The issue's holder: ``start``, then a tiny frame now and then, never enough audio."""
+    async with connect(url) as ws:
+        await ws.send(json.dumps({"type": "start"}))
+        assert (await recv_json(ws))["type"] == "started"
+        try:
+            while True:
+                await ws.send(pcm(0.02))
+                await asyncio.sleep(0.4)
+        except ConnectionClosed:
+            pass
+        results.append((errors(await read_until_closed(ws)), ws.close_code))
+
+
+@live
+async def test_sessions_holding_slots_without_audio_are_closed_and_the_line_moves() -> None:
+    """Capacity 2, two holders, a third client waiting in line: the holders are closed with
+    ``too_slow`` (4010) one audio window after they fell behind, and the waiting client is
+    admitted; it streams at real time for several windows and ends normally."""
+    from speechpipe.server.admission import AdmissionCore, AdmissionGate, AdmissionOptions
+
+    gate = AdmissionGate(AdmissionCore(AdmissionOptions(
+        capacity=2, max_wait_s=600, status_interval_s=0.2)))
+    limits = ServerLimits(quotas=Quotas(audio_window_s=1.0, min_audio_ratio=0.5))
+    async with SpeechServer(TickFactory(), port=0, limits=limits, capacity=gate) as srv:
+        url = f"ws://127.0.0.1:{srv.port}/ws"
+        holders: list[tuple[Any, int | None]] = []
+        holding = [asyncio.create_task(_hold_without_speaking(url, holders)) for _ in range(2)]
+        await wait_for(lambda: srv.active_sessions == 2, what="both slots held")
+        async with connect(url) as ws:
+            t0 = time.monotonic()
+            await ws.send(json.dumps({"type": "start"}))
+            first = await recv_json(ws)
+            assert first["type"] == "status" and first["status"] == "queued", first
+            while (event := await recv_json(ws, within=10))["type"] != "started":
+                assert event["type"] == "status", event
+            waited = time.monotonic() - t0
+            await asyncio.gather(*holding)
+            t1 = time.monotonic()
+            for i in range(150):  # 3 s of real-time audio: three windows
+                await asyncio.sleep(max(0.0, t1 + i * 0.02 - time.monotonic()))
+                await ws.send(pcm(0.02))
+            await ws.send(json.dumps({"type": "stop"}))
+            seen = await read_until_closed(ws)
+            assert ws.close_code == CloseCode.NORMAL and not errors(seen), errors(seen)
+    print(f"\nholders closed, waiting client admitted after {waited:.2f} s")
+    assert [code for _, code in holders] == [CloseCode.TOO_SLOW] * 2
+    assert all([e["code"] for e in errs] == ["too_slow"] for errs, _ in holders), holders
+    assert waited < 5.0
