@@ -129,6 +129,15 @@ class ServerObserver(Protocol):
 
     def error(self, code: str) -> None: ...
 
+    def upgrade_refused(self, status: int, reason: str | None = None) -> None:
+        """The HTTP upgrade of ``/ws`` was refused with ``status`` (400/401/403/429/503);
+        ``reason`` when the status alone does not say it (403 ``host_not_served``)."""
+
+    def connection_closed(self, code: int | None, reason: str, *, session: bool) -> None:
+        """A WebSocket connection ended. ``code``: the close code the server sent (``None``
+        when the client closed or vanished first); ``reason``: a short server-chosen error
+        code; ``session``: whether a session had started on it."""
+
 
 class CapacityGate(Protocol):
     """The app layer's admission control (``speechpipe.server.admission.AdmissionGate``)."""
@@ -152,6 +161,12 @@ class _NullObserver:
         pass
 
     def error(self, code: str) -> None:
+        pass
+
+    def upgrade_refused(self, status: int, reason: str | None = None) -> None:
+        pass
+
+    def connection_closed(self, code: int | None, reason: str, *, session: bool) -> None:
         pass
 
 
@@ -301,11 +316,18 @@ class SpeechServer:
         path = request.path.split("?", 1)[0]
         refused = self._check_host(request, health=path in ("/healthz", "/readyz"))
         if refused is not None:
+            if path == "/ws":
+                reason = "host_not_served" if refused.status_code == 403 else "bad_header"
+                self.observer.upgrade_refused(refused.status_code, reason)
             return refused
         if path == "/ws":
             if not self.is_ready():
+                self.observer.upgrade_refused(503)
                 return _response(503, "text/plain; charset=utf-8", b"models are loading\n")
-            return self.gate.check_upgrade(connection.remote_address, request)
+            refusal = self.gate.check_upgrade(connection.remote_address, request)
+            if refusal is not None:
+                self.observer.upgrade_refused(refusal.status_code)
+            return refusal
         if path == "/healthz":
             return _response(200, "text/plain; charset=utf-8", b"ok\n")
         if path == "/readyz":
@@ -389,6 +411,7 @@ class _Connection:
         self.stopping = False
         self.quota = QuotaGuard(self.limits.quotas, count_messages=False)  # frames: below
         self.admission: Admission | None = None
+        self.session_started = False
 
     async def run(self) -> None:
         opened = time.monotonic()
@@ -413,30 +436,34 @@ class _Connection:
             violation = self._violation()
             if violation is not None:
                 self.observer.error(violation.code)
-            code = close.code if close is not None else self._gone_code(violation)
             if self.session_open:
                 self.session_open = False
-                self.observer.session_closed(time.monotonic() - opened, code)
+                self.observer.session_closed(time.monotonic() - opened, self._close_cause(close)[0])
         if close is not None:
             await self._close(close)
-        log.info("session %s closed: code=%s", self.id, code)
+        code, reason = self._close_cause(close)
+        self.observer.connection_closed(code, reason, session=self.session_started)
+        log.info("session %s closed: code=%s reason=%s", self.id, code, reason)
 
     def _violation(self) -> Violation | None:
         """Why the connection layer ended this connection (flood, not reading), if it did."""
         return self.ws.violation if isinstance(self.ws, GuardedConnection) else None
 
-    def _gone_code(self, violation: Violation | None) -> int:
-        """The real close code of a connection that ended without a close of ours: the one the
-        connection layer sent (a flood, 1009 too big, 1011 keepalive timeout, 1001 shutdown),
-        else the client's (1006 when the TCP connection just dropped)."""
+    def _close_cause(self, close: _Close | None) -> tuple[int | None, str]:
+        """(the close code the server sent or ``None`` if the client closed or vanished
+        first, a short reason) for the metrics; the server's own codes only."""
+        if close is not None:
+            return close.code, close.reason or "closed"
+        violation = self._violation()  # a flood (4008), or a client that did not read (1006)
         if violation is not None:
-            return violation.close_code
-        proto = self.ws.protocol
-        if proto.close_sent is not None and not proto.close_rcvd_then_sent:
-            return int(proto.close_sent.code)
-        if proto.close_rcvd is not None:
-            return int(proto.close_rcvd.code)
-        return CloseCode.ABNORMAL
+            return violation.close_code, violation.code
+        protocol = self.ws.protocol
+        sent = protocol.close_sent
+        if sent is not None and not protocol.close_rcvd_then_sent:
+            reason = {CloseCode.TOO_BIG: "message_too_big", CloseCode.INTERNAL: "keepalive",
+                      CloseCode.GOING_AWAY: "going_away"}.get(sent.code, "closed")
+            return sent.code, reason
+        return None, "client_closed" if protocol.close_rcvd is not None else "connection_lost"
 
     async def _close(self, close: _Close) -> None:
         if close.error is not None:
@@ -537,7 +564,7 @@ class _Connection:
                     exc.code,
                     encode_error(exc.code, str(exc), fatal=True),
                 )
-            self.session_open = True
+            self.session_open = self.session_started = True
             self.observer.session_opened()
             self.quota.begin_session()
             out_rate = start.request.output_sample_rate

@@ -48,6 +48,8 @@ class Observed:
     def __init__(self) -> None:
         self.closes: list[int | None] = []
         self.errors: list[str] = []
+        self.connections: list[tuple[int | None, str]] = []
+        self.refused: list[tuple[int, str | None]] = []
 
     def session_opened(self) -> None:
         pass
@@ -60,6 +62,12 @@ class Observed:
 
     def error(self, code: str) -> None:
         self.errors.append(code)
+
+    def upgrade_refused(self, status: int, reason: str | None = None) -> None:
+        self.refused.append((status, reason))
+
+    def connection_closed(self, code: int | None, reason: str, *, session: bool) -> None:
+        self.connections.append((code, reason))
 
 
 async def _healthz_ms(port: int) -> float:
@@ -130,6 +138,7 @@ async def test_ping_flood_before_start_is_cut_off_and_memory_stays_bounded() -> 
     assert peak - base < 150 * MB
     assert all(written < 300 * MB and s < 30.0 for written, s in results), "the flood was cut"
     assert observed.errors.count("rate_limited") == 2, observed.errors
+    assert observed.connections.count((CloseCode.RATE_LIMITED, "rate_limited")) == 2
     assert not errors(seen) and any(m.get("type") == "source" for m in seen
                                     if isinstance(m, dict)), "the real session went on"
 
@@ -151,6 +160,7 @@ async def test_a_client_that_never_reads_is_dropped_at_the_write_buffer_bound() 
           f"RSS +{(peak - base) / MB:.1f} MB")
     assert written < 300 * MB and seconds < 30.0, "the connection was dropped"
     assert observed.errors == ["not_reading"]
+    assert observed.connections == [(CloseCode.ABNORMAL, "not_reading")]
     assert peak - base < 150 * MB
 
 
@@ -226,8 +236,12 @@ async def test_clients_leaving_right_after_start_are_not_server_errors(
     bad = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert not bad, server_log(bad)
     assert "internal" not in observed.errors and CloseCode.INTERNAL not in observed.closes
-    print(f"\ncloses counted: {sorted(Counter(observed.closes).items(), key=str)}")
-    assert set(observed.closes) <= {CloseCode.ABNORMAL, CloseCode.NORMAL, CloseCode.TOO_BIG}
+    counted = Counter(observed.connections)
+    print(f"\nconnections counted (code sent, reason): {sorted(counted.items(), key=str)}")
+    assert set(counted) <= {(None, "connection_lost"), (None, "client_closed"),
+                            (CloseCode.TOO_BIG, "message_too_big")}, counted
+    assert counted[(CloseCode.TOO_BIG, "message_too_big")] == 10
+    assert counted[(None, "connection_lost")] + counted[(None, "client_closed")] == 20
 
 
 # --------------------------------------------------------------------------- items 6 and 7
@@ -263,7 +277,8 @@ async def test_malformed_or_repeated_host_and_origin_get_400(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO)
-    async with SpeechServer(TickFactory(), port=0) as srv:
+    observed = Observed()
+    async with SpeechServer(TickFactory(), port=0, observer=observed) as srv:
         port = srv.port
         host = ("Host", f"127.0.0.1:{port}")
         same = ("Origin", f"http://127.0.0.1:{port}")
@@ -286,6 +301,8 @@ async def test_malformed_or_repeated_host_and_origin_get_400(
         got = {name: await asyncio.to_thread(_status, port, path, headers)
                for name, (path, headers) in cases.items()}
         assert got == dict.fromkeys(cases, 400), got
+        ws_cases = sum(path == "/ws" for path, _ in cases.values())
+        assert [status for status, _ in observed.refused] == [400] * ws_cases  # the metrics
         # the same requests, well-formed, still work
         assert await asyncio.to_thread(_status, port, "/ws", [host, same]) == 101
         assert await asyncio.to_thread(_status, port, "/metrics", [host]) == 200
@@ -299,7 +316,8 @@ async def _status_of(port: int, path: str, host: str, origin: str | None = None)
 
 @live
 async def test_same_origin_compares_scheme_host_and_port_and_host_names_are_checked() -> None:
-    async with SpeechServer(TickFactory(), port=0) as srv:
+    observed = Observed()
+    async with SpeechServer(TickFactory(), port=0, observer=observed) as srv:
         port = srv.port
         here = f"127.0.0.1:{port}"
         evil = f"evil.example:{port}"
@@ -315,6 +333,7 @@ async def test_same_origin_compares_scheme_host_and_port_and_host_names_are_chec
             "rebinding, page": await _status_of(port, "/", evil),
         }
         assert refused == dict.fromkeys(refused, 403), refused
+        assert (403, "host_not_served") in observed.refused  # what the metrics count
         upgraded = {
             "same origin": await _status_of(port, "/ws", here, f"http://{here}"),
             "no Origin (not a browser)": await _status_of(port, "/ws", here),
