@@ -10,7 +10,8 @@ Per connection, once ``start`` is accepted, three tasks run in one ``asyncio.Tas
   ``flush``/``stop`` and WebRTC signalling; enforces the real-time guard;
 - *pump*: session events -> encoded messages on the bounded outgoing channel;
 - *sender*: the only task that writes to the socket, so an ``audio`` header and its binary
-  PCM are never split by another message.
+  PCM are never split by another message (only a fatal ``rate_limited`` from
+  ``transport.frame_guard``, the last message, can come between).
 
 Whichever task ends the connection raises; the group cancels the rest, the session's own
 ``async with`` cancels its stages, and the close code is sent. A client's garbage ends at
