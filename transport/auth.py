@@ -103,6 +103,7 @@ class TokenAuthority:
             )
         self._key = key
         self.leeway_s = leeway_s  # clock skew between the issuer and this server
+        _jwt()  # import PyJWT now, not on the event loop at the first session's token
 
     def __repr__(self) -> str:  # never show the secret
         return "TokenAuthority(secret=<hidden>)"

@@ -9,7 +9,9 @@ arrive, before the application is involved:
 
 - **every frame counts** against the connection's message rate (``Quotas.messages_per_s`` /
   ``message_burst``; data, ping, pong, close and continuation frames alike, before ``start``
-  too). Past it the connection is failed with ``rate_limited`` (an ``error`` event, close
+  too; of those, ping, pong and close frames have a budget of their own, ``control_per_s``
+  / ``control_burst``, as a client needs only a few). Past it the connection is failed
+  with ``rate_limited`` (an ``error`` event, close
   4008) and nothing more is read from it; its TCP connection closes once the client has
   read that, or ``linger_s`` (the close timeout) later if it does not read;
 - **the write buffer is bounded** (``max_unread_bytes``): when what the client has not read
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from websockets.asyncio.server import ServerConnection
-from websockets.frames import Frame
+from websockets.frames import CTRL_OPCODES, Frame
 from websockets.protocol import OPEN
 
 from speechpipe.transport.protocol import CloseCode, ErrorCode, dumps, encode_error
@@ -41,10 +43,15 @@ DEFAULT_MAX_UNREAD_BYTES = 4 << 20
 our own sends wait) plus the largest audio message (seconds of 48 kHz PCM, under 1 MiB)."""
 
 
+_SLICE_BYTES = 4096  # at most ~30 small frames parsed before the rate is checked again
+
+
 @dataclass(frozen=True, slots=True)
 class FrameLimits:
     frames_per_s: float = 200.0
     frame_burst: int = 500
+    control_per_s: float = 10.0  # of those, pings, pongs and closes: a client needs a few a
+    control_burst: int = 20  # minute, and each one costs a parse and an answer
     max_unread_bytes: int = DEFAULT_MAX_UNREAD_BYTES
     linger_s: float = 10.0  # after failing a connection: time for the client to close first
 
@@ -70,29 +77,40 @@ class GuardedConnection(ServerConnection):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.bucket = TokenBucket(self.limits.frames_per_s, self.limits.frame_burst)
+        self.control_bucket = TokenBucket(self.limits.control_per_s, self.limits.control_burst)
         self.frames_in = 0
         self.violation: Violation | None = None
         self._linger: asyncio.TimerHandle | None = None
 
     def data_received(self, data: bytes) -> None:
-        if self.violation is not None:
-            return  # a failed connection's input is discarded unread
-        super().data_received(data)
-        if self.violation is None and (
-            self.transport.get_write_buffer_size() > self.limits.max_unread_bytes
-        ):
-            self.violation = NOT_READING
-            self.transport.abort()
+        # In slices: the library parses (and answers) every frame of what it is given before
+        # any frame is counted here, and one read can hold 2,000 pings.
+        for start in range(0, len(data), _SLICE_BYTES):
+            if self.violation is not None:
+                return  # a failed connection's input is discarded unread
+            super().data_received(data[start : start + _SLICE_BYTES])
+            if self.violation is None and (
+                self.transport.get_write_buffer_size() > self.limits.max_unread_bytes
+            ):
+                self.violation = NOT_READING
+                self.transport.abort()
 
     def process_event(self, event: Any) -> None:
         if isinstance(event, Frame):
             if self.violation is not None:
                 return
             self.frames_in += 1
-            if not self.bucket.take(time.monotonic()):
+            now = time.monotonic()
+            if not self.bucket.take(now):
                 self._fail(RATE_LIMITED, (
                     f"more than {self.limits.frames_per_s:g} frames per second "
                     f"(burst {self.limits.frame_burst})"
+                ))
+                return
+            if event.opcode in CTRL_OPCODES and not self.control_bucket.take(now):
+                self._fail(RATE_LIMITED, (
+                    f"more than {self.limits.control_per_s:g} ping/pong/close frames per "
+                    f"second (burst {self.limits.control_burst})"
                 ))
                 return
         super().process_event(event)

@@ -60,6 +60,8 @@ class Quotas:
     max_idle_s: float | None = 60.0
     messages_per_s: float = 200.0  # 20 ms frames are 50/s; this leaves room for 5 ms frames
     message_burst: int = 500  # ~ max_lead_s of 20 ms frames arriving at once after a stall
+    control_frames_per_s: float = 10.0  # of those, ping/pong/close frames (frame_guard)
+    control_frame_burst: int = 20
     max_sdp_bytes: int = 32 * 1024  # browser offers are 2-8 KiB
     max_sessions_per_token: int | None = 4
     max_sessions_per_ip: int | None = 32

@@ -269,6 +269,8 @@ class SpeechServer:
             create_connection=guarded_connection_class(FrameLimits(
                 frames_per_s=self.limits.quotas.messages_per_s,
                 frame_burst=self.limits.quotas.message_burst,
+                control_per_s=self.limits.quotas.control_frames_per_s,
+                control_burst=self.limits.quotas.control_frame_burst,
                 max_unread_bytes=self.limits.max_unread_bytes,
                 linger_s=self.limits.close_timeout_s,
             )),

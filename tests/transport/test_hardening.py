@@ -122,8 +122,10 @@ async def test_ping_flood_before_start_is_cut_off_and_memory_stays_bounded() -> 
     limits = ServerLimits(auth=TokenAuthority(SECRET), close_timeout_s=1.0)
     async with SpeechServer(TickFactory(), port=0, limits=limits, observer=observed) as srv:
         url = f"ws://127.0.0.1:{srv.port}/ws"
+        before = sorted([await _healthz_ms(srv.port) for _ in range(5)])
         base = rss_bytes()
         session = asyncio.create_task(_tick_session(url, 3.0))
+        await wait_for(lambda: srv.active_sessions == 1, what="the real session started")
         flood = asyncio.gather(*(asyncio.to_thread(ping_flood, srv.port, 300 * MB, 30.0)
                                  for _ in range(2)))
         peak, latencies = await _sample_during(flood, srv.port)
@@ -134,7 +136,8 @@ async def test_ping_flood_before_start_is_cut_off_and_memory_stays_bounded() -> 
     print(f"\nping flood: written {[round(b / MB, 1) for b, _ in results]} MB, dropped after "
           f"{[round(s, 2) for _, s in results]} s; RSS +{(peak - base) / MB:.1f} MB; "
           f"/healthz p50 {latencies[len(latencies) // 2]:.1f} ms, max {latencies[-1]:.1f} ms "
-          f"({len(latencies)} requests)")
+          f"({len(latencies)} requests; before the flood: p50 {before[2]:.1f} ms, max "
+          f"{before[-1]:.1f} ms)")
     assert peak - base < 150 * MB
     assert all(written < 300 * MB and s < 30.0 for written, s in results), "the flood was cut"
     assert observed.errors.count("rate_limited") == 2, observed.errors
@@ -149,7 +152,8 @@ async def test_a_client_that_never_reads_is_dropped_at_the_write_buffer_bound() 
     server's write buffer: past ``max_unread_bytes`` the connection is aborted."""
     observed = Observed()
     limits = ServerLimits(max_unread_bytes=1 * MB,
-                          quotas=Quotas(messages_per_s=1e9, message_burst=10**9))
+                          quotas=Quotas(messages_per_s=1e9, message_burst=10**9,
+                                        control_frames_per_s=1e9, control_frame_burst=10**9))
     async with SpeechServer(TickFactory(), port=0, limits=limits, observer=observed) as srv:
         base = rss_bytes()
         flood = asyncio.gather(asyncio.to_thread(ping_flood, srv.port, 300 * MB, 30.0))
@@ -176,6 +180,7 @@ async def test_ping_floods_leave_memory_flat_and_a_real_session_speaking(
     audio = read_audio(SAMPLES / "es_hermano.wav")
     async with SpeechServer(pipeline.session, port=0) as srv:
         url = f"ws://127.0.0.1:{srv.port}/ws"
+        before = sorted([await _healthz_ms(srv.port) for _ in range(5)])
         base = rss_bytes()
         session = asyncio.create_task(
             stream_ws(url, audio, tail_s=2.0, start={"source_lang": "es"})
@@ -190,7 +195,8 @@ async def test_ping_floods_leave_memory_flat_and_a_real_session_speaking(
     print(f"\nping flood on a real server: written {[round(b / MB, 1) for b, _ in results]} MB,"
           f" dropped after {[round(s, 2) for _, s in results]} s; RSS +{(peak - base) / MB:.1f}"
           f" MB; /healthz p50 {latencies[len(latencies) // 2]:.1f} ms, max "
-          f"{latencies[-1]:.1f} ms; session: {len(run.audio)} speech chunks")
+          f"{latencies[-1]:.1f} ms (before: p50 {before[2]:.1f} ms, max {before[-1]:.1f} ms); "
+          f"session: {len(run.audio)} speech chunks")
     assert peak - base < 150 * MB
     assert all(written < 300 * MB for written, _ in results)
     assert run.close_code == CloseCode.NORMAL and run.audio, "translated speech arrived"
