@@ -746,6 +746,7 @@ class _Connection:
         for frame in self.resampler.finish():
             await session.push(frame)
         self.resampler = InputResampler(rate, start_pts=self.resampler.pts)
+
         async def push(frame: AudioFrame) -> None:  # WebRTC audio keeps the pace too
             self.quota.audio(len(frame.samples) / STREAM_RATE)
             await session.push(frame)
