@@ -39,6 +39,8 @@ __all__ = ["run_server", "add_serve_arguments", "serve_main", "serve_options", "
 
 log = logging.getLogger("speechpipe.serve")
 
+VOICES_TTL_S = 10.0  # GET /voices: how long one scan of the voices folders is reused
+
 
 class ServerApp:
     """The pipeline, the metrics and the server, wired; ``start`` returns once listening."""
@@ -60,6 +62,7 @@ class ServerApp:
         self.tracing = tracing  # OpenTelemetry session traces (server.tracing); None: off
         self.pipeline: Pipeline | None = pipeline
         self._ready = False
+        self._voices: tuple[float, list[dict[str, object]]] | None = None  # (scanned at, list)
         # admission control + degrade ladder (speechpipe.server.load_control); None: neither
         self.load_control = None if load is None else LoadControl(load, self.metrics.load)
         self.server = SpeechServer(
@@ -81,15 +84,21 @@ class ServerApp:
 
     def voices(self) -> list[dict[str, object]]:
         """The voices clients may choose with ``start.voice`` (``GET /voices``): names and
-        languages only, never where the files are."""
+        languages only, never where the files are. The folders are scanned at most every
+        ``VOICES_TTL_S``, so requests cannot make the server read files (or log a broken
+        voice) at their own rate; voices added meanwhile appear within that time."""
         from speechpipe.voices.registry import list_voices
 
-        options = self.pipeline.options if self.pipeline is not None else self.options
-        dirs = options.voice_dirs if options is not None else ()
-        return [
-            {"name": v.name, "language": v.lang, "locale": v.locale, "sample_rate": v.sample_rate}
-            for v in list_voices(dirs)
-        ]
+        now = time.monotonic()
+        if self._voices is None or now - self._voices[0] >= VOICES_TTL_S:
+            options = self.pipeline.options if self.pipeline is not None else self.options
+            dirs = options.voice_dirs if options is not None else ()
+            self._voices = (now, [
+                {"name": v.name, "language": v.lang, "locale": v.locale,
+                 "sample_rate": v.sample_rate}
+                for v in list_voices(dirs)
+            ])
+        return self._voices[1]
 
     def session(self, request: SessionRequest) -> AbstractAsyncContextManager[LiveSession]:
         if self.pipeline is None or not self._ready:
