@@ -32,6 +32,7 @@ from speechpipe.stages.frames import StatusEvent
 
 if TYPE_CHECKING:
     from speechpipe.config import PipelineOptions
+    from speechpipe.models.batching import BatchObserver
     from speechpipe.server.metrics import LoadMetrics
     from speechpipe.session import Pipeline
 
@@ -150,11 +151,14 @@ class LoadControl:
         self._turnarounds: deque[tuple[float, float]] = deque(maxlen=512)  # (when, seconds)
         self._task: asyncio.Task[None] | None = None
         self._refused_seen = 0
+        self._previous_observer: BatchObserver | None = None
 
     # -- life -------------------------------------------------------------------------------
     async def start(self, pipeline: Pipeline) -> None:
         """Fix the capacity (calibrating if not configured), then start sampling."""
         self.pipeline = pipeline
+        # The pipeline may be shared (tests, embedders): restore whoever observed it before.
+        self._previous_observer = pipeline.whisper.observer
         pipeline.whisper.observer = self
         if self.options.admission.capacity is None:
             self.estimate = await asyncio.to_thread(calibrate_capacity, pipeline)
@@ -185,7 +189,7 @@ class LoadControl:
         if self.pipeline is not None:  # the pipeline may outlive this server (tests, embedders)
             self.pipeline.degrade.level = 0
             if self.pipeline.whisper.observer is self:
-                self.pipeline.whisper.observer = None
+                self.pipeline.whisper.observer = self._previous_observer
 
     # -- BatchObserver (the ASR worker's thread) --------------------------------------------
     def batch_done(self, requests: int, waits: list[float], seconds: float) -> None:
@@ -298,8 +302,9 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
                        help="refuse (1013) when the estimated wait is longer, in seconds "
                             f"(default {defaults.max_wait_s}; admission.max_wait_s)")
     group.add_argument("--per-client-sessions", type=int, default=None,
-                       help="capacity slots (active + waiting) per client id or address; "
-                            "0 = no limit (default; admission.per_client)")
+                       help="capacity slots (active + waiting) per client address; 0 = no "
+                            "limit (default: half the capacity, rounded up, for addresses "
+                            "other than loopback; admission.per_client)")
     group.add_argument("--no-degrade", action="store_true",
                        help="never step down the degrade ladder (load.degrade_enabled=false)")
 
