@@ -1,4 +1,11 @@
-"""Shared fixtures: the real pipeline (loaded once per test run) and the sample folders."""
+"""Shared fixtures: the real pipeline (loaded once per test run) and the sample folders.
+
+Test traffic stays on this machine: ``netguard`` (imported below) makes any TCP/UDP connect
+or send from this process to an address outside 127.0.0.0/8, ::1 and 198.18.0.0/15 fail the
+test that made it, including from servers the tests run in-process. Subprocesses the tests
+start (Chromium, CLIs, Ray workers) are not covered by this Python-level guard: ``.ci/run``
+runs the tests in a private network namespace (``scripts/netns-pytest``), which covers them.
+"""
 
 from __future__ import annotations
 
@@ -42,3 +49,4 @@ def pipeline():
     loaded.close()
 
 from conftest_server import *  # noqa: E402,F403  (live-server fixtures: live_server, spanish_clip)
+from netguard import *  # noqa: E402,F403  (socket guard: hooks, local_traffic_only, local_ice)
