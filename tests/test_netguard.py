@@ -17,10 +17,11 @@ from pathlib import Path
 
 import ifaddr
 import pytest
-from netguard import is_local_address
 
-TESTS = Path(__file__).resolve().parent
-NETNS_PYTEST = TESTS.parent / "scripts" / "netns-pytest"
+from tests.netguard import is_local_address
+
+REPO = Path(__file__).resolve().parents[1]
+NETNS_PYTEST = REPO / "scripts" / "netns-pytest"
 
 INNER = textwrap.dedent(
     '''
@@ -144,9 +145,9 @@ def test_traffic_past_loopback_fails_the_test_with_the_address(tmp_path: Path) -
     inner.mkdir()
     (inner / "test_reach.py").write_text(INNER)
     env = {**os.environ, "PYTHON": sys.executable,
-           "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run(
-        [*namespace_runner(), "-p", "netguard", "-p", "no:cacheprovider",
+        [*namespace_runner(), "-p", "tests.netguard", "-p", "no:cacheprovider",
          "-o", "asyncio_mode=auto", "-q", "-rA", "test_reach.py"],
         cwd=inner, env=env, capture_output=True, text=True, timeout=120,
     )
