@@ -27,6 +27,8 @@ def chromium_args(wav: Path) -> list[str]:
         "--use-fake-ui-for-media-stream",
         f"--use-file-for-fake-audio-capture={wav}",
         "--autoplay-policy=no-user-gesture-required",
+        # In the tests' network namespace (scripts/netns-pytest) the only ICE address,
+        # 198.18.0.1, is on the loopback interface, which Chromium's WebRTC skips by default.
         "--allow-loopback-in-peer-connection",
     ]
 
