@@ -97,6 +97,8 @@ class CloseCode:
     IDLE_TIMEOUT = 4007  # no message from the client for the idle timeout
     RATE_LIMITED = 4008  # messages faster than the rate limit allows (after the burst)
     TOO_MANY_SESSIONS = 4009  # too many sessions for this token or address
+    REDIRECT = 4010  # cluster: admitted on another node; reconnect there with the ticket
+    NODE_DRAINED = 4011  # cluster: this node was drained; resume on another node
 
 
 class ErrorCode:
@@ -127,6 +129,9 @@ class ErrorCode:
     RATE_LIMITED = "rate_limited"
     TOO_MANY_SESSIONS = "too_many_sessions"
     SDP_TOO_LARGE = "sdp_too_large"
+    # cluster mode (speechpipe.cluster; docs/protocol.md "Cluster")
+    REDIRECT = "redirect"
+    NODE_DRAINED = "node_drained"
 
 
 class ProtocolError(InputError):
@@ -151,6 +156,8 @@ class Start:
     sample_rate: int
     format: str = "pcm_s16le"
     token: str | None = None
+    ticket: str | None = None  # cluster: the ticket of a redirect (close 4010)
+    resume: str | None = None  # cluster: the ``session`` of a session its node lost
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +281,8 @@ def parse_start(data: dict[str, Any]) -> Start:
     token = data.get("token")
     if token is not None and not isinstance(token, str):
         raise _bad_start("'token' must be a string")
+    ticket = _opt_str(data, "ticket", None) or None
+    resume = _opt_str(data, "resume", None) or None
     request = SessionRequest(
         source_lang=source,
         target_lang=target,
@@ -283,7 +292,8 @@ def parse_start(data: dict[str, Any]) -> Start:
         priority="live",
         pace="realtime",
     )
-    return Start(request=request, sample_rate=rate, format=fmt, token=token)
+    return Start(request=request, sample_rate=rate, format=fmt, token=token, ticket=ticket,
+                 resume=resume)
 
 
 def validate_audio(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> NDArray[np.int16]:

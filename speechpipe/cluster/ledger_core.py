@@ -205,6 +205,9 @@ class LedgerCore:
         if node not in self.nodes or not self.nodes[node].alive:
             return self._refuse(ticket, "this node is not registered with the ledger")
         grant = self.resumes.pop(resume, None) if resume else None
+        if grant is None and resume in self.active and self.active[resume].node != node:
+            # its node is gone but its lease has not run out yet: the client knows best
+            grant = (client, token, now)
         opts = self.options
         if grant is None:
             if opts.per_client and client and self._held_by(client=client) >= opts.per_client:
