@@ -325,7 +325,7 @@ class LedgerCore:
 
     def estimated_wait(self, position: int, now: float) -> float:
         """Seconds until line position ``position`` (1-based) gets a slot (the single-server
-        estimate of ``speechpipe.admission`` over every placeable slot)."""
+        estimate of ``speechpipe.server.admission`` over every placeable slot)."""
         free = sum(self._free(n) for n in self.nodes if self._open(n))
         if position <= free:
             return 0.0
