@@ -254,6 +254,8 @@ async def scenario(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
                           "queued": bool(c.statuses("queued"))} for c in first4]
         snap = await snapshot(ledger)
         out["spread_nodes"] = {u: n["active"] for u, n in nodes_by_url(snap).items()}
+        await asyncio.sleep(1.5)  # a heartbeat brings the ledger's figures to the node
+        out["metrics_b"] = await asyncio.to_thread(_metrics, PORTS["b"])
 
         log('step 2')
         # 2. the 5th (at b) and 6th (at a) wait at positions 1 and 2; the 7th is refused
@@ -375,6 +377,15 @@ async def scenario(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
             with _suppress():
                 await asyncio.wait_for(client.close(), 5)
         ray.shutdown()
+
+
+def _metrics(port: int) -> list[str]:
+    """The cluster lines of a node's /metrics (loopback inside the namespace)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    return [line for line in text.splitlines() if line.startswith("speechpipe_cluster_")]
 
 
 async def _latest_position(client: Client, after: float = 0.6) -> int:

@@ -65,6 +65,12 @@ def test_sessions_spread_over_both_nodes_through_redirects(scenario: dict[str, A
         (A, False), (A, False), (B, True), (B, True)]
     assert not any(s["queued"] for s in spread)
     assert scenario["spread_nodes"] == {A: 2, B: 2}
+    metrics = dict(line.rsplit(" ", 1) for line in scenario["metrics_b"])
+    assert float(metrics["speechpipe_cluster_ledger_reachable"]) == 1
+    assert float(metrics["speechpipe_cluster_capacity"]) == 4
+    assert float(metrics["speechpipe_cluster_node_sessions"]) == 2
+    assert float(metrics['speechpipe_cluster_sessions{state="active"}']) == 4
+    assert float(metrics['speechpipe_cluster_ledger_total{kind="admitted"}']) == 4
 
 
 @pytest.mark.slow
