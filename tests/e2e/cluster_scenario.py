@@ -89,8 +89,10 @@ class Procs:
 class Client:
     """A real WebSocket client: ``start``, then (once started) 100 ms of audio every 100 ms."""
 
-    def __init__(self, label: str) -> None:
+    def __init__(self, label: str, audio: np.ndarray | None = None) -> None:
         self.label = label
+        self.audio = audio  # stream this (then 3 s of silence and ``stop``) instead of zeros
+        self.audio_bytes = 0
         self.events: list[dict[str, Any]] = []
         self.close_code: int | None = None
         self.session: str | None = None
@@ -119,6 +121,7 @@ class Client:
         try:
             async for message in self.ws:
                 if isinstance(message, bytes):
+                    self.audio_bytes += len(message)
                     continue
                 event = json.loads(message)
                 self.events.append(event)
@@ -142,6 +145,9 @@ class Client:
 
     async def _send_audio(self) -> None:
         assert self.ws is not None
+        if self.audio is not None:
+            await self._send_clip(self.audio)
+            return
         chunk = np.zeros(1600, np.int16).tobytes()
         t0 = time.monotonic()
         for i in range(3000):  # at most 5 minutes
@@ -150,6 +156,15 @@ class Client:
                 await self.ws.send(chunk)
             except ConnectionClosed:
                 return
+
+    async def _send_clip(self, audio: np.ndarray) -> None:
+        assert self.ws is not None
+        padded = np.concatenate([audio, np.zeros(3 * 16000, np.int16)]).astype("<i2")
+        t0 = time.monotonic()
+        for i, offset in enumerate(range(0, len(padded), 320)):
+            await asyncio.sleep(max(0.0, t0 + i * 0.02 - time.monotonic()))
+            await self.ws.send(padded[offset:offset + 320].tobytes())
+        await self.ws.send(json.dumps({"type": "stop"}))
 
     async def first(self, limit_s: float = 20.0) -> str:
         async with asyncio.timeout(limit_s):
@@ -379,6 +394,14 @@ async def scenario(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
         ray.shutdown()
 
 
+def _text(client: Client, side: str) -> str:
+    """The last hypothesis of each utterance, committed + tentative, in order."""
+    final: dict[int, str] = {}
+    for e in client.of(side):
+        final[e["utterance"]] = " ".join(p for p in (e["committed"], e["tentative"]) if p)
+    return " ".join(final[k] for k in sorted(final))
+
+
 def _metrics(port: int) -> list[str]:
     """The cluster lines of a node's /metrics (loopback inside the namespace)."""
     import urllib.request
@@ -416,14 +439,58 @@ async def _snapshot_retry(ledger: Any, limit_s: float) -> dict[str, Any]:
             await asyncio.sleep(0.5)
 
 
+async def real_scenario(out: dict[str, Any], procs: Procs) -> None:
+    """One session per node with the real models: a real Spanish recording in, English out."""
+    import soundfile as sf
+
+    clip = ROOT.parent / "shared" / "samples" / "wav" / "es_enh_12411_cv.wav"
+    audio, rate = sf.read(clip, dtype="int16")
+    assert rate == 16000 and audio.ndim == 1
+    procs.start("head", [str(BIN / "ray"), "start", "--head", "--block",
+                         f"--port={HEAD_PORT}", "--num-cpus=1", "--include-dashboard=false",
+                         "--disable-usage-stats", "--node-ip-address=127.0.0.1",
+                         f"--temp-dir={procs.logdir / 'ray'}"])
+    await procs.wait_for("head", "Ray runtime started", 90)
+    address = f"127.0.0.1:{HEAD_PORT}"
+    for name, port in PORTS.items():
+        procs.start(name, [str(BIN / "speechpipe"), "-v", "serve", "--no-webrtc", "--port",
+                           str(port), "--capacity", "1", "--cluster", address,
+                           "--public-url", URL[name]])
+    for name in PORTS:
+        await procs.wait_for(name, "joined the cluster", 300)
+    out["started"] = True
+    start = {"source_lang": "es"}
+    first = Client("r1", audio)
+    await first.open(URL["a"], **start)
+    out["r1_first"] = await first.first(60)
+    second = Client("r2", audio)
+    await second.open(URL["a"], **start)  # a is full: redirected to b
+    out["r2_first"] = await second.first(60)
+    hop = redirect_of(second)
+    moved = second
+    if hop is not None:
+        moved = Client("r2", audio)
+        await moved.open(hop["url"], ticket=hop["ticket"], **start)
+        out["r2_moved"] = await moved.first(60)
+    for client in (first, moved):
+        async with asyncio.timeout(120):
+            assert client.task is not None
+            await client.task
+    out["real"] = [{"url": c.url, "close": c.close_code, "audio_bytes": c.audio_bytes,
+                    "target": _text(c, "target")}
+                   for c in (first, moved)]
+
+
 def main() -> int:
     out_path = Path(sys.argv[1])
+    real = "--real-models" in sys.argv[2:]
     out: dict[str, Any] = {"started": False}
     logdir = Path(tempfile.mkdtemp(prefix="spc", dir="/tmp"))
     out["logdir"] = str(logdir)
     procs = Procs(logdir)
     try:
-        asyncio.run(asyncio.wait_for(scenario(out, procs), 400))
+        run = real_scenario if real else scenario
+        asyncio.run(asyncio.wait_for(run(out, procs), 600))
     except BaseException as exc:  # recorded for the test, which fails with it
         out["error"] = f"{type(exc).__name__}: {exc}"
         log("scenario failed:", out["error"])

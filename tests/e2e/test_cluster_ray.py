@@ -30,21 +30,20 @@ def _namespace_available() -> str | None:
     return None if probe.returncode == 0 else "cannot create a network namespace (needs root)"
 
 
-@pytest.fixture(scope="module")
-def scenario(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def _run_scenario(factory: pytest.TempPathFactory, *flags: str) -> dict[str, Any]:
     pytest.importorskip("ray", reason="needs the cluster extra: pip install 'speechpipe[cluster]'")
     why = _namespace_available()
     if why:
         pytest.skip(why)
-    out = tmp_path_factory.mktemp("cluster") / "scenario.json"
+    out = factory.mktemp("cluster") / "scenario.json"
     script = Path(__file__).with_name("cluster_scenario.py")
+    argv = " ".join(f'"{part}"' for part in (sys.executable, script, out, *flags))
     proc = subprocess.Popen(
-        ["unshare", "-n", "--", "sh", "-c",
-         f'ip link set lo up && exec "{sys.executable}" "{script}" "{out}"'],
+        ["unshare", "-n", "--", "sh", "-c", f"ip link set lo up && exec {argv}"],
         cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     try:
-        _, err = proc.communicate(timeout=540)
+        _, err = proc.communicate(timeout=700)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -55,6 +54,11 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         logs = "\n".join(f"--- {k}\n{v}" for k, v in result.get("logs", {}).items())
         pytest.fail(f"scenario failed: {result['error']}\n{logs}")
     return result
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _run_scenario(tmp_path_factory)
 
 
 @pytest.mark.slow
@@ -126,3 +130,25 @@ def test_drain_closes_the_rest_with_4011_and_a_resume_id_then_the_node_exits(sce
         assert errors and errors[0]["code"] == "node_drained" and errors[0]["resume"]
     assert scenario["a_exit"] == 0
     assert scenario["status_rc"] == 0 and "lost" in scenario["status_text"]
+
+
+@pytest.fixture(scope="module")
+def real_scenario(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    clip = ROOT.parent / "shared" / "samples" / "wav" / "es_enh_12411_cv.wav"
+    if not clip.is_file():
+        pytest.skip(f"needs ../shared/samples (real recordings, not in the repo): {clip}")
+    return _run_scenario(tmp_path_factory, "--real-models")
+
+
+@pytest.mark.slow
+def test_one_real_session_per_node_translates_speech(real_scenario: dict[str, Any]) -> None:
+    assert real_scenario["r1_first"] == "started"
+    assert real_scenario["r2_first"] == "closed 4010"  # a was full: redirected to b
+    assert real_scenario["r2_moved"] == "started"
+    sessions = real_scenario["real"]
+    assert [s["url"] for s in sessions] == [A, B]
+    for session in sessions:
+        assert session["close"] == 1000
+        assert session["audio_bytes"] > 16000  # translated speech came back
+        words = set(session["target"].lower().replace(",", " ").replace(".", " ").split())
+        assert words & {"prince", "planet", "universe"}, session["target"]
