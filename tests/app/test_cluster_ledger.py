@@ -274,3 +274,17 @@ def test_a_node_within_its_lease_is_not_lost(dt: float):
     core = two_nodes(1)
     core.tick(dt)
     assert core.nodes["a"].alive and core.lost == 0
+
+
+def test_per_token_and_per_client_limits_count_cluster_wide():
+    core = LedgerCore(LedgerOptions(per_token=2, per_client=3, max_wait_s=10_000.0))
+    core.register("a", "ws://a/ws", 1, [], 0.0)
+    core.register("b", "ws://b/ws", 1, [], 0.0)
+    assert core.request("t1", "a", "c1", 0.0, token="tok").kind == "admitted"
+    assert core.request("t2", "b", "c2", 0.0, token="tok").kind == "admitted"
+    third = core.request("t3", "a", "c3", 0.0, token="tok")  # on either node: one count
+    assert third.kind == "refused" and "token already has 2" in third.reason
+    assert core.request("t4", "a", "c4", 0.0, token="other").kind == "queued"
+    core.release("t1", 1.0)  # the token's count drops with its session
+    assert core.request("t5", "a", "c5", 1.0, token="tok").kind == "queued"
+    core.check()
