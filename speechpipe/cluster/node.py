@@ -157,6 +157,8 @@ class ClusterNode:
         held = [(t, c, k) for t, (c, k) in self.held.items()]
         epoch, _ = await self._raw("register", opts.name, opts.public_url, opts.capacity, held)
         self.epoch = epoch
+        if self.draining:  # a restarted ledger must not place sessions here again
+            await self._raw("drain", opts.name)
 
     async def _heartbeat_loop(self) -> None:
         while True:

@@ -241,6 +241,13 @@ class LedgerMachine(RuleBasedStateMachine):
             if node in self.up:
                 assert state is not None and state.alive, "a heartbeating node was lost"
 
+    @precondition(lambda self: bool(self.up))
+    @rule(data=st.data())
+    def node_drained(self, data: st.DataObject) -> None:
+        node = data.draw(st.sampled_from(sorted(self.up)))
+        self.core.drain(node, self.now)
+        assert not any(e.node == node for e in self.core.reserved.values())
+
     @rule()
     def ledger_restarts(self) -> None:
         self.core = LedgerCore(OPTIONS)
@@ -256,6 +263,8 @@ class LedgerMachine(RuleBasedStateMachine):
         if not hasattr(self, "core"):
             return
         self.core.check()
+        for entry in self.core.reserved.values():  # nothing new goes to a draining node
+            assert not self.core.nodes[entry.node].draining
         for node in self.up:
             assert len(self.held[node]) <= CAPACITY[node]
             state = self.core.nodes.get(node)
