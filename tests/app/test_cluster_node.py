@@ -141,3 +141,15 @@ def test_bad_cluster_flags_fail_with_one_line(argv: list[str], message: str):
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0]
+
+
+def test_start_carries_ticket_and_resume_and_rejects_bad_ones():
+    from speechpipe.transport.protocol import CloseCode, ProtocolError, parse_start
+
+    start = parse_start({"type": "start", "ticket": "abc123", "resume": "def456"})
+    assert (start.ticket, start.resume) == ("abc123", "def456")
+    assert parse_start({"type": "start"}).ticket is None
+    for bad in ({"ticket": 5}, {"resume": "x" * 65}):
+        with pytest.raises(ProtocolError) as err:
+            parse_start({"type": "start", **bad})
+        assert err.value.close_code == CloseCode.BAD_START
