@@ -92,6 +92,7 @@ class ClusterNode:
         self.snapshot: dict[str, Any] = {}
         self.gate = ClusterGate(self)
         self._task: asyncio.Task[None] | None = None
+        self._stale = False  # a call failed since the last registration
         self._drained = asyncio.Event()
         self._metrics = _ClusterMetrics(registry) if registry is not None else None
 
@@ -129,10 +130,13 @@ class ClusterNode:
     async def call(self, method: str, *args: Any) -> Any:
         """One ledger call; re-registers first when the ledger restarted. Raises
         ``LedgerUnreachable`` on failure or timeout."""
+        stale = self._stale
         epoch, result = await self._raw(method, *args)
-        if epoch != self.epoch and method != "register":
-            log.warning("ledger restarted (epoch %s -> %s): re-registering", self.epoch, epoch)
-            await self._register()
+        if (epoch != self.epoch or stale) and method != "register":
+            if epoch != self.epoch:
+                log.warning("ledger restarted (epoch %s -> %s): re-registering", self.epoch,
+                            epoch)
+            await self._register()  # also after an outage: sessions admitted meanwhile
             epoch, result = await self._raw(method, *args)
         return result
 
@@ -146,6 +150,7 @@ class ClusterNode:
                 log.warning("cluster ledger unreachable (%s): admitting on own capacity",
                             type(exc).__name__)
             self._set_reachable(False)
+            self._stale = True
             raise LedgerUnreachable(str(exc)) from None
         if not self.reachable:
             log.info("cluster ledger reachable")
@@ -157,6 +162,7 @@ class ClusterNode:
         held = [(t, c, k) for t, (c, k) in self.held.items()]
         epoch, _ = await self._raw("register", opts.name, opts.public_url, opts.capacity, held)
         self.epoch = epoch
+        self._stale = False
         if self.draining:  # a restarted ledger must not place sessions here again
             await self._raw("drain", opts.name)
 

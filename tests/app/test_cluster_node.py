@@ -98,6 +98,25 @@ async def test_an_unreachable_ledger_leaves_each_node_its_own_capacity_and_says_
                 pass
 
 
+async def test_after_an_outage_the_node_registers_what_it_admitted_meanwhile():
+    ledger = InProcessLedger()
+    a = await node(ledger, "a", capacity=2)
+    await node(ledger, "b", capacity=1)
+    ledger.down = True
+    async with a.gate.slot("c1", Heard()) as local:
+        ledger.down = False  # the same ledger (same epoch) answers again
+        await a.call("snapshot")
+        assert local in ledger.service.core.active  # adopted, so its slot is not given away
+        async with a.gate.slot("c2", Heard()):
+            with pytest.raises(SessionRedirect) as hop:  # a is full now: b
+                async with a.gate.slot("c3", Heard()):
+                    pass
+            assert hop.value.url == "ws://b/ws"
+    core = ledger.service.core
+    core.check()
+    assert core.admitted == core.ended + core.lost + len(core.active)
+
+
 def _run(code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
