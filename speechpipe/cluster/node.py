@@ -373,7 +373,7 @@ class _ClusterMetrics:
                              ["state"], registry=registry)
         self.capacity = Gauge("speechpipe_cluster_capacity",
                               "the sum of the live nodes' capacities", registry=registry)
-        self.counts = Gauge("speechpipe_cluster_ledger_total",
+        self.counts = Gauge("speechpipe_cluster_ledger_count",
                             "the ledger's counters since it started (admitted = ended + lost"
                             " + active)", ["kind"], registry=registry)
         self.nodes = Gauge("speechpipe_cluster_nodes", "nodes alive in the ledger",

@@ -74,7 +74,7 @@ def test_sessions_spread_over_both_nodes_through_redirects(scenario: dict[str, A
     assert float(metrics["speechpipe_cluster_capacity"]) == 4
     assert float(metrics["speechpipe_cluster_node_sessions"]) == 2
     assert float(metrics['speechpipe_cluster_sessions{state="active"}']) == 4
-    assert float(metrics['speechpipe_cluster_ledger_total{kind="admitted"}']) == 4
+    assert float(metrics['speechpipe_cluster_ledger_count{kind="admitted"}']) == 4
 
 
 @pytest.mark.slow
