@@ -40,6 +40,7 @@ from tests.e2e.cluster_scenario import (  # noqa: E402  (a script beside the rep
     Client,
     Procs,
     redirect_of,
+    start_head,
 )
 
 PLAIN, A, B = 8800, 8801, 8802
@@ -142,10 +143,7 @@ async def bench(args: argparse.Namespace, procs: Procs) -> dict[str, Any]:
     from speechpipe.cluster.ledger import ledger_handle
 
     out: dict[str, Any] = {}
-    procs.start("head", [str(BIN / "ray"), "start", "--head", "--block", f"--port={HEAD_PORT}",
-                         "--num-cpus=1", "--include-dashboard=false", "--disable-usage-stats",
-                         "--node-ip-address=127.0.0.1", f"--temp-dir={procs.logdir / 'ray'}"])
-    await procs.wait_for("head", "Ray runtime started", 120)
+    await start_head(procs)
     address = f"127.0.0.1:{HEAD_PORT}"
     common = ["serve", "--scripted-pipeline", "--no-webrtc", "--capacity", str(args.capacity),
               "--max-queue-wait", str(args.max_queue_wait)]

@@ -23,16 +23,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.cluster_scenario import BIN, HEAD_PORT, Procs  # noqa: E402
+from tests.e2e.cluster_scenario import BIN, HEAD_PORT, Procs, start_head  # noqa: E402
 
 PLAIN, NODE = 8800, 8801
 
 
 async def run(args: argparse.Namespace, procs: Procs) -> None:
-    procs.start("head", [str(BIN / "ray"), "start", "--head", "--block", f"--port={HEAD_PORT}",
-                         "--num-cpus=1", "--include-dashboard=false", "--disable-usage-stats",
-                         "--node-ip-address=127.0.0.1", f"--temp-dir={procs.logdir / 'ray'}"])
-    await procs.wait_for("head", "Ray runtime started", 120)
+    await start_head(procs)
     common = ["serve", "--no-webrtc", "--capacity", "32"]
     procs.start("plain", [str(BIN / "speechpipe"), *common, "--port", str(PLAIN)])
     procs.start("cluster", [str(BIN / "speechpipe"), *common, "--port", str(NODE), "--cluster",

@@ -113,9 +113,6 @@ class ClusterNode:
                 await asyncio.sleep(1.0)
         self._task = asyncio.create_task(self._heartbeat_loop(), name="cluster-heartbeat")
 
-    async def wait_drained(self) -> None:
-        await self._drained.wait()
-
     async def stop(self) -> None:
         """Leave the cluster (sessions still here count as lost, resumable elsewhere)."""
         task, self._task = self._task, None

@@ -86,6 +86,25 @@ class Procs:
             self.procs[name].wait(5)
 
 
+async def start_head(procs: Procs, attempts: int = 3) -> None:
+    """``ray start --head`` on loopback; again if it times out starting (Ray waits 30 s for
+    its raylet, which a saturated 2-core machine can miss)."""
+    for attempt in range(1, attempts + 1):
+        procs.start("head", [str(BIN / "ray"), "start", "--head", "--block",
+                             f"--port={HEAD_PORT}", "--num-cpus=1", "--include-dashboard=false",
+                             "--disable-usage-stats", "--node-ip-address=127.0.0.1",
+                             f"--temp-dir={procs.logdir / f'ray{attempt}'}"])
+        try:
+            await procs.wait_for("head", "Ray runtime started", 120)
+            return
+        except (RuntimeError, TimeoutError):
+            procs.kill("head")
+            procs.procs["head"].wait(10)
+            if attempt == attempts:
+                raise
+            log("ray head did not start; trying again")
+
+
 class Client:
     """A real WebSocket client: ``start``, then (once started) 100 ms of audio every 100 ms."""
 
@@ -238,11 +257,7 @@ async def scenario(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
 
     from speechpipe.cluster.ledger import ledger_handle
 
-    procs.start("head", [str(BIN / "ray"), "start", "--head", "--block",
-                         f"--port={HEAD_PORT}", "--num-cpus=1", "--include-dashboard=false",
-                         "--disable-usage-stats", "--node-ip-address=127.0.0.1",
-                         f"--temp-dir={procs.logdir / 'ray'}"])
-    await procs.wait_for("head", "Ray runtime started", 90)
+    await start_head(procs)
     address = f"127.0.0.1:{HEAD_PORT}"
     for name, port in PORTS.items():
         procs.start(name, [str(BIN / "speechpipe"), "-v", "serve", "--scripted-pipeline",
@@ -446,11 +461,7 @@ async def real_scenario(out: dict[str, Any], procs: Procs) -> None:
     clip = ROOT.parent / "shared" / "samples" / "wav" / "es_enh_12411_cv.wav"
     audio, rate = sf.read(clip, dtype="int16")
     assert rate == 16000 and audio.ndim == 1
-    procs.start("head", [str(BIN / "ray"), "start", "--head", "--block",
-                         f"--port={HEAD_PORT}", "--num-cpus=1", "--include-dashboard=false",
-                         "--disable-usage-stats", "--node-ip-address=127.0.0.1",
-                         f"--temp-dir={procs.logdir / 'ray'}"])
-    await procs.wait_for("head", "Ray runtime started", 90)
+    await start_head(procs)
     address = f"127.0.0.1:{HEAD_PORT}"
     for name, port in PORTS.items():
         procs.start(name, [str(BIN / "speechpipe"), "-v", "serve", "--no-webrtc", "--port",
