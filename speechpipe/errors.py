@@ -81,7 +81,7 @@ class AdmissionError(SessionError):
 
 
 class SessionRedirect(AdmissionError):
-    """Cluster mode: a slot is reserved for this session on another node (close 4010)."""
+    """Cluster mode: a slot is reserved for this session on another node (close 4020)."""
 
     code = "redirect"
 

@@ -6,7 +6,7 @@ calls go to the ledger actor (``speechpipe.cluster.ledger``). ``ClusterNode.gate
 the server's ``CapacityGate``:
 
 - a new client: the ledger places it here (the session starts), on another node (close
-  **4010** with that node's URL and a ticket; the client reconnects there with
+  **4020** with that node's URL and a ticket; the client reconnects there with
   ``start.ticket`` and is not queued again), in the line (``queued`` status events with the
   cluster-wide position and wait), or refuses it (close 1013 with ``retry_after_s``);
 - ``start.resume``: the session id of a session whose node was lost or drained; it goes
@@ -54,7 +54,7 @@ class ClusterOptions:
     call_timeout_s: float = 5.0
     poll_s: float = 0.5  # a waiting client's ticket is asked about this often
     status_interval_s: float = 2.0  # a waiting client hears at least this often
-    drain_deadline_s: float = 120.0  # after a drain: close the rest (4011) at this deadline
+    drain_deadline_s: float = 120.0  # after a drain: close the rest (4021) at this deadline
     ledger: LedgerOptions = field(default_factory=LedgerOptions)
 
     @property

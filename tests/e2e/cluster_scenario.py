@@ -228,12 +228,12 @@ def redirect_of(client: Client) -> dict[str, Any] | None:
 
 
 async def follow(label: str, url: str, **start: Any) -> Client:
-    """Connect; when redirected (4010), reconnect where told with the ticket (once)."""
+    """Connect; when redirected (4020), reconnect where told with the ticket (once)."""
     client = Client(label)
     await client.open(url, **start)
     await client.first()
     hop = redirect_of(client)
-    if client.close_code == 4010 and hop is not None:
+    if client.close_code == 4020 and hop is not None:
         moved = Client(label)
         moved.events = [*client.events]
         await moved.open(hop["url"], ticket=hop["ticket"], **start)
@@ -379,7 +379,7 @@ async def scenario(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
         out["accounting"] = {k: snap[k] for k in ("admitted", "ended", "lost", "active")}
 
         log('step 6')
-        # 6. drain a: no new sessions; at the deadline (4 s) the rest get 4011 + resume
+        # 6. drain a: no new sessions; at the deadline (4 s) the rest get 4021 + resume
         drain = await asyncio.to_thread(
             subprocess.run, [str(BIN / "speechpipe"), "cluster", "drain", URL["a"], "--cluster",
                              address], capture_output=True, text=True, timeout=60, cwd=ROOT)

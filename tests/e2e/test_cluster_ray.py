@@ -88,7 +88,7 @@ def test_fifth_and_sixth_wait_in_one_line_and_the_seventh_is_refused(scenario):
 @pytest.mark.slow
 def test_a_session_ending_on_a_admits_the_waiter_from_b_by_redirect(scenario):
     assert scenario["c1_close"] == 1000
-    assert scenario["c5_first"] == "closed 4010"
+    assert scenario["c5_first"] == "closed 4020"
     hop = scenario["c5_redirect"]
     assert hop["url"] == A and hop["ticket"] and 0 < hop["expires_in_s"] <= 10
     assert scenario["c5_moved"] == "started" and scenario["c5_moved_url"] == A
@@ -121,12 +121,12 @@ def test_a_killed_node_s_clients_resume_on_the_other_node_ahead_of_the_line(scen
 
 
 @pytest.mark.slow
-def test_drain_closes_the_rest_with_4011_and_a_resume_id_then_the_node_exits(scenario):
+def test_drain_closes_the_rest_with_4021_and_a_resume_id_then_the_node_exits(scenario):
     assert scenario["drain_rc"] == 0
     closes = scenario["drained_close"]
     assert len(closes) == 2
     for code, errors in closes:
-        assert code == 4011
+        assert code == 4021
         assert errors and errors[0]["code"] == "node_drained" and errors[0]["resume"]
     assert scenario["a_exit"] == 0
     assert scenario["status_rc"] == 0 and "lost" in scenario["status_text"]
@@ -143,7 +143,7 @@ def real_scenario(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.mark.slow
 def test_one_real_session_per_node_translates_speech(real_scenario: dict[str, Any]) -> None:
     assert real_scenario["r1_first"] == "started"
-    assert real_scenario["r2_first"] == "closed 4010"  # a was full: redirected to b
+    assert real_scenario["r2_first"] == "closed 4020"  # a was full: redirected to b
     assert real_scenario["r2_moved"] == "started"
     sessions = real_scenario["real"]
     assert [s["url"] for s in sessions] == [A, B]
