@@ -77,8 +77,25 @@ def connect_ray(address: str) -> None:
     from speechpipe.cluster.ledger import NAMESPACE
 
     if not ray.is_initialized():
-        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
-                 logging_level=logging.WARNING, configure_logging=False)
+        _check_reachable(address)  # Ray itself retries a missing head for minutes
+        try:
+            ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
+                     logging_level=logging.WARNING, configure_logging=False)
+        except Exception as exc:  # ConnectionError, a bad address, a version mismatch ...
+            raise SystemExit(f"speechpipe: cannot join the Ray cluster at {address}: "
+                             f"{str(exc).splitlines()[0][:200]}") from None
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"speechpipe: cannot reach the Ray head at {address}: "
+                         f"{exc.__class__.__name__}") from None
 
 
 class ClusterNode:

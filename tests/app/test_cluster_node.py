@@ -172,3 +172,17 @@ def test_start_carries_ticket_and_resume_and_rejects_bad_ones():
         with pytest.raises(ProtocolError) as err:
             parse_start({"type": "start", **bad})
         assert err.value.close_code == CloseCode.BAD_START
+
+
+def test_an_unreachable_head_fails_with_one_line():
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = subprocess.run([sys.executable, "-m", "speechpipe", "cluster", "status",
+                           "--cluster", f"127.0.0.1:{port}"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [
+        f"speechpipe: cannot reach the Ray head at 127.0.0.1:{port}: ConnectionRefusedError"]
