@@ -123,6 +123,9 @@ def _register_optional(commands: argparse._SubParsersAction) -> None:
         pass
     else:
         security.register(commands)
+    from speechpipe.cluster import cli as cluster_cli  # Ray is imported only when run
+
+    cluster_cli.register(commands)
 
 
 def _request(args: argparse.Namespace) -> SessionRequest:

@@ -240,12 +240,15 @@ class AdmissionGate:
         self._wake()
 
     @contextlib.asynccontextmanager
-    async def slot(self, client: str, notify: Notify) -> AsyncIterator[None]:
-        """Hold a capacity slot for one session (waiting in line with status events)."""
-        ticket = next(self._ids)
+    async def slot(self, client: str, notify: Notify, *, token: str = "", ticket: str = "",
+                   resume: str = "") -> AsyncIterator[None]:
+        """Hold a capacity slot for one session (waiting in line with status events);
+        ``token``, ``ticket`` and ``resume`` matter in cluster mode only."""
+        del token, ticket, resume
+        ticket_id = next(self._ids)
         core = self.core
         asked = self._clock()
-        decision = core.request(ticket, client, asked)
+        decision = core.request(ticket_id, client, asked)
         if decision.kind == "refused":
             raise AdmissionError(
                 f"server at capacity: {decision.reason}; retry in {decision.wait_s:.0f} s",
@@ -253,7 +256,7 @@ class AdmissionGate:
             )
         try:
             if decision.kind == "queued":
-                await self._wait_in_line(ticket, decision, notify)
+                await self._wait_in_line(ticket_id, decision, notify)
                 waited = self._clock() - asked
                 await notify(StatusEvent(
                     "admitted", "your session is starting",
@@ -263,7 +266,7 @@ class AdmissionGate:
                 self._on_admitted(self._clock() - asked)
             yield
         finally:
-            core.release(ticket, self._clock())
+            core.release(ticket_id, self._clock())
             self._wake()
 
     async def _wait_in_line(self, ticket: int, decision: Decision, notify: Notify) -> None:
