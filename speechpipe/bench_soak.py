@@ -445,7 +445,7 @@ async def run_soak(
             report.leaked_threads = [n for n in added if n not in report.pool_threads_added]
     finally:
         if own_pipeline:
-            await asyncio.to_thread(pipeline.close)
+            await pipeline.aclose()
     after = [s for s in report.samples if s["t"] >= report.warmup_s]
     report.rss_slope_mb_per_min = slope_per_minute([(s["t"], s["rss_mb"]) for s in after])
     report.py_blocks_slope_k_per_min = slope_per_minute(

@@ -56,6 +56,7 @@ class ServerApp:
         self.metrics = ServerMetrics()
         self.pipeline: Pipeline | None = pipeline
         self._ready = False
+        self._loading: asyncio.Future[None] | None = None  # the load + warm-up thread
         # admission control + degrade ladder (speechpipe.load_control); None: neither
         self.load_control = None if load is None else LoadControl(load, self.metrics.load)
         self.server = SpeechServer(
@@ -85,11 +86,9 @@ class ServerApp:
     async def load(self) -> None:
         """Load (unless given) and warm the models off the event loop, then turn ready."""
         started = time.monotonic()
-        if self.pipeline is None:
-            from speechpipe.session import Pipeline
-
-            self.pipeline = await asyncio.to_thread(Pipeline.load, self.options)
-        await asyncio.to_thread(self.pipeline.warm_up)
+        self._loading = asyncio.ensure_future(asyncio.to_thread(self._load_blocking))
+        await asyncio.shield(self._loading)  # a thread cannot be cancelled: stop() awaits it
+        assert self.pipeline is not None
         if self.load_control is not None:
             await self.load_control.start(self.pipeline)  # capacity (maybe calibrated)
         else:
@@ -98,14 +97,32 @@ class ServerApp:
         self.metrics.set_ready(True)
         log.info("models ready in %.1f s", time.monotonic() - started)
 
+    def _load_blocking(self) -> None:
+        if self.pipeline is None:
+            from speechpipe.session import Pipeline
+
+            self.pipeline = Pipeline.load(self.options)
+        self.pipeline.warm_up()
+
     async def stop(self, *, close_pipeline: bool = True) -> None:
+        """Stop serving; then (``close_pipeline``) wait out a load still running, join the
+        pipeline's workers and release its models on this thread."""
         self._ready = False
         self.metrics.set_ready(False)
         if self.load_control is not None:
             await self.load_control.stop()
         await self.server.stop()
-        if close_pipeline and self.pipeline is not None:
-            await asyncio.to_thread(self.pipeline.close)
+        if not close_pipeline:
+            return
+        loading = self._loading
+        if loading is not None and not loading.done():
+            if self.pipeline is not None:  # a warm-up in progress then fails at once
+                await asyncio.to_thread(self.pipeline.stop_workers)
+            await asyncio.wait([loading])
+        if loading is not None and loading.done() and not loading.cancelled():
+            loading.exception()  # load() reported it already, if anyone was waiting
+        if self.pipeline is not None:
+            await self.pipeline.aclose()
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[ServerApp]:

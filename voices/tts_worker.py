@@ -65,4 +65,5 @@ class TtsWorker:
         self._synthesize("Hello.", self.sample_rate, 1.0)
 
     def shutdown(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        """Cancel queued syntheses and join the thread (one in progress finishes first)."""
+        self._executor.shutdown(wait=True, cancel_futures=True)
