@@ -11,6 +11,7 @@
     ├── SessionError                a session cannot start or must end (carries a code)
     │   └── AdmissionError          over capacity (carries a retry hint)
     ├── WorkerError                 a model worker failed on one request (recoverable)
+    ├── OutputError                 an output file could not be written (disk full, device)
     └── Superseded                  a queued partial decode was replaced by a newer request
                                     for the same utterance: not an error, the caller skips it
 
@@ -31,6 +32,7 @@ __all__ = [
     "SessionError",
     "AdmissionError",
     "WorkerError",
+    "OutputError",
     "Superseded",
 ]
 
@@ -80,6 +82,10 @@ class AdmissionError(SessionError):
 
 class WorkerError(SpeechpipeError):
     code = "worker_error"
+
+
+class OutputError(SpeechpipeError):
+    code = "output_error"
 
 
 class Superseded(SpeechpipeError):
