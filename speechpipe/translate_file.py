@@ -21,10 +21,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from speechpipe.errors import OutputError
-from speechpipe.scores import final_texts, latency_scores
+from speechpipe.evaluation.scores import final_texts, latency_scores
+from speechpipe.evaluation.trace import TraceBuilder, write_trace
 from speechpipe.session import Pipeline
 from speechpipe.stages.frames import STREAM_RATE
-from speechpipe.trace import TraceBuilder, write_trace
 from speechpipe.transport.file_output import SpeechFileWriter
 from speechpipe.transport.file_replay import (
     AudioFileInfo,
