@@ -9,6 +9,7 @@ memory and returns the rendered speech (evaluation, tests).
 from __future__ import annotations
 
 import asyncio
+import logging
 import resource
 import sys
 import time
@@ -42,6 +43,8 @@ __all__ = [
     "translate_file",
     "translate_stream",
 ]
+
+log = logging.getLogger("speechpipe.translate")
 
 PROGRESS_MIN_SECONDS = 30.0
 PROGRESS_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s [{elapsed}<{remaining}]"
@@ -163,6 +166,7 @@ async def translate_stream(
     """Translate a file block by block, writing the speech to ``writer`` as it comes; the
     writer is committed on success and discarded on any failure or interruption."""
     builder = TraceBuilder(request.output_sample_rate, on_speech=writer.write_at)
+    log.info("replaying %.1f s of audio (%s pace)", source.seconds, request.pace)
     try:
         run = await _run(pipeline, stream_audio(source), source.seconds, request, builder,
                          progress)
