@@ -63,6 +63,7 @@ class ServerApp:
         self.pipeline: Pipeline | None = pipeline
         self._ready = False
         self._loading: asyncio.Future[None] | None = None  # the load + warm-up thread
+        self._stopping = False
         self._voices: tuple[float, list[dict[str, object]]] | None = None  # (scanned at, list)
         # admission control + degrade ladder (speechpipe.server.load_control); None: neither
         self.load_control = None if load is None else LoadControl(load, self.metrics.load)
@@ -129,11 +130,13 @@ class ServerApp:
             from speechpipe.session import Pipeline
 
             self.pipeline = Pipeline.load(self.options)
-        self.pipeline.warm_up()
+        if not self._stopping:  # no warm-up for a server that is already going away
+            self.pipeline.warm_up()
 
     async def stop(self, *, close_pipeline: bool = True) -> None:
         """Stop serving; then (``close_pipeline``) wait out a load still running, join the
         pipeline's workers and release its models on this thread."""
+        self._stopping = True
         self._ready = False
         self.metrics.set_ready(False)
         if self.load_control is not None:
