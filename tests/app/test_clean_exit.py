@@ -94,3 +94,25 @@ def test_ctrl_c_mid_translation_exits_cleanly(tmp_path):
     assert lines == ["speechpipe: interrupted"], err
     assert not out
     assert not any(tmp_path.iterdir())  # no output, no temporary file
+
+
+@pytest.mark.slow
+async def test_server_stop_joins_every_worker_thread_and_releases_the_models():
+    """``serve``'s shutdown path: after ``stop`` no ASR/TTS worker thread is alive and the
+    Whisper model is released (so nothing is left for interpreter shutdown to destroy)."""
+    from speechpipe.server.serve import ServerApp
+
+    def workers() -> list[str]:
+        return [t.name for t in threading.enumerate()
+                if t.is_alive() and t.name.startswith(("asr-batcher", "tts-"))]
+
+    before = set(workers())  # the session-wide test pipeline's, if it was loaded already
+    app = ServerApp("127.0.0.1", 0, webrtc=False)
+    async with app.running():
+        assert app.ready
+        started = set(workers()) - before
+        assert any(n.startswith("asr-batcher") for n in started), started
+    assert app.pipeline is not None
+    assert app.pipeline.engine.model is None
+    assert not app.pipeline.whisper.running_threads
+    assert set(workers()) <= before
