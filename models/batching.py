@@ -64,6 +64,7 @@ log = logging.getLogger("speechpipe.batching")
 
 PRIORITY_LIVE = 0
 PRIORITY_REPLAY = 1
+JOIN_TIMEOUT_S = 60.0  # longest an engine call in progress may delay close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,11 +254,28 @@ class AsrBatcher:
         for future in futures:
             future.result(timeout=timeout_s)
 
-    def close(self) -> None:
-        """Stop the worker threads taking work (sync callers)."""
+    def close(self, timeout_s: float = JOIN_TIMEOUT_S) -> None:
+        """Stop accepting work (queued requests fail with ``WorkerError``) and join the worker
+        threads: a call in progress finishes first. Idempotent; blocking.
+
+        Joining matters at process exit: a worker thread that outlives its owner may drop the
+        last reference to the engine, so CTranslate2's destructor would run on that thread
+        during interpreter shutdown, which aborts the process (SIGABRT, "terminate called
+        without an active exception")."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+        current = threading.current_thread()
+        for thread in self._threads:
+            if thread is not current and thread.is_alive():
+                thread.join(timeout_s)
+                if thread.is_alive():
+                    log.warning("ASR worker thread %s still busy after %.0f s",
+                                thread.name, timeout_s)
+
+    @property
+    def running_threads(self) -> int:
+        return sum(thread.is_alive() for thread in self._threads)
 
     async def aclose(self) -> None:
         """``close()`` for async callers."""

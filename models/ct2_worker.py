@@ -164,11 +164,12 @@ class Ct2TranslationWorker:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
-        """Synchronous stop for process teardown (sync callers; ``aclose`` also drains)."""
+        """Synchronous stop for process teardown (sync callers; ``aclose`` also drains): queued
+        batches are cancelled and the thread is joined (a batch in progress finishes first)."""
         self._closed = True
         if self._task is not None and not self._task.done():
             self._task.cancel()
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._executor.shutdown(wait=True, cancel_futures=True)
 
     async def __aenter__(self) -> Ct2TranslationWorker:
         return self

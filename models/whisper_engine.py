@@ -325,6 +325,11 @@ class WhisperEngine:
             truncated=hit_cap,
         )
 
+    def release(self) -> None:
+        """Drop the model (CTranslate2 joins its own threads in its destructor). Call on the
+        main thread once no worker thread uses the engine; the engine is unusable after."""
+        self.model = None
+
     def warm_up(self) -> None:
         """A single request, then a batch of two in one bucket (both code paths)."""
         rng = np.random.default_rng(0)

@@ -151,31 +151,42 @@ def _options(args: argparse.Namespace) -> PipelineOptions:
 
 
 def _load_pipeline(args: argparse.Namespace) -> Pipeline:
+    """A loaded, checked and warmed pipeline; closed again (threads joined) if any step
+    fails or is interrupted, so no worker thread outlives it."""
     from speechpipe.session import Pipeline, apply_process_limits
 
     options = _options(args)
     apply_process_limits(options)
     pipeline = Pipeline.load(options)
-    pipeline.resolve(_request(args))  # fail fast on a bad language / voice, before any work
-    pipeline.warm_up()  # as a server does before it says ready: no cold first decode
+    try:
+        pipeline.resolve(_request(args))  # fail fast on a bad language / voice, before work
+        pipeline.warm_up()  # as a server does before it says ready: no cold first decode
+    except BaseException:
+        pipeline.close()
+        raise
     return pipeline
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
     """``speechpipe translate``: one file in, translated speech (and trace) out."""
     from speechpipe.file_translation import translate_file
-    from speechpipe.transport.file_replay import read_audio
+    from speechpipe.session import check_output_rate
+    from speechpipe.transport.file_output import SpeechFileWriter, check_output_path
+    from speechpipe.transport.file_replay import probe_audio
 
-    read_audio(args.input)  # a bad file fails before the models load
+    # Every bad input and output fails here, before the models load.
+    source = probe_audio(args.input)
+    check_output_rate(args.output_rate)
+    if args.trace:
+        check_output_path(args.trace)
     out = Path(args.out)
-    if out.parent and not out.parent.exists():
-        raise InputError(f"{out.parent}: output folder does not exist")
-    pipeline = _load_pipeline(args)
+    writer = SpeechFileWriter(out, args.output_rate)  # opens (a temporary file) already
     try:
-        run = translate_file(args.input, out, _request(args), pipeline=pipeline,
-                             trace_path=args.trace)
+        with _load_pipeline(args) as pipeline:  # leaving joins the workers, releases models
+            run = translate_file(source, writer, _request(args), pipeline=pipeline,
+                                 trace_path=args.trace)
     finally:
-        pipeline.close()
+        writer.discard()  # a no-op once committed
     scores = run.scores
 
     def fmt(value: float | None) -> str:

@@ -12,6 +12,7 @@
     │   └── AdmissionError          over capacity (carries a retry hint)
     │       └── SessionRedirect     cluster: admitted on another node (URL + ticket)
     ├── WorkerError                 a model worker failed on one request (recoverable)
+    ├── OutputError                 an output file could not be written (disk full, device)
     └── Superseded                  a queued partial decode was replaced by a newer request
                                     for the same utterance: not an error, the caller skips it
 
@@ -33,6 +34,7 @@ __all__ = [
     "AdmissionError",
     "SessionRedirect",
     "WorkerError",
+    "OutputError",
     "Superseded",
 ]
 
@@ -102,6 +104,10 @@ class SessionRedirect(AdmissionError):
 class WorkerError(SpeechpipeError):
     """A shared model worker failed a request (only that request fails)."""
     code = "worker_error"
+
+
+class OutputError(SpeechpipeError):
+    code = "output_error"
 
 
 class Superseded(SpeechpipeError):

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from speechpipe.config import PipelineOptions
-from speechpipe.errors import InputError, LanguageError, SessionError
+from speechpipe.errors import InputError, LanguageError, SessionError, WorkerError
 from speechpipe.models.batching import PRIORITY_LIVE, PRIORITY_REPLAY, AsrBatcher
 from speechpipe.models.ct2_translator import Ct2TextTranslator
 from speechpipe.models.ct2_worker import Ct2TranslationWorker
@@ -48,13 +48,20 @@ from speechpipe.voices.registry import VoiceInfo, resolve_voice
 from speechpipe.voices.tts_worker import TtsWorker
 
 __all__ = [
-    "Pipeline", "PipelineSession", "ResolvedRequest", "apply_process_limits", "limit_blas_threads",
+    "Pipeline", "PipelineSession", "ResolvedRequest", "apply_process_limits", "check_output_rate",
+    "limit_blas_threads",
 ]
 
 log = logging.getLogger("speechpipe.session")
 
 MIN_OUTPUT_RATE = 8_000
 MAX_OUTPUT_RATE = 48_000
+
+
+def check_output_rate(rate: int) -> None:
+    if not MIN_OUTPUT_RATE <= rate <= MAX_OUTPUT_RATE:
+        raise InputError(f"output sample rate {rate} outside "
+                         f"{MIN_OUTPUT_RATE}..{MAX_OUTPUT_RATE} Hz")
 
 
 def _merge_frames(first: AudioFrame, second: AudioFrame) -> AudioFrame:
@@ -101,6 +108,7 @@ class Pipeline:
         self._text_mt_lock = threading.Lock()
         self.mt_memory = TranslationMemory(options.translation_memory_items)
         self.sessions_started = 0
+        self._closed = False  # stop_workers() ran: no new workers
 
     @classmethod
     def load(cls, options: PipelineOptions | None = None) -> Pipeline:
@@ -119,17 +127,64 @@ class Pipeline:
         voice = resolve_voice(None, "en", self.options.voice_dirs)
         self.tts_worker(voice).warm_up()
 
-    def close(self) -> None:
-        """Release the shared workers (sync callers; in async code use ``aclose``)."""
+    def stop_workers(self) -> None:
+        """Stop accepting work and join every worker thread (ASR, TTS, text MT); calls in
+        progress finish first. Blocking, idempotent; any thread may call it."""
+        self._closed = True
         self.whisper.close()
-        for worker in self._tts.values():
+        with self._tts_lock:
+            tts_workers = list(self._tts.values())
+        for worker in tts_workers:
             worker.close()
-        for mt_worker in self._text_mt.values():
+        with self._text_mt_lock:
+            mt_workers = list(self._text_mt.values())
+        for mt_worker in mt_workers:
             mt_worker.close()
 
+    def release_models(self) -> None:
+        """Drop this pipeline's references to the loaded models, after ``stop_workers``.
+
+        Call it on the main thread: the last reference decides which thread runs a model's
+        native destructor, and CTranslate2's aborts the process when that is a worker thread
+        at interpreter shutdown."""
+        self.engine.release()
+        with self._tts_lock:
+            self._tts.clear()
+            self._phrase_caches.clear()
+        with self._text_mt_lock:
+            self._text_mt.clear()
+
+    def close(self) -> None:
+        """Stop and join the workers, then release the models (on the calling thread:
+        the main one, in the CLI). Safe to call twice. A Ctrl-C during the teardown does
+        not cut it short (a worker left running would abort the process at exit); it is
+        raised once the teardown is done."""
+        interrupted: KeyboardInterrupt | None = None
+        for _ in range(3):  # a user pressing Ctrl-C again and again still gets out
+            try:
+                self.stop_workers()
+                break
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+        self.release_models()
+        if interrupted is not None:
+            raise interrupted
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise WorkerError("the pipeline is shut down")
+
     async def aclose(self) -> None:
-        """Release the shared workers without blocking the event loop."""
-        await asyncio.to_thread(self.close)
+        """``close`` for an event loop: the workers are joined off the loop, the models are
+        released on the loop's thread (the main one in every speechpipe command)."""
+        await asyncio.to_thread(self.stop_workers)
+        self.release_models()
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     async def __aenter__(self) -> Pipeline:
         return self
@@ -156,11 +211,7 @@ class Pipeline:
             text_mt.check_languages(source, target)
         else:
             raise InputError(f"unknown MT backend {request.mt!r} (use whisper or ct2:MODEL)")
-        if not MIN_OUTPUT_RATE <= request.output_sample_rate <= MAX_OUTPUT_RATE:
-            raise InputError(
-                f"output sample rate {request.output_sample_rate} outside "
-                f"{MIN_OUTPUT_RATE}..{MAX_OUTPUT_RATE} Hz"
-            )
+        check_output_rate(request.output_sample_rate)
         voice = resolve_voice(request.voice, target, self.options.voice_dirs)
         asr = self.options.asr
         if request.mode == "fast":
@@ -177,6 +228,7 @@ class Pipeline:
         with self._text_mt_lock:
             worker = self._text_mt.get(str(path))
             if worker is None:
+                self._check_open()
                 translator = Ct2TextTranslator(path, model_id=str(path),
                                                intra_threads=self.options.mt_threads)
                 worker = Ct2TranslationWorker(translator)
@@ -188,6 +240,7 @@ class Pipeline:
         with self._tts_lock:
             worker = self._tts.get(voice.name)
             if worker is None:
+                self._check_open()
                 piper_options = PiperOptions(length_scale=self.options.tts_length_scale)
                 worker = TtsWorker(PiperSynthesizer(voice, piper_options), voice.name)
                 self._tts[voice.name] = worker

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import secrets
 import time
 import urllib.parse
@@ -50,6 +51,7 @@ AUDIENCE = "speechpipe"  # tokens for another service signed with the same secre
 ALGORITHM = "HS256"
 MIN_SECRET_BYTES = 32  # RFC 7518 3.2: an HS256 key at least as long as the hash
 MAX_TOKEN_CHARS = 4096  # longer is not a token we issued; refused before any parsing
+MAX_TTL_S = 366 * 24 * 3600  # a token that outlives a year is a secret, not a session grant
 
 
 class AuthError(InputError):
@@ -112,8 +114,9 @@ class TokenAuthority:
 
     def issue(self, *, ttl_s: float, subject: str = "", now: float | None = None) -> str:
         """A signed token for ``subject`` valid for ``ttl_s`` seconds."""
-        if ttl_s <= 0:
-            raise InputError("a token's time to live must be positive")
+        if not (math.isfinite(ttl_s) and 0 < ttl_s <= MAX_TTL_S):
+            raise InputError(f"a token's time to live must be a number of seconds above 0 and "
+                             f"at most {MAX_TTL_S} (one year); got {ttl_s}")
         issued = int(time.time() if now is None else now)
         claims: dict[str, Any] = {
             "aud": AUDIENCE,

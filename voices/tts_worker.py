@@ -73,8 +73,8 @@ class TtsWorker:
         self._synthesize("Hello.", self.sample_rate, 1.0)
 
     def close(self) -> None:
-        """Stop taking work; queued syntheses are cancelled."""
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        """Cancel queued syntheses and join the thread (one in progress finishes first)."""
+        self._executor.shutdown(wait=True, cancel_futures=True)
 
     async def aclose(self) -> None:
         """``close()`` for async callers."""

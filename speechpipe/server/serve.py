@@ -64,6 +64,8 @@ class ServerApp:
         self.tracing = tracing  # OpenTelemetry session traces (server.tracing); None: off
         self.pipeline: Pipeline | None = pipeline
         self._ready = False
+        self._loading: asyncio.Future[None] | None = None  # the load + warm-up thread
+        self._stopping = False
         self._voices: tuple[float, list[dict[str, object]]] | None = None  # (scanned at, list)
         # admission control + degrade ladder (speechpipe.server.load_control); None: neither
         self.load_control = None if load is None else LoadControl(load, self.metrics.load)
@@ -117,14 +119,9 @@ class ServerApp:
     async def load(self) -> None:
         """Load (unless given) and warm the models off the event loop, then turn ready."""
         started = time.monotonic()
-        if self.pipeline is None:
-            from speechpipe.config import PipelineOptions
-            from speechpipe.session import Pipeline, apply_process_limits
-
-            options = self.options or PipelineOptions()
-            apply_process_limits(options)  # the server owns its process
-            self.pipeline = await asyncio.to_thread(Pipeline.load, options)
-        await asyncio.to_thread(self.pipeline.warm_up)
+        self._loading = asyncio.ensure_future(asyncio.to_thread(self._load_blocking))
+        await asyncio.shield(self._loading)  # a thread cannot be cancelled: stop() awaits it
+        assert self.pipeline is not None
         if self.load_control is not None:
             await self.load_control.start(self.pipeline)  # capacity (maybe calibrated)
         else:
@@ -133,8 +130,21 @@ class ServerApp:
         self.metrics.set_ready(True)
         log.info("models ready in %.1f s", time.monotonic() - started)
 
+    def _load_blocking(self) -> None:
+        if self.pipeline is None:
+            from speechpipe.config import PipelineOptions
+            from speechpipe.session import Pipeline, apply_process_limits
+
+            options = self.options or PipelineOptions()
+            apply_process_limits(options)  # the server owns its process
+            self.pipeline = Pipeline.load(options)
+        if not self._stopping:  # no warm-up for a server that is already going away
+            self.pipeline.warm_up()
+
     async def stop(self, *, close_pipeline: bool = True) -> None:
-        """Close every connection, stop load control and, unless told not to, the pipeline."""
+        """Stop serving; then (``close_pipeline``) wait out a load still running, join the
+        pipeline's workers and release its models on this thread."""
+        self._stopping = True
         self._ready = False
         self.metrics.set_ready(False)
         if self.load_control is not None:
@@ -142,7 +152,16 @@ class ServerApp:
         await self.server.stop()
         if self.tracing is not None:  # flushes what is queued, bounded by the export timeout
             await asyncio.to_thread(self.tracing.shutdown)
-        if close_pipeline and self.pipeline is not None:
+        if not close_pipeline:
+            return
+        loading = self._loading
+        if loading is not None and not loading.done():
+            if self.pipeline is not None:  # a warm-up in progress then fails at once
+                await asyncio.to_thread(self.pipeline.stop_workers)
+            await asyncio.wait([loading])
+        if loading is not None and loading.done() and not loading.cancelled():
+            loading.exception()  # load() reported it already, if anyone was waiting
+        if self.pipeline is not None:
             await self.pipeline.aclose()
 
     @contextlib.asynccontextmanager
