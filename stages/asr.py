@@ -32,7 +32,6 @@ from typing import Protocol
 import numpy as np
 
 from speechpipe.errors import SpeechpipeError, Superseded
-from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest, WhisperResult
 from speechpipe.stages.agreement import LocalAgreement
 from speechpipe.stages.channels import Channel, ChannelClosed
 from speechpipe.stages.clock import StreamClock
@@ -52,6 +51,7 @@ from speechpipe.stages.frames import (
     TextHypothesis,
     VadEvent,
 )
+from speechpipe.stages.model_api import DecodeTask, WhisperRequest, WhisperResult
 from speechpipe.stages.vad import LabeledAudio
 
 __all__ = [
@@ -291,7 +291,7 @@ class UtteranceDecoder:
 
     def coverage(self) -> str:
         """``ok``, ``invented``, ``dropped`` or ``empty``: the committed translation against
-        the committed captions (``models.coverage.classify_utterance``)."""
+        the committed captions (``stages.coverage.classify_utterance``)."""
         return classify_utterance(self.source.committed_text, self.target.committed_text,
                                   self.faithfulness.min_ratio, self.faithfulness.min_source_words)
 

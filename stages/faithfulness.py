@@ -12,7 +12,7 @@ Three concerns, each a small pure function or core (no models, no asyncio):
   dropped, on both sides; the translation never holds more words than the source side heard
   can justify (no source words: no target words).
 - **Coverage** (``coverage_gap``, ``classify_utterance``, re-exported from
-  ``models.coverage`` because the engine uses them too): a translation much shorter than its
+  ``stages.coverage`` because the engine uses them too): a translation much shorter than its
   captions left speech out; the gap says where the uncovered part starts, so the engine can
   translate that audio on its own.
 """
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from speechpipe.models.coverage import (
+from speechpipe.stages.coverage import (
     Verdict,
     classify_utterance,
     count_words,
@@ -36,7 +36,7 @@ from speechpipe.models.coverage import (
 )
 
 if TYPE_CHECKING:
-    from speechpipe.models.whisper_engine import DecodeResult as _Decode
+    from speechpipe.stages.model_api import DecodeResult as _Decode
 
 __all__ = [
     "FaithfulnessOptions", "SpeechEvidence", "SpeechClassifier", "SileroSpeech", "count_words",

@@ -17,6 +17,7 @@ _CLAUSE_END = (",", ".", ";", ":", "?", "!", "…")
 
 @dataclass(frozen=True, slots=True)
 class PhraseOptions:
+    """When committed text becomes a spoken phrase (``--set phrases.*``)."""
     first_words: int = 2
     max_words: int = 5
     min_words_at_punctuation: int = 1
@@ -31,6 +32,7 @@ class PhraseSegmenter:
         self._phrases = 0
 
     def feed(self, committed: str, final: bool = False) -> list[str]:
+        """Add newly committed words; returns the phrases ready to speak."""
         words = committed.split()
         if len(words) < self._spoken:  # committed text never shrinks; be safe anyway
             self._spoken = len(words)

@@ -146,9 +146,9 @@ def _translate_report(pace: str, overrides: list[str]) -> None:
     import asyncio
 
     from speechpipe.config import PipelineOptions, with_overrides
+    from speechpipe.file_translation import translate_audio
     from speechpipe.session import Pipeline
-    from speechpipe.translate_file import translate_audio
-    from speechpipe.transport.session_api import SessionRequest
+    from speechpipe.stages.request import SessionRequest
 
     pipeline = Pipeline.load(with_overrides(PipelineOptions(), overrides))
     try:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import secrets
 import time
 import urllib.parse
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from speechpipe.errors import InputError
+from speechpipe.transport.hosts import WebOrigin, parse_host, parse_origin
 
 __all__ = [
     "AUDIENCE",
@@ -49,6 +51,7 @@ AUDIENCE = "speechpipe"  # tokens for another service signed with the same secre
 ALGORITHM = "HS256"
 MIN_SECRET_BYTES = 32  # RFC 7518 3.2: an HS256 key at least as long as the hash
 MAX_TOKEN_CHARS = 4096  # longer is not a token we issued; refused before any parsing
+MAX_TTL_S = 366 * 24 * 3600  # a token that outlives a year is a secret, not a session grant
 
 
 class AuthError(InputError):
@@ -72,6 +75,8 @@ class Identity:
 
 
 class TokenVerifier(Protocol):
+    """Checks a session token; returns the identity it grants."""
+
     def verify(self, token: str | None) -> Identity:
         """The token's identity, or ``AuthError``."""
         ...
@@ -102,13 +107,16 @@ class TokenAuthority:
             )
         self._key = key
         self.leeway_s = leeway_s  # clock skew between the issuer and this server
+        _jwt()  # import PyJWT now, not on the event loop at the first session's token
 
     def __repr__(self) -> str:  # never show the secret
         return "TokenAuthority(secret=<hidden>)"
 
     def issue(self, *, ttl_s: float, subject: str = "", now: float | None = None) -> str:
-        if ttl_s <= 0:
-            raise InputError("a token's time to live must be positive")
+        """A signed token for ``subject`` valid for ``ttl_s`` seconds."""
+        if not (math.isfinite(ttl_s) and 0 < ttl_s <= MAX_TTL_S):
+            raise InputError(f"a token's time to live must be a number of seconds above 0 and "
+                             f"at most {MAX_TTL_S} (one year); got {ttl_s}")
         issued = int(time.time() if now is None else now)
         claims: dict[str, Any] = {
             "aud": AUDIENCE,
@@ -121,6 +129,7 @@ class TokenAuthority:
         return str(_jwt().encode(claims, self._key, algorithm=ALGORITHM))
 
     def verify(self, token: str | None) -> Identity:
+        """The identity a valid token grants; raises ``AuthError`` otherwise."""
         if not token:
             raise AuthError("a session token is required")
         if len(token) > MAX_TOKEN_CHARS:
@@ -155,6 +164,7 @@ class StaticToken:
         return "StaticToken(<hidden>)"
 
     def verify(self, token: str | None) -> Identity:
+        """The identity for the one shared token; raises ``AuthError`` otherwise."""
         if not token:
             raise AuthError("a session token is required")
         if not hmac.compare_digest(self._token, token.encode()):
@@ -192,28 +202,34 @@ class OriginPolicy:
     Browsers always send ``Origin``; other clients usually send none, and are let through
     (they are not a browser page acting for a user; tokens still apply).
 
-    - ``allowed`` empty (the default): same origin only: the ``Origin``'s host must be the
-      ``Host`` the request was sent to (the demo page served by this server passes);
-    - ``allowed`` lists exact origins (``https://example.com``, scheme and port included);
-      ``*`` lets any origin in.
+    - ``allowed`` empty (the default): same origin only: the ``Origin`` must be
+      ``http://`` + the ``Host`` the request was sent to, scheme, host and port alike (the
+      demo page served by this server passes; behind a TLS proxy, list the public origin);
+    - ``allowed`` lists exact origins (``https://example.com``; scheme, host and port are
+      compared, a default port may be left out); ``*`` lets any origin in.
+
+    ``allows`` raises ``transport.hosts.HeaderError`` for a malformed ``Origin`` or ``Host``.
     """
 
     allowed: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        for origin in self.allowed:  # fail at start-up, not per request
+            if origin.strip() != "*":
+                parse_origin(origin)
+
     def allows(self, origin: str | None, host: str | None) -> bool:
+        """True when a page from ``origin`` may open sessions on ``host``."""
         if origin is None:
             return True
-        origin = origin.strip().lower().rstrip("/")
-        if "*" in self.allowed:
+        parsed = parse_origin(origin)
+        if any(o.strip() == "*" for o in self.allowed):
             return True
         if self.allowed:
-            return origin in {o.strip().lower().rstrip("/") for o in self.allowed}
-        if not host:
+            return parsed is not None and parsed in {
+                parse_origin(o) for o in self.allowed
+            }
+        if parsed is None or not host:
             return False
-        parsed = urllib.parse.urlsplit(origin)
-        try:
-            origin_host = parsed.hostname
-            request_host = urllib.parse.urlsplit("//" + host.strip().lower()).hostname
-        except ValueError:
-            return False
-        return bool(origin_host) and origin_host == request_host
+        name, port = parse_host(host)
+        return parsed == WebOrigin("http", name, port if port is not None else 80)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,7 @@ from speechpipe.stages.frames import (
     UtteranceEnd,
     VadEvent,
 )
-from speechpipe.transport.session_api import SessionRequest
+from speechpipe.stages.request import SessionRequest
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -83,6 +84,7 @@ class CloseCode:
 
     NORMAL = 1000  # after ``stop``: every event and all audio were sent
     GOING_AWAY = 1001  # the server is shutting down
+    ABNORMAL = 1006  # never sent: the TCP connection dropped without a close frame
     POLICY = 1008  # audio far faster than real time
     TOO_BIG = 1009  # a message over MAX_MESSAGE_BYTES (sent by the websockets library)
     INTERNAL = 1011  # an unexpected server error ended the session
@@ -97,6 +99,9 @@ class CloseCode:
     IDLE_TIMEOUT = 4007  # no message from the client for the idle timeout
     RATE_LIMITED = 4008  # messages faster than the rate limit allows (after the burst)
     TOO_MANY_SESSIONS = 4009  # too many sessions for this token or address
+    TOO_SLOW = 4010  # audio fell far behind real time for a sustained period
+    REDIRECT = 4020  # cluster: admitted on another node; reconnect there with the ticket
+    NODE_DRAINED = 4021  # cluster: this node was drained; resume on another node
 
 
 class ErrorCode:
@@ -121,12 +126,18 @@ class ErrorCode:
     INTERNAL = "internal"
     OVER_CAPACITY = "over_capacity"  # speechpipe.errors.AdmissionError
     NOT_READY = "not_ready"
+    NO_VOICE = "no_voice"  # speechpipe.errors.VoiceError; also a voice that is not a name
+    NOT_READING = "not_reading"  # counted only: the client cannot read an error any more
+    TOO_SLOW = "too_slow"
     # quotas (transport/quotas.py)
     SESSION_EXPIRED = "session_expired"
     IDLE_TIMEOUT = "idle_timeout"
     RATE_LIMITED = "rate_limited"
     TOO_MANY_SESSIONS = "too_many_sessions"
     SDP_TOO_LARGE = "sdp_too_large"
+    # cluster mode (speechpipe.cluster; docs/protocol.md "Cluster")
+    REDIRECT = "redirect"
+    NODE_DRAINED = "node_drained"
 
 
 class ProtocolError(InputError):
@@ -139,6 +150,7 @@ class ProtocolError(InputError):
 
     @property
     def fatal(self) -> bool:
+        """True when the server closes the connection after this error."""
         return self.close_code is not None
 
 
@@ -147,24 +159,30 @@ class ProtocolError(InputError):
 
 @dataclass(frozen=True, slots=True)
 class Start:
+    """A client's ``start`` message: the session request and the audio format."""
     request: SessionRequest
     sample_rate: int
     format: str = "pcm_s16le"
     token: str | None = None
+    ticket: str | None = None  # cluster: the ticket of a redirect (close 4020)
+    resume: str | None = None  # cluster: the ``session`` of a session its node lost
 
 
 @dataclass(frozen=True, slots=True)
 class Flush:
+    """A client's ``flush`` message: end the utterance now."""
     pass
 
 
 @dataclass(frozen=True, slots=True)
 class Stop:
+    """A client's ``stop`` message: no more audio."""
     pass
 
 
 @dataclass(frozen=True, slots=True)
 class Offer:
+    """A client's WebRTC ``offer``."""
     sdp: str
 
 
@@ -248,6 +266,27 @@ def _rate(data: dict[str, Any], key: str, default: int, *, code: str, close: int
     return value
 
 
+_VOICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
+
+
+def _voice_name(data: dict[str, Any]) -> str | None:
+    """``start.voice``: the name of a voice the server offers (``GET /voices``), never a path.
+    Anything that is not a plain name is refused here, before the server looks at any file,
+    with one fixed message: the answer says nothing about the server's files."""
+    value = data.get("voice")
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise _bad_start("'voice' must be a string")
+    if not _VOICE_NAME.fullmatch(value) or value.lower().endswith((".onnx", ".json")):
+        raise ProtocolError(
+            ErrorCode.NO_VOICE,
+            "'voice' must be the name of a voice this server offers (see GET /voices)",
+            close_code=CloseCode.UNSUPPORTED_REQUEST,
+        )
+    return value
+
+
 def parse_start(data: dict[str, Any]) -> Start:
     """Validate a ``start`` message (already a dict). Unknown fields are ignored."""
     fmt = data.get("format", "pcm_s16le")
@@ -270,10 +309,12 @@ def parse_start(data: dict[str, Any]) -> Start:
         raise _bad_start(f"mode must be one of {', '.join(MODES)}")
     source = _opt_str(data, "source_lang", "auto") or "auto"
     target = _opt_str(data, "target_lang", "en") or "en"
-    voice = _opt_str(data, "voice", None)
+    voice = _voice_name(data)
     token = data.get("token")
     if token is not None and not isinstance(token, str):
         raise _bad_start("'token' must be a string")
+    ticket = _opt_str(data, "ticket", None) or None
+    resume = _opt_str(data, "resume", None) or None
     request = SessionRequest(
         source_lang=source,
         target_lang=target,
@@ -283,7 +324,8 @@ def parse_start(data: dict[str, Any]) -> Start:
         priority="live",
         pace="realtime",
     )
-    return Start(request=request, sample_rate=rate, format=fmt, token=token)
+    return Start(request=request, sample_rate=rate, format=fmt, token=token, ticket=ticket,
+                 resume=resume)
 
 
 def validate_audio(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> NDArray[np.int16]:
@@ -308,10 +350,12 @@ def _t(pts: int) -> float:
 
 
 def dumps(message: dict[str, Any]) -> str:
+    """Compact JSON for one event."""
     return json.dumps(message, ensure_ascii=False, separators=(",", ":"))
 
 
 def encode_started(session: str, start: Start, *, output_sample_rate: int) -> dict[str, Any]:
+    """The ``started`` event for a session."""
     req = start.request
     return {
         "type": "started",
@@ -330,6 +374,7 @@ def encode_error(
     code: str, message: str, *, fatal: bool = False, utterance: int | None = None,
     stream_pts: int | None = None, **extra: Any,
 ) -> dict[str, Any]:
+    """An ``error`` event (``fatal``: the server closes afterwards)."""
     out: dict[str, Any] = {"type": "error", "code": code, "message": message, "fatal": fatal}
     if utterance is not None:
         out["utterance"] = utterance
@@ -340,10 +385,12 @@ def encode_error(
 
 
 def encode_answer(sdp: str) -> dict[str, Any]:
+    """The WebRTC ``answer`` event."""
     return {"type": "answer", "sdp": sdp, "sdp_type": "answer"}
 
 
 def encode_end(stream_pts: int) -> dict[str, Any]:
+    """The ``end`` event: the session finished."""
     return {"type": "end", "stream_t": _t(stream_pts)}
 
 
@@ -440,15 +487,18 @@ class InputResampler:
 
     @property
     def received_seconds(self) -> float:
+        """Seconds of client audio received so far."""
         return self.received / self.sample_rate
 
     def feed(self, samples: NDArray[np.int16]) -> list[AudioFrame]:
+        """Client audio in; 16 kHz mono int16 out."""
         self.received += len(samples)
         if self._stream is not None:
             samples = self._stream.resample_chunk(samples)
         return list(self._chunk(samples))
 
     def finish(self) -> list[AudioFrame]:
+        """The resampler's remaining output."""
         tail = np.zeros(0, dtype=np.int16)
         if self._stream is not None:
             tail = self._stream.resample_chunk(np.zeros(0, dtype=np.int16), last=True)
@@ -477,6 +527,7 @@ class OutputResampler:
         self.sample_rate = sample_rate
 
     def convert(self, chunk: SpeechChunk) -> NDArray[np.int16]:
+        """Translated speech at the client's sample rate."""
         if chunk.sample_rate == self.sample_rate or len(chunk.samples) == 0:
             return np.asarray(chunk.samples, dtype=np.int16)
         import soxr
@@ -517,6 +568,7 @@ class RealtimeGuard:
         return self.lead(now) <= self.max_lead_s
 
     def lead(self, now: float) -> float:
+        """How far the client's audio runs ahead of the wall clock, in seconds."""
         if self._t0 is None:
             return 0.0
         return self._seconds - (now - self._t0)

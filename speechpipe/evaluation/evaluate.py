@@ -39,12 +39,12 @@ from speechpipe.evaluation.scores import (
     sentence_bleu,
     wer,
 )
-from speechpipe.models.coverage import MIN_RATIO, MIN_SOURCE_WORDS, classify_utterance
-from speechpipe.session import Pipeline
+from speechpipe.file_translation import translate_audio
+from speechpipe.session import Pipeline, apply_process_limits
+from speechpipe.stages.coverage import MIN_RATIO, MIN_SOURCE_WORDS, classify_utterance
 from speechpipe.stages.frames import FRAME_SAMPLES, STREAM_RATE
-from speechpipe.translate_file import translate_audio
+from speechpipe.stages.request import SessionRequest
 from speechpipe.transport.file_replay import read_audio
-from speechpipe.transport.session_api import SessionRequest
 
 __all__ = ["run_eval", "load_manifest", "evaluate_clips", "words_in_non_speech",
            "count_unfaithful", "utterance_texts"]
@@ -114,7 +114,7 @@ def count_unfaithful(
 ) -> dict[str, int]:
     """Per (source text, target text) of each utterance: ``invented`` counts utterances with
     target words but no source words, ``dropped`` those whose target/source word ratio is
-    below ``min_ratio`` (``models.coverage.classify_utterance``)."""
+    below ``min_ratio`` (``stages.coverage.classify_utterance``)."""
     counts = {"invented": 0, "dropped": 0}
     for source, target in utterances:
         verdict = classify_utterance(source, target, min_ratio, min_source_words)
@@ -282,6 +282,7 @@ def run_eval(args: argparse.Namespace, options: PipelineOptions, request: Sessio
     missing = [c["path"] for c in clips if not Path(c["path"]).is_file()]
     if missing:
         raise InputError(f"{missing[0]}: listed in the manifest but missing")
+    apply_process_limits(options)
     pipeline = Pipeline.load(options)
     try:
         pipeline.resolve(request)

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from speechpipe.evaluation.evaluate import count_unfaithful, utterance_texts
+from speechpipe.file_translation import translate_audio
 from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest
 from speechpipe.session import Pipeline
 from speechpipe.stages.faithfulness import FaithfulnessOptions
-from speechpipe.translate_file import translate_audio
+from speechpipe.stages.request import SessionRequest
 from speechpipe.transport.file_replay import read_audio
-from speechpipe.transport.session_api import SessionRequest
 from tests.helpers import shared_clip
 from tests.synth_music import MUSIC_KINDS, synthesize
 
@@ -56,7 +56,7 @@ async def test_without_the_guard_music_is_translated_into_invented_english(pipel
             invented += count_unfaithful(utterance_texts(run.records))["invented"]
         assert invented >= 1
     finally:
-        unguarded.close()
+        unguarded.stop_workers()  # not close(): the engine is the shared fixture's
 
 
 def three_sentences() -> np.ndarray:

@@ -8,11 +8,10 @@ import asyncio
 import numpy as np
 import pytest
 
-from speechpipe.models.coverage import classify_utterance, count_words, coverage_gap
-from speechpipe.models.whisper_engine import DecodeResult, WhisperRequest, WhisperResult
 from speechpipe.stages.asr import AsrOptions, AsrStage
 from speechpipe.stages.channels import Channel
 from speechpipe.stages.clock import BasisStreamClock
+from speechpipe.stages.coverage import classify_utterance, count_words, coverage_gap
 from speechpipe.stages.faithfulness import (
     SPEECH_WINDOW,
     FaithfulnessOptions,
@@ -20,6 +19,7 @@ from speechpipe.stages.faithfulness import (
     guard_decodes,
 )
 from speechpipe.stages.frames import STREAM_RATE, ErrorEvent, TextHypothesis, VadEvent
+from speechpipe.stages.model_api import DecodeResult, WhisperRequest, WhisperResult
 from speechpipe.stages.vad import LabeledAudio
 
 MERCI = ("Merci. Mais l'actualité c'est aussi aujourd'hui un dernier adieu à un grand homme "
