@@ -27,7 +27,7 @@ __all__ = ["main", "build_parser"]
 log = logging.getLogger("speechpipe")
 
 # ``--set`` groups (``speechpipe.config.GROUPS``; a test keeps these lists equal to it)
-PIPELINE_GROUPS = "pipeline, vad, asr, phrases, catch_up, batching, text_mt"
+PIPELINE_GROUPS = "pipeline, vad, asr, phrases, catch_up, batching, text_mt, faithful"
 SERVER_GROUPS = "limits, quotas, load, admission, degrade"
 
 

@@ -316,8 +316,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="GROUP.FIELD=VALUE",
                         help="override an option (repeatable), e.g. asr.step_s=1.5 or "
                              "admission.max_queue=8; groups: pipeline, vad, asr, phrases, "
-                             "catch_up, batching, text_mt, limits, quotas, load, admission, "
-                             "degrade; `speechpipe config` lists every option")
+                             "catch_up, batching, text_mt, faithful, limits, quotas, load, "
+                             "admission, degrade; `speechpipe config` lists every option")
     from speechpipe.server.security import add_security_arguments
 
     add_security_arguments(parser)  # auth, origins, quotas, keepalive, --log-content
