@@ -25,7 +25,12 @@ from speechpipe.stages.frames import (
     TextHypothesis,
     UtteranceEnd,
 )
-from speechpipe.stages.phrases import PhraseOptions, PhraseSegmenter
+from speechpipe.stages.phrases import (
+    JustInTimeSegmenter,
+    PhraseOptions,
+    PhraseSegmenter,
+    make_segmenter,
+)
 
 __all__ = ["TtsStage", "Speak", "CatchUpOptions", "catch_up_speed"]
 
@@ -66,7 +71,7 @@ class TtsStage:
         self.phrase_options = phrase_options or PhraseOptions()
         self.catch_up = catch_up or CatchUpOptions()
         self._queued_until = 0.0  # stream seconds where the speech sent so far ends
-        self._segmenters: dict[int, PhraseSegmenter] = {}
+        self._segmenters: dict[int, PhraseSegmenter | JustInTimeSegmenter] = {}
         self._source_text: dict[int, str] = {}
 
     async def run(self, inbox: Channel[TextHypothesis], events: Channel[OutputEvent]) -> None:
@@ -78,9 +83,14 @@ class TtsStage:
             await self._on_target(hypothesis, events)
 
     async def _on_target(self, hyp: TextHypothesis, events: Channel[OutputEvent]) -> None:
-        segmenter = self._segmenters.setdefault(hyp.utterance, PhraseSegmenter(self.phrase_options))
+        segmenter = self._segmenters.get(hyp.utterance)
+        if segmenter is None:
+            segmenter = self._segmenters[hyp.utterance] = make_segmenter(self.phrase_options)
         emitted_at = time.monotonic()
-        for phrase in segmenter.feed(hyp.committed, final=hyp.final):
+        now_s = self.clock.stamp(hyp.stream_pts) / STREAM_RATE
+        phrases = segmenter.feed(hyp.committed, final=hyp.final, now_s=now_s,
+                                 queued_until_s=self._queued_until)
+        for phrase in phrases:
             queued = time.monotonic() - emitted_at
             t0 = time.perf_counter()
             now = self.clock.stamp(hyp.stream_pts) / STREAM_RATE
