@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from speechpipe.stages.agreement import normalize_word
+
 __all__ = ["PhraseOptions", "PhraseSegmenter", "JustInTimeSegmenter", "make_segmenter"]
 
 _CLAUSE_END = (",", ".", ";", ":", "?", "!", "…")
@@ -31,6 +33,9 @@ class PhraseOptions:
     cut: str = "count"  # or "just_in_time" (see the module docstring)
     lead_s: float = 1.0  # just in time: cut when less queued speech than this is left
     max_wait_words: int = 12  # just in time: never hold more words than this
+    # just in time: a phrase does not end on these words before the end of the utterance
+    # (a lone trailing "the" is spoken, and heard, badly); space-separated, "" for none
+    no_end_words: str = "a an the of to in on at by for from with and or but as that"
 
     def __post_init__(self) -> None:
         if self.cut not in ("count", "just_in_time"):
@@ -96,13 +101,28 @@ class JustInTimeSegmenter:
         phrases: list[str] = []
         limit = max(1, self.options.max_wait_words)
         while len(pending) >= limit:  # held long enough: no phrase grows without bound
-            phrases.append(" ".join(pending[:limit]))
-            pending = pending[limit:]
-        if pending and (final or running_out):
+            cut = self._phrase_end(pending[:limit]) or limit
+            phrases.append(" ".join(pending[:cut]))
+            pending = pending[cut:]
+        if pending and final:
             phrases.append(" ".join(pending))
             pending = []
+        elif pending and running_out:
+            cut = self._phrase_end(pending)
+            if cut:
+                phrases.append(" ".join(pending[:cut]))
+                pending = pending[cut:]
         self._spoken = len(words) - len(pending)
         return phrases
+
+    def _phrase_end(self, words: list[str]) -> int:
+        """How many of ``words`` make a phrase that does not end on a ``no_end_words`` word
+        (0: none does; they wait for the next word)."""
+        held = set(self.options.no_end_words.casefold().split())
+        cut = len(words)
+        while cut and normalize_word(words[cut - 1]) in held:
+            cut -= 1
+        return cut
 
 
 def make_segmenter(options: PhraseOptions) -> PhraseSegmenter | JustInTimeSegmenter:

@@ -20,9 +20,10 @@ JIT = PhraseOptions(cut="just_in_time", lead_s=1.0, max_wait_words=12)
 def test_a_phrase_is_cut_when_the_output_would_fall_silent():
     seg = JustInTimeSegmenter(JIT)
     # nothing queued: the output is silent, the first committed word goes out at once
-    assert seg.feed("the", now_s=1.0, queued_until_s=0.0) == ["the"]
+    assert seg.feed("little", now_s=1.0, queued_until_s=0.0) == ["little"]
     # 0.4 s of speech left (< lead 1.0 s): the waiting words are cut into one phrase
-    assert seg.feed("the little prince", now_s=1.6, queued_until_s=2.0) == ["little prince"]
+    assert seg.feed("little prince decided", now_s=1.6, queued_until_s=2.0) == [
+        "prince decided"]
 
 
 def test_words_wait_while_speech_plays_and_go_out_together():
@@ -50,11 +51,22 @@ def test_no_phrase_grows_past_max_wait_words():
     assert seg.feed(words, final=True, now_s=0.1, queued_until_s=9.0) == ["w7"]
 
 
+def test_a_phrase_does_not_end_on_a_function_word_before_the_end():
+    seg = JustInTimeSegmenter(JIT)
+    assert seg.feed("history of the", now_s=1.0, queued_until_s=0.0) == ["history"]
+    assert seg.feed("history of the", now_s=1.5, queued_until_s=1.2) == []  # "of the" wait
+    assert seg.feed("history of the country", now_s=2.0, queued_until_s=1.2) == [
+        "of the country"]
+    assert seg.feed("history of the country and", final=True, now_s=2.1) == ["and"]
+    no_hold = JustInTimeSegmenter(PhraseOptions(cut="just_in_time", no_end_words=""))
+    assert no_hold.feed("history of the", now_s=1.0) == ["history of the"]
+
+
 @given(st.lists(st.tuples(st.integers(0, 3), st.floats(0, 3), st.floats(-1, 4)),
                 min_size=1, max_size=25))
 def test_never_speaks_an_uncommitted_word_and_speaks_each_committed_word_once(script):
     """Committed text grows by 0..3 words a step, at scripted times and queue levels."""
-    vocabulary = [f"w{i}" for i in range(200)]
+    vocabulary = [("the" if i % 3 == 0 else f"w{i}") for i in range(200)]
     seg = make_segmenter(JIT)
     committed: list[str] = []
     spoken: list[str] = []
