@@ -25,12 +25,12 @@ from importlib import resources
 from pathlib import Path
 
 from speechpipe.errors import ModelError
+from speechpipe.models.home import speechpipe_home
 
 __all__ = [
     "WHISPER_BASE",
     "WHISPER_BASE_MODEL",
     "BundledModel",
-    "speechpipe_home",
     "resolve_whisper_model",
     "ensure_bundled_model",
     "check_whisper_folder",
@@ -85,16 +85,6 @@ WHISPER_BASE_MODEL = BundledModel(
 
 # "base" too, so a faster-whisper size name never turns into a hub download here.
 _BUNDLED: dict[str, BundledModel] = {WHISPER_BASE: WHISPER_BASE_MODEL, "base": WHISPER_BASE_MODEL}
-
-
-def speechpipe_home() -> Path:
-    """Root of speechpipe's caches: ``$SPEECHPIPE_HOME``, else the platform's user cache dir."""
-    env = os.environ.get("SPEECHPIPE_HOME")
-    if env:
-        return Path(env).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("speechpipe"))
 
 
 def resolve_whisper_model(

@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _register_optional(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Subcommands owned by other modules; each registers itself if present."""
     try:
-        from speechpipe.serve import add_serve_arguments
+        from speechpipe.server.serve import add_serve_arguments
     except ImportError:
         pass
     else:
@@ -96,13 +96,13 @@ def _register_optional(commands: argparse._SubParsersAction) -> None:  # type: i
     else:
         models_cli.register(commands)
     try:
-        from speechpipe import bench
+        from speechpipe.bench import cli as bench
     except ImportError:
         pass
     else:
         bench.register(commands)
     try:
-        from speechpipe import security
+        from speechpipe.server import security
     except ImportError:
         pass
     else:
@@ -169,7 +169,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from speechpipe.evaluate import run_eval
+    from speechpipe.evaluation.evaluate import run_eval
 
     return run_eval(args, _options(args), _request(args))
 

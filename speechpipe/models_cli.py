@@ -11,39 +11,39 @@
   tokenizer files the translator needs. Needs the optional ``speechpipe[convert]`` extra.
 
 Every check runs before anything is written, and writes are atomic (temp file + rename), so
-bad input leaves nothing half-registered. ``resolve_mt_model`` is what ``--mt ct2:SPEC`` uses.
+bad input leaves nothing half-registered. The registry itself is ``speechpipe.models.mt_registry``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import os
 import re
 import shutil
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from speechpipe.errors import InputError, ModelError, SpeechpipeError, VoiceError
-from speechpipe.models.whisper_weights import WHISPER_BASE, speechpipe_home
+from speechpipe.models.home import speechpipe_home
+from speechpipe.models.mt_registry import (
+    locked_registry,
+    registered_mt_models,
+    registry_path,
+)
+from speechpipe.models.whisper_weights import WHISPER_BASE
 
 __all__ = [
     "register",
-    "resolve_mt_model",
-    "registry_path",
-    "registered_mt_models",
     "cmd_models_list",
     "cmd_models_add",
     "cmd_models_convert",
 ]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-_REGISTRY_VERSION = 1
 # Tokenizer files the translator reads, copied by ``models convert`` when present.
 _TOKENIZER_FILES = (
     "source.spm", "target.spm", "sentencepiece.bpe.model", "spm.model", "sentencepiece.model",
@@ -75,83 +75,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                          help="int8 (default), int8_float32, int16, float16, float32")
     convert.add_argument("--force", action="store_true", help="replace an existing --out")
     convert.set_defaults(handler=cmd_models_convert)
-
-
-# --- registry ----------------------------------------------------------------------------
-
-
-def registry_path() -> Path:
-    return speechpipe_home() / "registry.json"
-
-
-def _read_registry(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        return {"version": _REGISTRY_VERSION, "mt": {}}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ModelError(f"model registry {path} is unreadable ({exc}); fix or delete it") from None
-    if not isinstance(data, dict) or not isinstance(data.get("mt", {}), dict):
-        raise ModelError(f"model registry {path} is malformed; fix or delete it")
-    data.setdefault("mt", {})
-    return data
-
-
-def registered_mt_models() -> dict[str, dict[str, Any]]:
-    """Registered MT models: name -> entry (``path``, ``family``, languages, size)."""
-    return dict(_read_registry(registry_path())["mt"])
-
-
-@contextlib.contextmanager
-def _locked_registry() -> Iterator[dict[str, Any]]:
-    """Read-modify-write under an ``flock``; the new file replaces the old in one rename."""
-    path = registry_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(".registry.lock"), "a+b") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        try:
-            data = _read_registry(path)
-            yield data
-            tmp = path.with_name(f".registry.{uuid.uuid4().hex}.tmp")
-            try:
-                with open(tmp, "w", encoding="utf-8") as f:
-                    json.dump(data, f, indent=2, sort_keys=True)
-                    f.write("\n")
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-            finally:
-                tmp.unlink(missing_ok=True)
-        finally:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-
-
-def resolve_mt_model(spec: str) -> Path:
-    """The folder for ``--mt ct2:SPEC``: a registered name, else a path to a model folder.
-
-    Raises ``ModelError`` with what is registered when neither matches. The folder is not
-    loaded here; ``Ct2TextTranslator`` checks it.
-    """
-    spec = spec.removeprefix("ct2:").strip()
-    if not spec:
-        raise InputError("--mt ct2: needs a model name or folder, e.g. --mt ct2:opus-en-fr")
-    entries = registered_mt_models()
-    if spec in entries:
-        path = Path(str(entries[spec].get("path", "")))
-        if not path.is_dir():
-            raise ModelError(
-                f"MT model {spec!r} is registered at {path}, which no longer exists; "
-                f"re-add it with `speechpipe models add PATH --name {spec} --replace`"
-            )
-        return path
-    path = Path(spec).expanduser()
-    if path.exists():
-        return path.resolve()
-    names = ", ".join(sorted(entries)) or "none"
-    raise ModelError(
-        f"no MT model named {spec!r} and no such folder (registered: {names}); "
-        "add one with `speechpipe models add PATH`"
-    )
 
 
 # --- handlers ----------------------------------------------------------------------------
@@ -207,7 +130,7 @@ def _add_mt(path: Path, name: str | None, replace: bool) -> int:
         "target_langs": sorted(info.target_langs) if info.target_langs is not None else None,
         "size_bytes": info.size_bytes,
     }
-    with _locked_registry() as registry:
+    with locked_registry() as registry:
         old = registry["mt"].get(name)
         if old is not None and old.get("path") != entry["path"] and not replace:
             raise InputError(

@@ -24,12 +24,13 @@ from typing import Any
 import numpy as np
 
 from speechpipe.config import PipelineOptions
-from speechpipe.degrade import MODE_FLOOR, DegradeState, SessionLadder
 from speechpipe.errors import InputError, LanguageError, SessionError
 from speechpipe.models.batching import PRIORITY_LIVE, PRIORITY_REPLAY, AsrBatcher
-from speechpipe.models.ct2_translator import Ct2TextTranslator, Ct2TranslationWorker
+from speechpipe.models.ct2_translator import Ct2TextTranslator
+from speechpipe.models.ct2_worker import Ct2TranslationWorker
 from speechpipe.models.whisper_engine import WhisperEngine
 from speechpipe.models.whisper_weights import resolve_whisper_model
+from speechpipe.server.degrade import MODE_FLOOR, DegradeState, SessionLadder
 from speechpipe.stages.asr import AsrOptions, AsrStage
 from speechpipe.stages.cache import LruCache
 from speechpipe.stages.channels import Channel, ChannelClosed, Overflow
@@ -86,7 +87,7 @@ class Pipeline:
         self.options = options
         self.engine = engine
         self.whisper = AsrBatcher(engine, options.batching)  # shared, micro-batching
-        self.degrade = DegradeState()  # the server's degrade level (speechpipe.degrade)
+        self.degrade = DegradeState()  # the server's degrade level (speechpipe.server.degrade)
         self.live_sessions: set[PipelineSession] = set()
         self._tts: dict[str, TtsWorker] = {}
         self._phrase_caches: dict[str, LruCache[tuple[str, int, float], np.ndarray]] = {}
@@ -153,7 +154,7 @@ class Pipeline:
 
     def text_mt_worker(self, spec: str) -> Ct2TranslationWorker:
         """The shared worker for a CTranslate2 MT model (loaded once; blocking)."""
-        from speechpipe.models_cli import resolve_mt_model
+        from speechpipe.models.mt_registry import resolve_mt_model
 
         path = resolve_mt_model(spec.removeprefix("ct2:"))
         with self._text_mt_lock:

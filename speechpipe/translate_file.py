@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-from speechpipe.scores import final_texts, latency_scores
+from speechpipe.evaluation.scores import final_texts, latency_scores
+from speechpipe.evaluation.trace import TraceBuilder, write_trace
 from speechpipe.session import Pipeline
 from speechpipe.stages.frames import STREAM_RATE
-from speechpipe.trace import TraceBuilder, write_trace
 from speechpipe.transport.file_replay import read_audio, replay
 from speechpipe.transport.session_api import SessionRequest
 

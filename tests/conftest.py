@@ -1,34 +1,16 @@
-"""Shared fixtures: the real pipeline (loaded once per test run) and the sample folders."""
+"""Shared fixtures: the real pipeline (loaded once per test run), the live server on it, and
+the real-recording clip the server tests stream. Helpers and fakes: ``tests/helpers.py``."""
 
 from __future__ import annotations
 
-import json
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import pytest_asyncio
 
-ROOT = Path(__file__).resolve().parent.parent
-SHARED_SAMPLES = ROOT.parent / "shared" / "samples"
-OWN_SAMPLES = ROOT / "samples"
-
-
-def shared_clip(clip_id: str) -> Path:
-    """A real human recording from ../shared/samples; skips where that folder is absent."""
-    path = SHARED_SAMPLES / "wav" / f"{clip_id}.wav"
-    if not path.is_file():
-        pytest.skip(f"needs ../shared/samples (real recordings, not in the repo): {path}")
-    return path
-
-
-def shared_manifest_row(clip_id: str) -> dict:
-    manifest = SHARED_SAMPLES / "manifest.jsonl"
-    if not manifest.is_file():
-        pytest.skip("needs ../shared/samples/manifest.jsonl")
-    for line in manifest.read_text().splitlines():
-        row = json.loads(line)
-        if row["id"] == clip_id:
-            return row
-    pytest.skip(f"{clip_id} not in the shared manifest")
+from tests.helpers import SPANISH_CLIP, manifest_clip, stream_websocket
 
 
 @pytest.fixture(scope="session")
@@ -41,4 +23,25 @@ def pipeline():
     yield loaded
     loaded.close()
 
-from conftest_server import *  # noqa: E402,F403  (live-server fixtures: live_server, spanish_clip)
+
+@pytest.fixture(scope="session")
+def spanish_clip() -> tuple[Path, dict[str, Any]]:
+    return manifest_clip(SPANISH_CLIP)
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def live_server(pipeline: Any) -> AsyncIterator[Any]:
+    """``speechpipe serve`` on the shared pipeline, on a free loopback port."""
+    from speechpipe.server.serve import ServerApp
+
+    app = ServerApp("127.0.0.1", 0, pipeline=pipeline)
+    await app.start()
+    await app.load()  # already loaded: only warms up, then turns ready
+    yield app
+    await app.stop(close_pipeline=False)
+
+
+@pytest.fixture
+def stream_ws() -> Any:
+    """``tests.helpers.stream_websocket`` as a fixture."""
+    return stream_websocket

@@ -112,7 +112,7 @@ class ServerObserver(Protocol):
 
 
 class CapacityGate(Protocol):
-    """The app layer's admission control (``speechpipe.admission.AdmissionGate``)."""
+    """The app layer's admission control (``speechpipe.server.admission.AdmissionGate``)."""
 
     def slot(
         self, client: str, notify: Callable[[StatusEvent], Awaitable[None]]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from speechpipe.errors import VoiceError
-from speechpipe.models.whisper_weights import speechpipe_home
+from speechpipe.models.home import speechpipe_home
 
 __all__ = [
     "BUILTIN_VOICE",

@@ -1,7 +1,7 @@
 """Coverage-guided fuzzing (atheris, libFuzzer) of the session protocol decoder.
 
-Not part of the pytest run (the hypothesis properties in ``tests/test_fuzz_protocol.py`` are
-what CI runs). To fuzz for longer, locally::
+Not part of the pytest run (the hypothesis properties in
+``tests/transport/test_fuzz_protocol.py`` are what CI runs). To fuzz for longer, locally::
 
     pip install atheris
     python tests/fuzz/fuzz_protocol.py -max_total_time=300 [CORPUS_DIR]

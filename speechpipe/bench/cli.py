@@ -1,0 +1,31 @@
+"""``speechpipe bench``: benchmarks that print figures (no timing asserts anywhere)."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["register"]
+
+
+def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    bench = commands.add_parser("bench", help="load and latency benchmarks")
+    kinds = bench.add_subparsers(dest="bench_kind", required=True)
+    mt = kinds.add_parser("mt", help="incremental text MT: work per update vs utterance length")
+    mt.add_argument("--model", default=None,
+                    help="CTranslate2 MT model folder (default: a tiny generated one)")
+    mt.add_argument("--source-lang", default="en")
+    mt.add_argument("--target-lang", default="fr")
+    mt.set_defaults(handler=_bench_mt)
+    from speechpipe.bench.load import register_load
+
+    register_load(kinds)  # bench load: concurrent sessions, batching on vs off
+    from speechpipe.bench.soak import register_soak
+
+    register_soak(kinds)  # bench soak: session churn, RSS slope, leaked tasks and fds
+
+
+def _bench_mt(args: argparse.Namespace) -> int:
+    from speechpipe.bench.mt import run_mt_growth_bench
+
+    run_mt_growth_bench(args.model, source_lang=args.source_lang, target_lang=args.target_lang)
+    return 0

@@ -1,0 +1,711 @@
+"""``speechpipe bench load``: N concurrent WebSocket clients replaying real clips at real time.
+
+Each client plays a playlist of recordings (``--clips MANIFEST``, default the project's
+``samples/manifest.jsonl``; clips rotated per client so sessions say different things at a time,
+1 s of silence between clips) at real-time pace in 20 ms frames, then ``stop``, and records
+every event with its arrival time on its own stream clock. Per level it reports:
+
+- **commit latency**: for each event whose ``committed`` text grew, ``stream_t - audio_end``
+  (the stream time of the commit minus the end of the audio it covers), p50/p95/p99, target
+  side (what is spoken) and source side;
+- **StartOffset / EndOffset** per utterance as the client hears it (first translated audio
+  minus the speech start; end of the audio laid back to back minus the speech end);
+- queued / refused sessions, errors, the server's CPU (its process), the bench's own and other
+  processes' (on a busy shared machine the figures mean less);
+- from ``/metrics``: mean ASR batch size, dropped (superseded) requests, degrade level.
+
+A level **holds** when the listeners are served (``ListenerRule``): every session was
+admitted at once and finished normally, and the speech each client heard ended soon after the
+speaker (speech EndOffset p50 <= 2.0 s, p95 <= 3.5 s) and started soon enough (StartOffset
+p50 <= 2.5 s). The commit latency is still reported, no longer decisive. Each level prints the
+degrade-ladder levels the server ran at while it lasted (sampled every 2 s from ``/metrics``).
+``--variant "asr.commit_policy=align,..."`` adds a server with those ``--set`` overrides (one
+per variant), run in the same bench, levels alternating, against the defaults.
+*Sessions held at real time* is the largest level that holds. Without ``--url`` the bench
+starts the server itself (a subprocess on 127.0.0.1, port chosen by the OS), once with
+batching and once with ``--no-batching``, in the same run, and prints the ratio. Everything
+is bounded: at most ``--max-sessions`` clients, each session ``--duration`` seconds of audio, a
+hard time limit per level; the bench stops by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import math
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["run_load_bench", "register_load", "ClientRun", "commit_latencies", "utterance_offsets",
+           "percentile", "LevelReport", "ListenerRule", "ladder_summary"]
+
+RATE = 16_000
+REPO = Path(__file__).resolve().parents[2]
+# 16 000, 16 001, ... Hz: one per client session in this process (see ``run_level``)
+_OUTPUT_RATES = itertools.count(16_000)
+
+
+# -- what one client saw ----------------------------------------------------------------------
+@dataclass
+class ClientRun:
+    index: int
+    events: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    audio: list[tuple[float, dict[str, Any]]] = field(default_factory=list)  # (arrival, header)
+    statuses: list[dict[str, Any]] = field(default_factory=list)
+    started: bool = False
+    queued: bool = False
+    refused: bool = False
+    retry_after_s: float | None = None
+    close_code: int | None = None
+    waited_s: float = 0.0
+    error: str = ""
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for _, e in self.events if e.get("type") == kind]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return math.nan
+    return float(np.percentile(np.asarray(values, dtype=float), q))
+
+
+def commit_latencies(events: Sequence[dict[str, Any]], side: str) -> list[float]:
+    """``stream_t - audio_end`` of every ``side`` event whose committed text grew."""
+    committed: dict[int, str] = {}
+    out = []
+    for event in events:
+        if event.get("type") != side:
+            continue
+        utterance = event["utterance"]
+        if len(event["committed"]) > len(committed.get(utterance, "")):
+            out.append(float(event["stream_t"]) - float(event["audio_end"]))
+        committed[utterance] = event["committed"]
+    return out
+
+
+def utterance_offsets(run: ClientRun) -> tuple[list[float], list[float]]:
+    """(StartOffsets, EndOffsets) per utterance, as the client hears the speech."""
+    starts = {e["utterance"]: e["t"] for e in run.of("vad") if e["kind"] == "start"}
+    ends = {e["utterance"]: e["t"] for e in run.of("vad") if e["kind"] == "end"}
+    first_audio: dict[int, float] = {}
+    laid_end: dict[int, float] = {}
+    cursor = 0.0
+    for arrived, header in run.audio:
+        u = header["utterance"]
+        first_audio.setdefault(u, arrived)
+        cursor = max(cursor, arrived) + header["samples"] / header["sample_rate"]
+        laid_end[u] = cursor
+    start_offsets = [first_audio[u] - t for u, t in starts.items() if u in first_audio]
+    end_offsets = [laid_end[u] - t for u, t in ends.items() if u in laid_end]
+    return start_offsets, end_offsets
+
+
+# -- clips ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Clip:
+    id: str
+    lang: str
+    audio: np.ndarray  # int16 at 16 kHz
+
+
+def find_manifest(explicit: str | None = None) -> Path:
+    """``explicit``, else the project's own ``samples/manifest.jsonl``."""
+    candidates = [Path(explicit)] if explicit else [
+        Path.cwd() / "samples" / "manifest.jsonl",
+        REPO / "samples" / "manifest.jsonl",
+    ]
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise FileNotFoundError("no clips: pass --clips MANIFEST.jsonl")
+
+
+def load_clips(manifest: Path, target: str = "en", limit: int = 12) -> list[Clip]:
+    """Clips whose language differs from the target (x -> English), resampled to 16 kHz."""
+    import soundfile as sf
+    import soxr
+
+    clips = []
+    for line in manifest.read_text().splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        if row.get("lang") == target or not row.get("translation_en"):
+            continue
+        if row.get("category") not in (None, "core_x_to_en") or (row.get("duration_s") or 0) > 20:
+            continue
+        audio, rate = sf.read(manifest.parent / row["file"], dtype="float32")
+        if audio.ndim > 1:
+            audio = audio.mean(axis=1)
+        if rate != RATE:
+            audio = soxr.resample(audio, rate, RATE)
+        pcm = np.clip(np.round(audio * 32768.0), -32768, 32767).astype(np.int16)
+        clips.append(Clip(row.get("id", row["file"]), row["lang"], pcm))
+        if len(clips) >= limit:
+            break
+    if not clips:
+        raise FileNotFoundError(f"no x->{target} clips with a reference in {manifest}")
+    return clips
+
+
+def playlist(clips: Sequence[Clip], index: int, seconds: float,
+             gap_s: float = 1.0) -> tuple[np.ndarray, str]:
+    """Audio for client ``index``: clips rotated by ``index``, silence between, >= seconds.
+    Returns the audio and the language of its first clip (all clips share it or it is
+    ``auto``)."""
+    parts: list[np.ndarray] = []
+    total = 0
+    langs = set()
+    k = index
+    gap = np.zeros(int(gap_s * RATE), np.int16)
+    while total < seconds * RATE:
+        clip = clips[k % len(clips)]
+        parts += [clip.audio, gap]
+        total += len(clip.audio) + len(gap)
+        langs.add(clip.lang)
+        k += 1
+    lang = langs.pop() if len(langs) == 1 else "auto"
+    return np.concatenate(parts), lang
+
+
+# -- one client -------------------------------------------------------------------------------
+async def run_client(url: str, index: int, audio: np.ndarray, lang: str, *,
+                     frame_ms: int = 20, tail_s: float = 2.0, timeout_s: float = 180.0,
+                     output_rate: int = 16_000) -> ClientRun:
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    run = ClientRun(index)
+    step = RATE * frame_ms // 1000
+    padded = np.concatenate([audio, np.zeros(int(tail_s * RATE), np.int16)]).astype("<i2")
+    asked = time.monotonic()
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with connect(url, max_size=None, open_timeout=30) as ws:
+                await ws.send(json.dumps({
+                    "type": "start", "source_lang": lang, "target_lang": "en",
+                    "sample_rate": RATE, "output_sample_rate": output_rate,
+                }))
+                while True:  # admission: status events until started, or a refusal
+                    message = json.loads(await ws.recv())
+                    if message["type"] == "started":
+                        run.started = True
+                        break
+                    if message["type"] == "status":
+                        run.statuses.append(message)
+                        run.queued = run.queued or message.get("status") == "queued"
+                        continue
+                    if message["type"] == "error" and message.get("fatal"):
+                        run.refused = message.get("code") == "over_capacity"
+                        run.retry_after_s = message.get("retry_after_s")
+                        run.error = message.get("code", "")
+                        with contextlib.suppress(ConnectionClosed):
+                            await ws.recv()
+                        run.close_code = ws.close_code
+                        return run
+                run.waited_s = time.monotonic() - asked
+                t0 = time.monotonic()
+
+                async def send() -> None:
+                    for i, offset in enumerate(range(0, len(padded), step)):
+                        delay = t0 + i * frame_ms / 1000 - time.monotonic()
+                        if delay > 0:
+                            await asyncio.sleep(delay)
+                        await ws.send(padded[offset : offset + step].tobytes())
+                    await ws.send(json.dumps({"type": "stop"}))
+
+                async def receive() -> None:
+                    with contextlib.suppress(ConnectionClosed):
+                        async for message in ws:
+                            now = time.monotonic() - t0
+                            if isinstance(message, bytes):
+                                continue
+                            event = json.loads(message)
+                            run.events.append((now, event))
+                            if event["type"] == "audio":
+                                run.audio.append((now, event))
+                            elif event["type"] == "status":
+                                run.statuses.append(event)
+
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(send())
+                    group.create_task(receive())
+                run.close_code = ws.close_code
+    except TimeoutError:
+        run.error = "timeout"
+    except (OSError, ConnectionClosed) as exc:
+        run.error = type(exc).__name__
+    return run
+
+
+# -- the server -------------------------------------------------------------------------------
+class ServerProcess:
+    """``speechpipe serve`` in a subprocess on 127.0.0.1 (port chosen by the OS)."""
+
+    def __init__(self, extra: Sequence[str]) -> None:
+        self.extra = list(extra)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = tempfile.NamedTemporaryFile(prefix="speechpipe-bench-", suffix=".log",
+                                               delete=False)
+        self.port = 0
+
+    def __enter__(self) -> ServerProcess:
+        cmd = [sys.executable, "-m", "speechpipe", "serve", "--host", "127.0.0.1",
+               "--port", "0", "--no-webrtc", *self.extra]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
+        deadline = time.monotonic() + 300
+        text = ""
+        while time.monotonic() < deadline:
+            text = Path(self.log.name).read_text(errors="replace")
+            found = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", text)
+            if found:
+                self.port = int(found.group(1))
+            if "speechpipe: ready" in text and self.port:
+                return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        self.__exit__()
+        raise RuntimeError("the server did not become ready:\n" + text[-2000:])
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        with contextlib.suppress(OSError):
+            os.unlink(self.log.name)
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/ws"
+
+    def cpu_seconds(self) -> float:
+        assert self.proc is not None
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return math.nan
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def scrape(url: str) -> dict[str, float]:
+    """A few sums from ``/metrics`` (Prometheus text)."""
+    http = url.replace("ws://", "http://").rsplit("/ws", 1)[0] + "/metrics"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
+    try:
+        with opener.open(http, timeout=10) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        name, value = line.rsplit(" ", 1)
+        key = name.split("{", 1)[0]
+        if key in ("speechpipe_asr_batch_size_sum", "speechpipe_asr_batch_size_count",
+                   "speechpipe_asr_dropped_total", "speechpipe_degrade_level",
+                   "speechpipe_degrade_transitions_total", "speechpipe_asr_queue_wait_seconds_sum",
+                   "speechpipe_asr_queue_wait_seconds_count", "speechpipe_sessions_refused_total",
+                   "speechpipe_capacity_sessions"):
+            with contextlib.suppress(ValueError):
+                out[key] = out.get(key, 0.0) + float(value)
+    return out
+
+
+# -- a level ----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ListenerRule:
+    """When a level holds: what the listeners got (issue 12's rule)."""
+
+    end_offset_p50: float = 2.0
+    end_offset_p95: float = 3.5
+    start_offset_p50: float = 2.5
+
+
+def ladder_summary(samples: Sequence[float]) -> str:
+    """Degrade levels sampled during a level, e.g. ``0:40% 3:60%`` (share of samples)."""
+    if not samples:
+        return "-"
+    counts: dict[int, int] = {}
+    for value in samples:
+        counts[int(value)] = counts.get(int(value), 0) + 1
+    return " ".join(f"{level}:{round(100 * n / len(samples))}%"
+                    for level, n in sorted(counts.items()))
+
+
+@dataclass
+class LevelReport:
+    label: str
+    sessions: int
+    started: int = 0
+    queued: int = 0
+    refused: int = 0
+    finished: int = 0
+    errors: int = 0
+    target_commit: list[float] = field(default_factory=list)
+    target_commit_admitted_at_once: list[float] = field(default_factory=list)
+    source_commit: list[float] = field(default_factory=list)
+    start_offsets: list[float] = field(default_factory=list)
+    end_offsets: list[float] = field(default_factory=list)
+    server_cpu: float = math.nan  # cores (1.0 = one core busy)
+    bench_cpu: float = math.nan
+    other_cpu: float = math.nan  # cores used by other processes on the machine meanwhile
+    wall_s: float = 0.0
+    mean_batch: float = math.nan
+    dropped: float = 0.0
+    asr_wait_mean: float = math.nan
+    max_degrade: float = 0.0
+    retry_after: list[float] = field(default_factory=list)
+    waited: list[float] = field(default_factory=list)
+    ladder: list[float] = field(default_factory=list)  # degrade level, sampled every 2 s
+
+    def completed(self) -> bool:
+        """Every session admitted at once and finished normally."""
+        return (self.started == self.sessions and self.queued == 0 and self.refused == 0
+                and self.finished == self.sessions and self.errors == 0)
+
+    def holds(self, rule: ListenerRule = ListenerRule()) -> bool:
+        """Every session completed and the listeners' speech offsets are within ``rule``
+        (a NaN percentile, i.e. no speech heard, does not hold)."""
+        return (self.completed() and bool(self.end_offsets) and bool(self.start_offsets)
+                and percentile(self.end_offsets, 50) <= rule.end_offset_p50
+                and percentile(self.end_offsets, 95) <= rule.end_offset_p95
+                and percentile(self.start_offsets, 50) <= rule.start_offset_p50)
+
+    def row(self) -> dict[str, Any]:
+        def p(values: list[float], q: float) -> float:
+            return round(percentile(values, q), 2)
+        return {
+            "config": self.label, "sessions": self.sessions, "started": self.started,
+            "queued": self.queued, "refused": self.refused, "finished": self.finished,
+            "commit_p50": p(self.target_commit, 50), "commit_p95": p(self.target_commit, 95),
+            "commit_p99": p(self.target_commit, 99),
+            "source_commit_p95": p(self.source_commit, 95),
+            "start_offset_p50": p(self.start_offsets, 50),
+            "start_offset_p95": p(self.start_offsets, 95),
+            "end_offset_p50": p(self.end_offsets, 50), "end_offset_p95": p(self.end_offsets, 95),
+            "server_cpu_cores": round(self.server_cpu, 2),
+            "bench_cpu_cores": round(self.bench_cpu, 2),
+            "other_cpu_cores": round(self.other_cpu, 2),
+            "mean_batch": round(self.mean_batch, 2), "dropped": int(self.dropped),
+            "asr_wait_mean": round(self.asr_wait_mean, 3), "max_degrade": int(self.max_degrade),
+            "ladder": ladder_summary(self.ladder), "holds": self.holds(),
+        }
+
+
+def _machine_cpu() -> float:
+    """CPU seconds the whole machine has spent busy (every process; /proc/stat)."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return math.nan
+    busy = sum(fields[:8]) - fields[3] - fields[4]  # minus idle and iowait
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def _self_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def run_level(url: str, clips: Sequence[Clip], sessions: int, *, label: str,
+                    duration_s: float, server: ServerProcess | None = None,
+                    stagger_s: float = 0.25, frame_ms: int = 20) -> LevelReport:
+    report = LevelReport(label, sessions)
+    before = await asyncio.to_thread(scrape, url)  # the server may share this event loop
+    cpu0 = server.cpu_seconds() if server else math.nan
+    self0 = _self_cpu()
+    machine0 = _machine_cpu()
+    t0 = time.monotonic()
+    peak_degrade = 0.0
+
+    async def client(i: int) -> ClientRun:
+        await asyncio.sleep(i * stagger_s)
+        audio, lang = playlist(clips, i, duration_s)
+        # a distinct output rate per client and level: the phrase cache keys on it, so no
+        # session gets speech synthesized earlier for free — neither another client's nor its
+        # own from an earlier level (the bench replays the same clips)
+        return await run_client(url, i, audio, lang, frame_ms=frame_ms,
+                                output_rate=next(_OUTPUT_RATES),
+                                timeout_s=duration_s * 4 + 120)
+
+    async def watch() -> None:
+        nonlocal peak_degrade
+        while True:
+            await asyncio.sleep(2.0)
+            level = (await asyncio.to_thread(scrape, url)).get("speechpipe_degrade_level", 0.0)
+            peak_degrade = max(peak_degrade, level)
+            report.ladder.append(level)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        runs = await asyncio.gather(*(client(i) for i in range(sessions)))
+    finally:
+        watcher.cancel()
+    report.wall_s = time.monotonic() - t0
+    after = await asyncio.to_thread(scrape, url)
+    if server is not None:
+        report.server_cpu = (server.cpu_seconds() - cpu0) / report.wall_s
+    report.bench_cpu = (_self_cpu() - self0) / report.wall_s
+    # what other tenants took meanwhile: figures from a busy shared machine mean less
+    report.other_cpu = (_machine_cpu() - machine0) / report.wall_s - report.bench_cpu - (
+        report.server_cpu if server is not None else 0.0)
+
+    def delta(key: str) -> float:
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    calls = delta("speechpipe_asr_batch_size_count")
+    report.mean_batch = delta("speechpipe_asr_batch_size_sum") / calls if calls else math.nan
+    waits = delta("speechpipe_asr_queue_wait_seconds_count")
+    report.asr_wait_mean = delta("speechpipe_asr_queue_wait_seconds_sum") / waits if waits \
+        else math.nan
+    report.dropped = delta("speechpipe_asr_dropped_total")
+    report.max_degrade = max(peak_degrade, after.get("speechpipe_degrade_level", 0.0))
+    for run in runs:
+        report.started += run.started
+        report.queued += run.queued
+        report.refused += run.refused
+        if run.retry_after_s is not None:
+            report.retry_after.append(run.retry_after_s)
+        if run.queued and run.started:
+            report.waited.append(run.waited_s)
+        report.finished += run.close_code == 1000
+        events = [e for _, e in run.events]
+        report.errors += sum(1 for e in events if e.get("type") == "error") + bool(
+            run.error and not run.refused
+        )
+        target = commit_latencies(events, "target")
+        report.target_commit += target
+        if run.started and not run.queued:
+            report.target_commit_admitted_at_once += target
+        report.source_commit += commit_latencies(events, "source")
+        starts, ends = utterance_offsets(run)
+        report.start_offsets += starts
+        report.end_offsets += ends
+    return report
+
+
+# -- the whole bench --------------------------------------------------------------------------
+def _levels(sessions: int | None, ramp: bool, steps: Sequence[int], max_sessions: int) -> list[int]:
+    if sessions is not None and not ramp:
+        return [min(sessions, max_sessions)]
+    return [n for n in steps if n <= max_sessions]
+
+
+def _print_row(row: dict[str, Any], *, header: bool = False) -> None:
+    cols = ("config", "sessions", "started", "queued", "refused", "finished", "commit_p50",
+            "commit_p95", "commit_p99", "source_commit_p95", "start_offset_p50",
+            "start_offset_p95", "end_offset_p50", "end_offset_p95", "server_cpu_cores",
+            "bench_cpu_cores", "other_cpu_cores", "mean_batch", "dropped", "asr_wait_mean",
+            "max_degrade")
+    names = ("config", "N", "start", "queue", "refus", "done", "c.p50", "c.p95", "c.p99",
+             "src.p95", "SO.p50", "SO.p95", "EO.p50", "EO.p95", "srvCPU", "cliCPU", "other",
+             "batch", "drop", "wait", "deg")
+    if header:
+        print(" ".join(f"{n:>8}" for n in names) + "  holds  ladder (level:share)", flush=True)
+    print(" ".join(f"{str(row[c])[-8:]:>8}" for c in cols)
+          + f"  {'yes' if row.get('holds') else 'no':>5}  {row.get('ladder', '-')}", flush=True)
+    if len(str(row["config"])) > 8:
+        print(f"{'':>8} config: {row['config']}", flush=True)
+
+
+async def run_load_bench(
+    *,
+    url: str | None = None,
+    sessions: int | None = None,
+    ramp: bool = False,
+    steps: Sequence[int] = (2, 4, 6, 8, 10, 12),
+    batching: str = "both",
+    duration_s: float = 30.0,
+    target_p95: float = 1.5,
+    rule: ListenerRule = ListenerRule(),
+    variants: Sequence[str] = (),
+    max_sessions: int = 32,
+    capacity: int | None = None,
+    overload: float | None = None,
+    clips_manifest: str | None = None,
+    server_args: Sequence[str] = (),
+    report_path: str | None = None,
+    frame_ms: int = 20,
+) -> dict[str, Any]:
+    manifest = find_manifest(clips_manifest)
+    clips = load_clips(manifest)
+    print(f"clips: {len(clips)} from {manifest} "
+          f"({sum(len(c.audio) for c in clips) / RATE:.0f} s); session audio {duration_s:.0f} s",
+          flush=True)
+    results: dict[str, Any] = {"levels": [], "held": {}, "target_p95": target_p95,
+                               "rule": {"end_offset_p50": rule.end_offset_p50,
+                                        "end_offset_p95": rule.end_offset_p95,
+                                        "start_offset_p50": rule.start_offset_p50}}
+    print(f"a level holds when every session completes, speech EndOffset p50 <= "
+          f"{rule.end_offset_p50} s and p95 <= {rule.end_offset_p95} s, StartOffset p50 <= "
+          f"{rule.start_offset_p50} s (commit p95 reported; {target_p95} s for reference)",
+          flush=True)
+    levels = _levels(sessions, ramp, steps, max_sessions)
+    configs = [("batching", []), ("no-batching", ["--no-batching"])]
+    if url is not None:
+        configs = [("server", [])]
+    elif batching == "on":
+        configs = configs[:1]
+    elif batching == "off":
+        configs = configs[1:]
+    if variants and url is None:  # policies against the defaults, all with batching
+        configs = [("defaults", [])] + [
+            (variant, [arg for item in variant.split(",") if item.strip()
+                       for arg in ("--set", item.strip())]) for variant in variants]
+    if overload is not None:
+        # without --capacity the servers calibrate their own, and each configuration gets
+        # ceil(overload x the capacity it announced)
+        cap_args = ["--capacity", str(capacity)] if capacity else []
+        levels = [0]
+    else:
+        cap_args = ["--capacity", str(capacity if capacity else max_sessions + 1)]
+    # every configuration's server stays up and the levels alternate between them, so a
+    # change in the machine's background load hits both alike (idle servers cost ~nothing)
+    servers: dict[str, ServerProcess] = {}
+    held = {label: 0 for label, _ in configs}
+    active = [label for label, _ in configs]
+    first = True
+    try:
+        if url is None:  # starting takes a while (models, warm-up): off the event loop
+            for label, extra in configs:
+                servers[label] = await asyncio.to_thread(
+                    ServerProcess([*extra, *cap_args, *server_args]).__enter__
+                )
+        overload_sessions: dict[str, tuple[int, int]] = {}
+        if overload is not None:
+            for label, _ in configs:
+                server = servers.get(label)
+                announced = (await asyncio.to_thread(scrape, url or server.url)).get(  # type: ignore[union-attr]
+                    "speechpipe_capacity_sessions")
+                cap = capacity or int(announced or 4)
+                overload_sessions[label] = (cap, min(max_sessions,
+                                                     max(cap + 1, math.ceil(cap * overload))))
+            results["capacity"] = {label: cap for label, (cap, _) in overload_sessions.items()}
+        for step, level_n in enumerate(levels):
+            # which configuration goes first alternates: no systematic head start
+            for label in (list(active) if step % 2 == 0 else list(reversed(active))):
+                server = servers.get(label)
+                target_url = url or server.url  # type: ignore[union-attr]
+                n = overload_sessions[label][1] if overload is not None else level_n
+                report = await run_level(target_url, clips, n, label=label,
+                                         duration_s=duration_s, server=server,
+                                         frame_ms=frame_ms)
+                row = report.row()
+                row["holds"] = report.holds(rule)
+                if overload is not None:
+                    row["capacity"] = overload_sessions[label][0]
+                    row["admitted_at_once_commit_p95"] = round(
+                        percentile(report.target_commit_admitted_at_once, 95), 2)
+                    row["retry_after_s"] = report.retry_after
+                    row["waited_s"] = [round(w, 1) for w in report.waited]
+                results["levels"].append(row)
+                _print_row(row, header=first)
+                first = False
+                if overload is None:
+                    if report.holds(rule):
+                        held[label] = max(held[label], n)
+                    elif ramp:
+                        active.remove(label)  # its next levels would not hold either
+            if not active:
+                break
+    finally:
+        for server in servers.values():
+            await asyncio.to_thread(server.__exit__)
+    results["held"] = held
+    if overload is None:
+        for label, held in results["held"].items():
+            print(f"sessions held at real time (listener rule): {label} {held}")
+        on, off = results["held"].get("batching"), results["held"].get("no-batching")
+        if on is not None and off is not None:
+            ratio = on / off if off else math.inf
+            results["ratio"] = ratio
+            print(f"batching / no batching: {ratio:.2f}x")
+    if report_path:
+        await asyncio.to_thread(Path(report_path).write_text, json.dumps(results, indent=2))
+    return results
+
+
+def iter_steps(text: str) -> Iterator[int]:
+    for part in text.split(","):
+        if part.strip():
+            yield int(part)
+
+
+def register_load(kinds: Any) -> None:
+    """``speechpipe bench load`` (called by ``speechpipe.bench.register``)."""
+    load = kinds.add_parser(
+        "load", help="N concurrent WebSocket sessions at real time, batching on and off"
+    )
+    count = load.add_mutually_exclusive_group()
+    count.add_argument("--sessions", type=int, default=None, help="run N sessions at once")
+    count.add_argument("--ramp", action="store_true",
+                       help="raise the session count (--steps) until a level does not hold")
+    load.add_argument("--steps", default="2,4,6,8,10,12",
+                      help="session counts for --ramp (default %(default)s)")
+    load.add_argument("--url", default=None,
+                      help="a running server's ws://.../ws (default: start one on 127.0.0.1)")
+    load.add_argument("--batching", choices=("both", "on", "off"), default="both",
+                      help="server configurations to compare (default: both, same run)")
+    load.add_argument("--duration", type=float, default=30.0,
+                      help="seconds of audio per session (default %(default)s)")
+    load.add_argument("--target-p95", type=float, default=1.5,
+                      help="p95 commit latency shown for reference (default %(default)s)")
+    load.add_argument("--end-p50", type=float, default=2.0,
+                      help="a level holds with speech EndOffset p50 <= this (default 2.0 s)")
+    load.add_argument("--end-p95", type=float, default=3.5,
+                      help="... and speech EndOffset p95 <= this (default 3.5 s)")
+    load.add_argument("--start-p50", type=float, default=2.5,
+                      help="... and StartOffset p50 <= this (default 2.5 s)")
+    load.add_argument("--variant", action="append", default=[],
+                      metavar="GROUP.FIELD=VALUE[,...]",
+                      help="also start a server with these --set overrides and run it level "
+                           "by level against the defaults (repeatable)")
+    load.add_argument("--max-sessions", type=int, default=32, help="hard cap on clients")
+    load.add_argument("--capacity", type=int, default=None,
+                      help="the server's --capacity (default: above the session count; with "
+                           "--overload, the capacity each server calibrates at start-up)")
+    load.add_argument("--overload", type=float, default=None,
+                      help="run ceil(F x capacity) sessions (e.g. 1.5): --capacity, or what "
+                           "the server calibrated")
+    load.add_argument("--clips", default=None,
+                      help="manifest of clips (default: the project's samples/manifest.jsonl)")
+    load.add_argument("--frame-ms", type=int, default=20, help="client frame size")
+    load.add_argument("--server-arg", action="append", default=[],
+                      help="extra argument for the started server (repeatable)")
+    load.add_argument("--report", default=None, help="write the figures as JSON here")
+    load.set_defaults(handler=_bench_load_main)
+
+
+def _bench_load_main(args: Any) -> int:
+    if args.sessions is None and not args.ramp:
+        args.sessions = 8
+    asyncio.run(run_load_bench(
+        url=args.url, sessions=args.sessions, ramp=args.ramp, steps=list(iter_steps(args.steps)),
+        batching=args.batching, duration_s=args.duration, target_p95=args.target_p95,
+        rule=ListenerRule(args.end_p50, args.end_p95, args.start_p50), variants=args.variant,
+        max_sessions=args.max_sessions, capacity=args.capacity, overload=args.overload,
+        clips_manifest=args.clips, server_args=args.server_arg, report_path=args.report,
+        frame_ms=args.frame_ms,
+    ))
+    return 0

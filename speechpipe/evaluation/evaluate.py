@@ -1,0 +1,347 @@
+"""``speechpipe eval``: run every clip of a manifest through the live pipeline and score it.
+
+Clips: by default those whose language differs from the target and that carry a reference
+translation (the x-to-English set); ``--category`` or ``--all`` widen it. The source language
+is the manifest's ``lang`` (what a user picks in the app); ``--detect-language`` lets Whisper
+detect it instead.
+
+"Words during non-speech": words of utterances whose source span holds less than 0.3 s of
+speech according to an independent, strict VAD pass over the clip (webrtcvad mode 3) — so a
+hallucination on noise or silence counts even though the pipeline's own VAD let it through.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from speechpipe.config import PipelineOptions
+from speechpipe.errors import InputError
+from speechpipe.evaluation.scores import (
+    corpus_bleu,
+    end_offset_split,
+    latency_scores,
+    percentiles,
+    sentence_bleu,
+    wer,
+)
+from speechpipe.session import Pipeline
+from speechpipe.stages.frames import FRAME_SAMPLES, STREAM_RATE
+from speechpipe.translate_file import translate_audio
+from speechpipe.transport.file_replay import read_audio
+from speechpipe.transport.session_api import SessionRequest
+
+__all__ = ["run_eval", "load_manifest", "evaluate_clips", "words_in_non_speech",
+           "transcribe_speech", "listener_figures"]
+
+STAGES = ("vad", "queue.asr", "asr.encode", "asr.langid", "asr.decode", "queue.tts", "tts")
+
+
+def load_manifest(path: str | Path) -> list[dict[str, Any]]:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such manifest")
+    clips = []
+    with open(path, encoding="utf-8") as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                clip = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{path}:{number}: not JSON ({exc.msg})") from None
+            if not isinstance(clip, dict) or "file" not in clip or "lang" not in clip:
+                raise InputError(f"{path}:{number}: a clip needs 'file' and 'lang'")
+            clip["path"] = str(path.parent / clip["file"])
+            clip.setdefault("id", Path(clip["file"]).stem)
+            clips.append(clip)
+    return clips
+
+
+def select_clips(clips: list[dict[str, Any]], args: argparse.Namespace, target: str):
+    if args.all:
+        chosen = [c for c in clips if c["lang"] != target]
+    elif args.category:
+        chosen = [c for c in clips if c.get("category") in args.category]
+    else:
+        chosen = [c for c in clips if c["lang"] != target and c.get("translation_en")]
+    return chosen[: args.limit] if args.limit else chosen
+
+
+def words_in_non_speech(records: list[dict[str, Any]], audio: np.ndarray) -> int:
+    import webrtcvad
+
+    vad = webrtcvad.Vad(3)
+    n = len(audio) // FRAME_SAMPLES
+    voiced = np.array(
+        [vad.is_speech(audio[i * FRAME_SAMPLES:(i + 1) * FRAME_SAMPLES].tobytes(), STREAM_RATE)
+         for i in range(n)], dtype=bool)
+    finals: dict[tuple[str, int], dict[str, Any]] = {}
+    for r in records:
+        if r["event"].startswith(("asr.", "mt.")):
+            finals[(r["event"][:3], r["utterance"])] = r
+    count = 0
+    for r in finals.values():
+        words = len(r["committed"].split())
+        if not words:
+            continue
+        a = int(r["source_start"] * STREAM_RATE) // FRAME_SAMPLES
+        b = int(r["source_end"] * STREAM_RATE) // FRAME_SAMPLES + 1
+        speech_s = voiced[a:b].sum() * FRAME_SAMPLES / STREAM_RATE
+        if speech_s < 0.3:
+            count += words
+    return count
+
+
+def _stage_samples(records: list[dict[str, Any]]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for r in records:
+        for stage, seconds in (r.get("timings") or {}).items():
+            out.setdefault(stage, []).append(float(seconds))
+    return out
+
+
+async def evaluate_clips(
+    pipeline: Pipeline, clips: list[dict[str, Any]], request: SessionRequest,
+    detect_language: bool = False, progress: bool = True,
+) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []
+    stage_values: dict[str, list[float]] = {}
+    total_cpu = total_audio = total_wall = 0.0
+    iterator = clips
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(clips, desc="eval", unit="clip", file=sys.stderr, leave=False)
+        iterator = bar
+    for clip in iterator:
+        audio = read_audio(clip["path"])
+        clip_request = replace(
+            request, source_lang="auto" if detect_language else clip["lang"]
+        )
+        run = await translate_audio(pipeline, audio, clip_request)
+        reference = clip.get("translation_en") or ""
+        reference_words = len(reference.split()) if reference else None
+        scores = latency_scores(run.records, run.input_seconds, reference_words)
+        row: dict[str, Any] = {
+            "id": clip["id"], "lang": clip["lang"], "duration_s": round(run.input_seconds, 3),
+            **{k: (None if v is None else round(v, 4)) for k, v in scores.items()},
+            "rtf": round(run.wall_seconds / run.input_seconds, 4),
+            "cpu_per_audio_s": round(run.cpu_seconds / run.input_seconds, 4),
+            "source_text": run.source_text, "target_text": run.target_text,
+            "wer": None, "bleu": None,
+            "words_in_non_speech": words_in_non_speech(run.records, audio),
+        }
+        kind = (clip.get("transcript_kind") or "reference").split()[0]
+        if clip.get("transcript") and kind.startswith("reference"):
+            row["wer"] = wer(clip["transcript"], run.source_text)
+        if reference:
+            row["bleu"] = round(sentence_bleu(run.target_text, reference), 2)
+        row.update(await listener_figures(pipeline, run, reference))
+        rows.append(row)
+        total_cpu += run.cpu_seconds
+        total_audio += run.input_seconds
+        total_wall += run.wall_seconds
+        for stage, values in _stage_samples(run.records).items():
+            stage_values.setdefault(stage, []).extend(values)
+        stage_values.setdefault("vad", []).append(run.vad_seconds)
+    if bar is not None:
+        bar.close()
+    return {"clips": rows, "aggregate": _aggregate(rows, clips, stage_values, total_cpu,
+                                                   total_audio, total_wall)}
+
+
+def transcribe_speech(model: Any, samples: np.ndarray, sample_rate: int) -> str:
+    """English text of produced speech (ASR-BLEU's transcription): Whisper, beam 5, no
+    conditioning on previous text. ``model`` is a loaded ``faster_whisper.WhisperModel``."""
+    import soxr
+
+    audio = samples.astype(np.float32) / 32768.0
+    if sample_rate != STREAM_RATE:
+        audio = soxr.resample(audio, sample_rate, STREAM_RATE).astype(np.float32)
+    if not len(audio) or not np.any(audio):
+        return ""
+    segments, _ = model.transcribe(audio, language="en", task="transcribe", beam_size=5,
+                                   condition_on_previous_text=False)
+    return " ".join(segment.text.strip() for segment in segments).strip()
+
+
+async def listener_figures(pipeline: Pipeline, run: Any, reference: str) -> dict[str, Any]:
+    """What the listener got: ASR-BLEU of the produced speech and the EndOffset split.
+
+    Runs after the clip's streaming run, on the pipeline's already-loaded Whisper (no second
+    copy), so it costs the run no latency or CPU figures."""
+    heard = await asyncio.to_thread(transcribe_speech, pipeline.engine.model, run.output,
+                                    run.output_rate)
+    split = end_offset_split(run.records)
+    return {
+        "asr_text": heard,
+        "asr_bleu": round(sentence_bleu(heard, reference), 2) if reference else None,
+        **{k: (None if v is None else round(v, 4)) for k, v in split.items()},
+    }
+
+
+def _median(rows: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return round(statistics.median(values), 4) if values else None
+
+
+def _aggregate(rows, clips, stage_values, total_cpu, total_audio, total_wall) -> dict[str, Any]:
+    by_id = {c["id"]: c for c in clips}
+    with_ref = [r for r in rows if by_id[r["id"]].get("translation_en")]
+    wer_rows = [r for r in rows if r["wer"] is not None]
+    corpus_wer = None
+    if wer_rows:
+        import jiwer
+
+        from speechpipe.evaluation.scores import normalize_text
+
+        corpus_wer = float(jiwer.wer(
+            [normalize_text(by_id[r["id"]]["transcript"]) for r in wer_rows],
+            [normalize_text(r["source_text"]) or "<empty>" for r in wer_rows]))
+    totals = {stage: sum(values) for stage, values in stage_values.items()}
+    grand = sum(totals.values()) or 1.0
+    stages = {}
+    for stage in sorted(stage_values, key=lambda s: STAGES.index(s) if s in STAGES else 99):
+        figures = percentiles(stage_values[stage]) or {}
+        stages[stage] = {**{k: round(v, 4) for k, v in figures.items()},
+                         "total_s": round(totals[stage], 3),
+                         "share": round(totals[stage] / grand, 4)}
+    return {
+        "clips": len(rows),
+        "median_start_offset": _median(rows, "start_offset"),
+        "median_end_offset": _median(rows, "end_offset"),
+        "median_text_start_offset": _median(rows, "text_start_offset"),
+        "median_text_end_offset": _median(rows, "text_end_offset"),
+        "median_al": _median(rows, "al"),
+        "median_laal": _median(rows, "laal"),
+        "median_ne": _median(rows, "ne"),
+        "bleu": (None if not with_ref else round(corpus_bleu(
+            [r["target_text"] for r in with_ref],
+            [by_id[r["id"]]["translation_en"] for r in with_ref]) or 0.0, 2)),
+        **_listener_aggregate(rows, by_id),
+        "wer": None if corpus_wer is None else round(corpus_wer, 4),
+        "cpu_per_audio_s": round(total_cpu / total_audio, 4) if total_audio else None,
+        "rtf": round(total_wall / total_audio, 4) if total_audio else None,
+        "words_in_non_speech": sum(r["words_in_non_speech"] for r in rows),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "stages": stages,
+    }
+
+
+def _listener_aggregate(rows: list[dict[str, Any]], by_id: dict[str, Any]) -> dict[str, Any]:
+    """Corpus ASR-BLEU (same normalization as text BLEU) and the EndOffset split's medians."""
+    with_ref = [r for r in rows if by_id[r["id"]].get("translation_en") and "asr_text" in r]
+    asr_bleu = None
+    if with_ref:
+        asr_bleu = round(corpus_bleu([r["asr_text"] for r in with_ref],
+                                     [by_id[r["id"]]["translation_en"] for r in with_ref])
+                         or 0.0, 2)
+    return {
+        "asr_bleu": asr_bleu,
+        **{f"median_{key}": _median(rows, key) for key in (
+            "queued_at_end", "unsynthesized_at_end", "silence_after_end",
+            "synthesis_after_end")},
+    }
+
+
+def _fmt(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.2f}{unit}"
+    return f"{value}{unit}"
+
+
+def print_report(report: dict[str, Any], out=sys.stdout) -> None:
+    header = (f"{'clip':<28}{'dur':>6}{'Start':>7}{'End':>7}{'tEnd':>7}{'queue':>7}"
+              f"{'unsyn':>7}{'silen':>7}{'synth':>7}{'LAAL':>7}"
+              f"{'NE':>6}{'WER':>6}{'BLEU':>7}{'aBLEU':>7}{'CPU/s':>7}")
+    print(header, file=out)
+    for r in report["clips"]:
+        print(f"{r['id'][:27]:<28}{r['duration_s']:>6.1f}{_fmt(r['start_offset']):>7}"
+              f"{_fmt(r['end_offset']):>7}{_fmt(r['text_end_offset']):>7}"
+              f"{_fmt(r.get('queued_at_end')):>7}{_fmt(r.get('unsynthesized_at_end')):>7}"
+              f"{_fmt(r.get('silence_after_end')):>7}{_fmt(r.get('synthesis_after_end')):>7}"
+              f"{_fmt(r['laal']):>7}"
+              f"{_fmt(r['ne']):>6}{_fmt(r['wer']):>6}{_fmt(r['bleu']):>7}"
+              f"{_fmt(r.get('asr_bleu')):>7}{_fmt(r['cpu_per_audio_s']):>7}", file=out)
+    a = report["aggregate"]
+    print(f"\n{a['clips']} clips: median StartOffset {_fmt(a['median_start_offset'], ' s')}, "
+          f"EndOffset {_fmt(a['median_end_offset'], ' s')}, text StartOffset "
+          f"{_fmt(a['median_text_start_offset'], ' s')}, text EndOffset "
+          f"{_fmt(a['median_text_end_offset'], ' s')}, AL {_fmt(a['median_al'], ' s')}, "
+          f"LAAL {_fmt(a['median_laal'], ' s')}, NE {_fmt(a['median_ne'])}", file=out)
+    print(f"EndOffset split (medians): text EndOffset {_fmt(a['median_text_end_offset'], ' s')}"
+          f", speech queued at the source end {_fmt(a.get('median_queued_at_end'), ' s')}, "
+          f"unsynthesized {_fmt(a.get('median_unsynthesized_at_end'), ' s')}, silence after "
+          f"{_fmt(a.get('median_silence_after_end'), ' s')}, synthesis time after "
+          f"{_fmt(a.get('median_synthesis_after_end'), ' s')}", file=out)
+    wer_text = "-" if a["wer"] is None else f"{a['wer'] * 100:.1f} %"
+    print(f"BLEU {_fmt(a['bleu'])}, ASR-BLEU {_fmt(a.get('asr_bleu'))}, WER {wer_text}, "
+          f"CPU {_fmt(a['cpu_per_audio_s'])} s per "
+          f"audio s, RTF {_fmt(a['rtf'])}, peak RSS {_fmt(a['peak_rss_mb'])} MB, words during "
+          f"non-speech {a['words_in_non_speech']}", file=out)
+    print(f"\n{'stage':<12}{'p50':>8}{'p95':>8}{'p99':>8}{'n':>6}{'share':>8}", file=out)
+    for stage, f in a["stages"].items():
+        print(f"{stage:<12}{_fmt(f.get('p50')):>8}{_fmt(f.get('p95')):>8}"
+              f"{_fmt(f.get('p99')):>8}{f.get('n', 0):>6}{f['share'] * 100:>7.1f}%", file=out)
+
+
+def run_eval(args: argparse.Namespace, options: PipelineOptions, request: SessionRequest) -> int:
+    clips = select_clips(load_manifest(args.manifest), args, request.target_lang)
+    if not clips:
+        raise InputError(f"{args.manifest}: no clips to evaluate (check --category/--all)")
+    missing = [c["path"] for c in clips if not Path(c["path"]).is_file()]
+    if missing:
+        raise InputError(f"{missing[0]}: listed in the manifest but missing")
+    if getattr(args, "compare", None):  # a bad variant fails before any model loads
+        from speechpipe.config import with_overrides
+        from speechpipe.eval_compare import parse_variant
+
+        for text in args.compare:
+            with_overrides(options, parse_variant(text)[1])
+    pipeline = Pipeline.load(options)
+    try:
+        pipeline.resolve(request)
+        pipeline.warm_up()
+        if getattr(args, "compare", None):
+            return _run_comparison(args, pipeline, clips, request)
+        report = asyncio.run(evaluate_clips(
+            pipeline, clips, request, detect_language=args.detect_language))
+    finally:
+        pipeline.close()
+    report["settings"] = {"pace": request.pace, "mode": request.mode,
+                          "detect_language": args.detect_language}
+    print_report(report)
+    if args.report:
+        Path(args.report).write_text(json.dumps(report, indent=2, ensure_ascii=False))
+        print(f"\nwrote {args.report}")
+    return 0
+
+
+def _run_comparison(args: argparse.Namespace, pipeline: Pipeline, clips: list[dict[str, Any]],
+                    request: SessionRequest) -> int:
+    """``--compare``: the base options and each variant, interleaved per clip."""
+    from speechpipe.eval_compare import compare_variants, print_comparison, variant_pipelines
+
+    pipelines = variant_pipelines(pipeline, args.compare)
+    report = asyncio.run(compare_variants(pipelines, clips, request,
+                                          detect_language=args.detect_language))
+    report["settings"] = {"pace": request.pace, "mode": request.mode,
+                          "detect_language": args.detect_language, "compare": args.compare}
+    print_comparison(report)
+    if args.report:
+        Path(args.report).write_text(json.dumps(report, indent=2, ensure_ascii=False))
+        print(f"\nwrote {args.report}")
+    return 0

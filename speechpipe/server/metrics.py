@@ -1,0 +1,187 @@
+"""Prometheus metrics for the live server (one ``CollectorRegistry`` per server).
+
+The transport reports through the ``ServerObserver`` hooks and stages report timings as
+data (``timings`` on ``TextHypothesis``/``SpeechChunk``); this module turns both into
+metrics, so nothing below the app layer imports prometheus-client. Labels only ever hold
+bounded, server-chosen values (event types, stage names, error and close codes).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from speechpipe.stages.frames import (
+    STREAM_RATE,
+    ErrorEvent,
+    OutputEvent,
+    SpeechChunk,
+    StatusEvent,
+    TextHypothesis,
+    UtteranceEnd,
+    VadEvent,
+)
+
+__all__ = ["ServerMetrics", "LoadMetrics", "CONTENT_TYPE_LATEST"]
+
+STAGE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.175, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
+LAG_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16)
+LOOP_LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+
+
+def _event_type(event: OutputEvent) -> str:
+    if isinstance(event, TextHypothesis):
+        return event.side
+    if isinstance(event, SpeechChunk):
+        return "audio"
+    if isinstance(event, VadEvent):
+        return "vad"
+    if isinstance(event, UtteranceEnd):
+        return "utterance_end"
+    if isinstance(event, StatusEvent):
+        return "status"
+    if isinstance(event, ErrorEvent):
+        return "error"
+    return "other"
+
+
+class ServerMetrics:
+    """Implements ``transport.websocket_server.ServerObserver``; ``text()`` serves /metrics."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = r = registry or CollectorRegistry()
+        self.ready = Gauge("speechpipe_ready", "1 once models are loaded and warmed", registry=r)
+        self.sessions_active = Gauge(
+            "speechpipe_sessions_active", "Sessions currently running", registry=r
+        )
+        self.sessions = Counter("speechpipe_sessions", "Sessions started", registry=r)
+        self.session_seconds = Histogram(
+            "speechpipe_session_duration_seconds", "Wall-clock length of ended sessions",
+            buckets=(1, 5, 15, 30, 60, 120, 300, 900, 1800, 3600), registry=r,
+        )
+        self.closes = Counter(
+            "speechpipe_sessions_closed", "Ended sessions by WebSocket close code", ["code"],
+            registry=r,
+        )
+        self.events = Counter(
+            "speechpipe_events", "Session events sent to clients", ["type"], registry=r
+        )
+        self.errors = Counter(
+            "speechpipe_errors", "Error events and fatal errors by code", ["code"], registry=r
+        )
+        self.stage_seconds = Histogram(
+            "speechpipe_stage_seconds", "Wall-clock seconds per unit of stage work", ["stage"],
+            buckets=STAGE_BUCKETS, registry=r,
+        )
+        self.caption_lag = Histogram(
+            "speechpipe_caption_lag_seconds",
+            "Stream time a hypothesis was emitted minus the end of the audio it covers",
+            ["side"], buckets=LAG_BUCKETS, registry=r,
+        )
+        self.speech_seconds = Counter(
+            "speechpipe_speech_output_seconds", "Seconds of translated speech produced",
+            registry=r,
+        )
+        self.load = LoadMetrics(r)  # shared workers, admission, degrade ladder
+
+    # -- ServerObserver --------------------------------------------------------------------
+    def session_opened(self) -> None:
+        self.sessions.inc()
+        self.sessions_active.inc()
+
+    def session_closed(self, seconds: float, close_code: int | None) -> None:
+        self.sessions_active.dec()
+        self.session_seconds.observe(seconds)
+        self.closes.labels(str(close_code) if close_code is not None else "client").inc()
+
+    def output_event(self, event: OutputEvent) -> None:
+        self.events.labels(_event_type(event)).inc()
+        if isinstance(event, TextHypothesis | SpeechChunk):
+            for timing in event.timings:
+                self.stage_seconds.labels(timing.stage).observe(max(0.0, timing.seconds))
+        if isinstance(event, TextHypothesis):
+            lag = (event.stream_pts - event.audio_end) / STREAM_RATE
+            self.caption_lag.labels(event.side).observe(max(0.0, lag))
+        elif isinstance(event, SpeechChunk):
+            self.speech_seconds.inc(event.duration)
+        elif isinstance(event, ErrorEvent):
+            self.errors.labels(event.code).inc()
+
+    def error(self, code: str) -> None:
+        self.errors.labels(code).inc()
+
+    # -- exposition ------------------------------------------------------------------------
+    def set_ready(self, ready: bool) -> None:
+        self.ready.set(1 if ready else 0)
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class LoadMetrics:
+    """Peak-load metrics: the shared ASR worker (a ``models.batching.BatchObserver``; called
+    on its thread), admission and the degrade ladder (set by ``speechpipe.server.load_control``)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.asr_queue_depth = Gauge(
+            "speechpipe_asr_queue_depth", "ASR requests waiting for the shared worker",
+            registry=r,
+        )
+        self.asr_queue_wait = Histogram(
+            "speechpipe_asr_queue_wait_seconds", "Time an ASR request waited before its batch",
+            buckets=STAGE_BUCKETS, registry=r,
+        )
+        self.asr_batch_size = Histogram(
+            "speechpipe_asr_batch_size", "Requests per engine call of the shared ASR worker",
+            buckets=BATCH_BUCKETS, registry=r,
+        )
+        self.asr_batch_seconds = Histogram(
+            "speechpipe_asr_batch_seconds", "Wall-clock seconds per engine call",
+            buckets=STAGE_BUCKETS, registry=r,
+        )
+        self.asr_dropped = Counter(
+            "speechpipe_asr_dropped", "ASR requests dropped before they were computed",
+            ["reason"], registry=r,
+        )
+        self.capacity = Gauge(
+            "speechpipe_capacity_sessions", "Sessions admitted at once (admission control)",
+            registry=r,
+        )
+        self.sessions_admitted = Gauge(
+            "speechpipe_sessions_admitted", "Sessions holding a capacity slot", registry=r
+        )
+        self.sessions_queued = Gauge(
+            "speechpipe_sessions_queued", "Sessions waiting for a capacity slot", registry=r
+        )
+        self.sessions_refused = Counter(
+            "speechpipe_sessions_refused", "Sessions refused for capacity (close 1013)",
+            registry=r,
+        )
+        self.degrade_level = Gauge(
+            "speechpipe_degrade_level", "Degrade ladder level (0 = normal)", registry=r
+        )
+        self.degrade_transitions = Counter(
+            "speechpipe_degrade_transitions", "Degrade level changes", registry=r
+        )
+        self.loop_lag = Histogram(
+            "speechpipe_event_loop_lag_seconds", "Lateness of a periodic event-loop timer",
+            buckets=LOOP_LAG_BUCKETS, registry=r,
+        )
+
+    # -- BatchObserver ---------------------------------------------------------------------
+    def batch_done(self, requests: int, waits: list[float], seconds: float) -> None:
+        self.asr_batch_size.observe(requests)
+        self.asr_batch_seconds.observe(seconds)
+        for wait in waits:
+            self.asr_queue_wait.observe(wait)
+
+    def dropped(self, reason: str) -> None:
+        self.asr_dropped.labels(reason).inc()

@@ -1,0 +1,1 @@
+"""speechpipe tests, by layer (see the README)."""

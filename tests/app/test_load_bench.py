@@ -1,0 +1,128 @@
+"""``speechpipe bench load``: its measurements on scripted event logs, and one short real run
+(one session, a project sample) against the live server on loopback."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from speechpipe.bench.load import (
+    ClientRun,
+    Clip,
+    LevelReport,
+    ListenerRule,
+    commit_latencies,
+    ladder_summary,
+    load_clips,
+    percentile,
+    playlist,
+    run_level,
+    utterance_offsets,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_commit_latency_counts_only_events_whose_committed_text_grew():
+    events = [
+        {"type": "target", "utterance": 0, "committed": "", "stream_t": 1.0, "audio_end": 0.9},
+        {"type": "target", "utterance": 0, "committed": "Hello", "stream_t": 2.2,
+         "audio_end": 2.0},
+        {"type": "source", "utterance": 0, "committed": "Hola", "stream_t": 2.2,
+         "audio_end": 2.0},
+        {"type": "target", "utterance": 0, "committed": "Hello", "stream_t": 3.5,
+         "audio_end": 3.0},  # tentative change only
+        {"type": "target", "utterance": 0, "committed": "Hello there", "stream_t": 4.0,
+         "audio_end": 3.1},
+        {"type": "target", "utterance": 1, "committed": "Bye", "stream_t": 9.0,
+         "audio_end": 8.5},
+    ]
+    assert commit_latencies(events, "target") == pytest.approx([0.2, 0.9, 0.5])
+    assert commit_latencies(events, "source") == pytest.approx([0.2])
+
+
+def test_offsets_lay_speech_back_to_back_per_utterance():
+    run = ClientRun(0)
+    run.events = [
+        (0.7, {"type": "vad", "kind": "start", "utterance": 0, "t": 0.5}),
+        (4.0, {"type": "vad", "kind": "end", "utterance": 0, "t": 3.5}),
+    ]
+    run.audio = [  # 1 s chunks arriving at 2.0 and 2.5: the second plays from 3.0
+        (2.0, {"utterance": 0, "samples": 16000, "sample_rate": 16000}),
+        (2.5, {"utterance": 0, "samples": 16000, "sample_rate": 16000}),
+    ]
+    starts, ends = utterance_offsets(run)
+    assert starts == pytest.approx([1.5]) and ends == pytest.approx([0.5])
+
+
+def test_a_level_holds_only_when_every_listener_was_served():
+    def level(**kw):
+        figures = dict(started=2, finished=2, start_offsets=[1.8, 2.2],
+                       end_offsets=[1.5, 1.9, 2.0, 3.0], target_commit=[3.0] * 5)
+        return LevelReport("x", 2, **{**figures, **kw})
+
+    assert level().holds()  # a slow commit p95 alone no longer fails a level
+    assert not level(queued=1).holds()
+    assert not level(finished=1).holds()
+    assert not level(end_offsets=[2.1, 2.2, 2.3]).holds()  # EndOffset p50 > 2.0
+    assert not level(end_offsets=[1.0] * 9 + [6.0]).holds()  # EndOffset p95 > 3.5
+    assert not level(start_offsets=[2.6, 2.7]).holds()  # StartOffset p50 > 2.5
+    assert not level(end_offsets=[], start_offsets=[]).holds()  # nothing heard
+    assert level(end_offsets=[2.1] * 3).holds(ListenerRule(end_offset_p50=2.2))
+    assert math.isnan(percentile([], 95))
+
+
+def test_the_ladder_levels_a_level_ran_at_are_summarized():
+    assert ladder_summary([0, 0, 3, 3, 3]) == "0:40% 3:60%"
+    assert ladder_summary([]) == "-"
+
+
+def test_playlists_rotate_clips_per_client():
+    clips = [Clip("a", "es", np.full(16000, 1, np.int16)),
+             Clip("b", "es", np.full(16000, 2, np.int16))]
+    first, lang = playlist(clips, 0, 3.0)
+    second, _ = playlist(clips, 1, 3.0)
+    assert lang == "es" and len(first) >= 3 * 16000
+    assert first[0] == 1 and second[0] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="session")
+async def test_one_short_real_session_through_the_bench(live_server):
+    clips = load_clips(ROOT / "samples" / "manifest.jsonl", limit=2)
+    url = f"ws://127.0.0.1:{live_server.server.port}/ws"
+    report = await run_level(url, clips, 1, label="test", duration_s=4.0)
+    assert report.started == 1 and report.finished == 1 and report.errors == 0
+    assert report.target_commit, "a real session commits translated words"
+    assert report.start_offsets and report.end_offsets
+    assert report.mean_batch >= 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="session")
+async def test_overload_runs_past_the_capacity_the_server_announces(pipeline):
+    """``--overload`` without ``--capacity`` reads the server's own capacity from /metrics and
+    runs past it; the extra session is refused with the documented code and a retry hint."""
+    from speechpipe.bench.load import run_load_bench
+    from speechpipe.server.admission import AdmissionOptions
+    from speechpipe.server.load_control import LoadOptions
+    from speechpipe.server.serve import ServerApp
+
+    app = ServerApp("127.0.0.1", 0, pipeline=pipeline,
+                    load=LoadOptions(admission=AdmissionOptions(capacity=1)))
+    await app.start()
+    try:
+        await app.load()
+        results = await run_load_bench(
+            url=f"ws://127.0.0.1:{app.server.port}/ws", overload=2.0, duration_s=3.0,
+            clips_manifest=str(ROOT / "samples" / "manifest.jsonl"),
+        )
+    finally:
+        await app.stop(close_pipeline=False)
+    assert results["capacity"] == {"server": 1}
+    (row,) = results["levels"]
+    assert row["sessions"] == 2 and row["started"] == 1 and row["finished"] == 1
+    assert row["refused"] == 1 and row["retry_after_s"] and row["retry_after_s"][0] > 0

@@ -1,0 +1,69 @@
+import pytest
+
+from speechpipe.evaluation.scores import (
+    average_lagging,
+    latency_scores,
+    normalize_text,
+    normalized_erasure,
+    wer,
+)
+from speechpipe.models.whisper_engine import cut_repetition
+
+
+def test_loop_guard_cuts_repeats_and_keeps_real_text():
+    assert cut_repetition("the rest of the rest of the universe".split()) == (
+        ["the", "rest", "of"], True)
+    assert cut_repetition("así así así".split()) == (["así"], True)
+    assert cut_repetition("very very good".split()) == (["very", "very", "good"], False)
+    # a loop that began in the committed text is cut in the continuation only
+    kept, cut = cut_repetition(
+        "a country with two governments".split(),
+        context="I met a country with two governments. I met".split())
+    assert (kept, cut) == ([], True)
+
+
+def test_normalize_text_strips_case_and_punctuation():
+    assert normalize_text("¿Hola, Mundo?") == "hola mundo"
+    assert normalize_text("THIS WAY") == "this way"
+
+
+def test_average_lagging_matches_the_simuleval_formula():
+    # source 4 s, 4 target words committed at 1, 2, 3, 4 s: ideal lag (i-1)*1 -> AL = 1
+    assert average_lagging([1.0, 2.0, 3.0, 4.0], 4.0) == pytest.approx(1.0)
+    # tau stops at the first word emitted after the whole source was read
+    assert average_lagging([4.0, 4.0, 4.0, 4.0], 4.0) == pytest.approx(4.0)
+    # LAAL uses the longer of hypothesis and reference
+    assert average_lagging([1.0, 2.0], 4.0) == pytest.approx(0.5)
+    assert average_lagging([1.0, 2.0], 4.0, reference_length=4) == pytest.approx(1.0)
+    assert average_lagging([], 4.0) is None
+
+
+def _hyp(event, t, utt, rev, committed, tentative=""):
+    return {"event": event, "stream_t": t, "utterance": utt, "revision": rev,
+            "committed": committed, "tentative": tentative}
+
+
+def test_latency_scores_from_a_scripted_trace():
+    records = [
+        {"event": "vad.start", "stream_t": 0.7, "utterance": 0, "audio_t": 0.5},
+        _hyp("mt.partial", 1.5, 0, 1, "", "hello there"),
+        _hyp("mt.commit", 2.0, 0, 2, "hello", "there"),
+        {"event": "tts.audio", "stream_t": 2.1, "utterance": 0, "audio_start": 2.1,
+         "audio_dur": 0.5},
+        {"event": "vad.end", "stream_t": 3.5, "utterance": 0, "audio_t": 3.0},
+        _hyp("mt.commit", 3.6, 0, 3, "hello world"),
+        {"event": "tts.audio", "stream_t": 3.7, "utterance": 0, "audio_start": 3.7,
+         "audio_dur": 0.6},
+    ]
+    scores = latency_scores(records, 4.0)
+    assert scores["start_offset"] == pytest.approx(2.1 - 0.5)
+    assert scores["end_offset"] == pytest.approx(3.7 + 0.6 - 3.0)
+    assert scores["text_start_offset"] == pytest.approx(1.5)
+    assert scores["text_end_offset"] == pytest.approx(0.6)
+    # "there" was shown then replaced by "world": one erased word over two final words
+    assert normalized_erasure(records) == pytest.approx(0.5)
+
+
+def test_wer_normalizes_both_sides():
+    assert wer("así el principito", "Así, el principito.") == 0.0
+    assert wer("a b c d", "a b x d") == pytest.approx(0.25)

@@ -1,0 +1,312 @@
+"""Shared test helpers and fakes (one module; fixtures live in ``conftest.py``).
+
+- the sample folders: ``OWN_SAMPLES`` (the project's ``samples/``) and ``shared_clip`` etc. for
+  the real recordings in ``../shared/samples`` (tests skip where that folder is absent);
+- a live-server client: ``stream_websocket`` / ``LiveRun``;
+- for the auth, quota, privacy and fault tests: a scripted session (``TickSession``), clients,
+  and checks that a session left nothing behind (tasks, file descriptors)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
+
+from speechpipe.stages.channels import Channel
+from speechpipe.stages.frames import AudioFrame, OutputEvent, TextHypothesis, UtteranceEnd
+from speechpipe.transport.session_api import SessionRequest
+
+# --- sample folders ----------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_SAMPLES = ROOT.parent / "shared" / "samples"
+OWN_SAMPLES = ROOT / "samples"
+SPANISH_CLIP = "es_enh_12411_cv"
+
+
+def shared_clip(clip_id: str) -> Path:
+    """A real human recording from ../shared/samples; skips where that folder is absent."""
+    path = SHARED_SAMPLES / "wav" / f"{clip_id}.wav"
+    if not path.is_file():
+        pytest.skip(f"needs ../shared/samples (real recordings, not in the repo): {path}")
+    return path
+
+
+def shared_manifest_row(clip_id: str) -> dict:
+    manifest = SHARED_SAMPLES / "manifest.jsonl"
+    if not manifest.is_file():
+        pytest.skip("needs ../shared/samples/manifest.jsonl")
+    for line in manifest.read_text().splitlines():
+        row = json.loads(line)
+        if row["id"] == clip_id:
+            return row
+    pytest.skip(f"{clip_id} not in the shared manifest")
+
+
+def manifest_clip(clip_id: str) -> tuple[Path, dict[str, Any]]:
+    """A clip of ``../shared/samples`` by id, or skip the test saying why."""
+    manifest = SHARED_SAMPLES / "manifest.jsonl"
+    if not manifest.is_file():
+        pytest.skip(f"real recordings not found at {SHARED_SAMPLES} (../shared is absent)")
+    for line in manifest.read_text().splitlines():
+        if line.strip():
+            entry = json.loads(line)
+            if entry.get("id") == clip_id:
+                return SHARED_SAMPLES / entry["file"], entry
+    pytest.skip(f"clip {clip_id} not in {manifest}")
+
+
+
+# --- a live-server client ----------------------------------------------------------------
+
+
+@dataclass
+class LiveRun:
+    """What a client saw: every JSON event and PCM chunk with its arrival time (seconds since
+    the client started streaming, i.e. the client's stream clock)."""
+
+    events: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    audio: list[tuple[float, dict[str, Any], np.ndarray]] = field(default_factory=list)
+    close_code: int | None = None
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for _, e in self.events if e["type"] == kind]
+
+    def text(self, side: str) -> str:
+        final: dict[int, str] = {}
+        for e in self.of(side):
+            final[e["utterance"]] = " ".join(p for p in (e["committed"], e["tentative"]) if p)
+        return " ".join(final[k] for k in sorted(final))
+
+    def offsets(self) -> tuple[float | None, float | None]:
+        """(StartOffset, EndOffset) as the client experiences them: speech arrival on its
+        stream clock, chunks laid back to back, against the server's VAD speech span."""
+        starts = [e["t"] for e in self.of("vad") if e["kind"] == "start"]
+        ends = [e["t"] for e in self.of("vad") if e["kind"] == "end"]
+        if not starts or not self.audio:
+            return None, None
+        laid_end = 0.0
+        for arrived, header, _ in self.audio:
+            laid_end = max(arrived, laid_end) + header["samples"] / header["sample_rate"]
+        speech_end = max(ends) if ends else max(starts)
+        return self.audio[0][0] - min(starts), laid_end - speech_end
+
+
+async def stream_websocket(
+    url: str,
+    audio: np.ndarray,
+    *,
+    rate: int = 16_000,
+    frame_ms: int = 20,
+    tail_s: float = 3.0,
+    start: dict[str, Any] | None = None,
+    abort_after_s: float | None = None,
+) -> LiveRun:
+    """Stream int16 ``audio`` at real-time pace, then ``tail_s`` of silence and ``stop``;
+    collect everything until the server closes (or vanish after ``abort_after_s``)."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    run = LiveRun()
+    step = rate * frame_ms // 1000
+    padded = np.concatenate([audio, np.zeros(int(tail_s * rate), np.int16)]).astype("<i2")
+    async with connect(url, max_size=None) as ws:
+        await ws.send(json.dumps({"type": "start", "sample_rate": rate, **(start or {})}))
+        started = json.loads(await ws.recv())
+        assert started["type"] == "started", started
+        t0 = time.monotonic()
+
+        async def send() -> None:
+            for i, offset in enumerate(range(0, len(padded), step)):
+                delay = t0 + i * frame_ms / 1000 - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if abort_after_s is not None and offset / rate >= abort_after_s:
+                    ws.transport.abort()
+                    return
+                await ws.send(padded[offset : offset + step].tobytes())
+            await ws.send(json.dumps({"type": "stop"}))
+
+        async def receive() -> None:
+            header: dict[str, Any] | None = None
+            try:
+                async for message in ws:
+                    now = time.monotonic() - t0
+                    if isinstance(message, bytes):
+                        assert header is not None, "binary without an audio header"
+                        pcm = np.frombuffer(message, "<i2")
+                        assert len(pcm) == header["samples"]
+                        run.audio.append((now, header, pcm))
+                        header = None
+                        continue
+                    event = json.loads(message)
+                    run.events.append((now, event))
+                    if event["type"] == "audio" and event.get("via") != "webrtc":
+                        header = event
+            except ConnectionClosed:
+                pass
+
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(send())
+            tg.create_task(receive())
+        run.close_code = ws.close_code
+    return run
+
+
+# --- a scripted session and guard checks ------------------------------------------------
+
+SECRET = "test-secret-" + "x" * 40
+FAKE_SOURCE = "zumbido cangrejo"  # distinctive words: a privacy check can search the logs
+FAKE_TARGET = "buzzing crabapple"
+
+
+class TickSession:
+    """A ``LiveSession`` without models: each second of audio pushed yields one source and
+    one target caption with known text; ``finish`` ends the events (unless ``hang``, which
+    stands in for a pipeline that cannot finish). A background task stands in for stages."""
+
+    def __init__(self, request: SessionRequest, *, hang: bool = False) -> None:
+        self.request = request
+        self.hang = hang
+        self.next_pts = 0
+        self.frames = 0
+        self.exited = False
+        self.channel: Channel[OutputEvent] = Channel(256, name="tick-events")
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> TickSession:
+        self.tasks.append(asyncio.create_task(asyncio.sleep(3600), name="tick-stage"))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.exited = True
+
+    async def push(self, frame: AudioFrame) -> None:
+        assert frame.pts == self.next_pts
+        self.next_pts = frame.end
+        self.frames += 1
+        if self.frames % 50 == 0:
+            pts = frame.end
+            for side, text in (("source", FAKE_SOURCE), ("target", FAKE_TARGET)):
+                await self.channel.put(TextHypothesis(
+                    side, 0, self.frames, text, "", "es", pts - 16000, pts, pts,  # type: ignore[arg-type]
+                ))
+
+    def flush(self) -> None:
+        pass
+
+    async def finish(self) -> None:
+        if self.hang:
+            return
+        await self.channel.put(UtteranceEnd(0, self.next_pts, FAKE_SOURCE, FAKE_TARGET))
+        self.channel.close()
+
+    async def events(self) -> AsyncIterator[OutputEvent]:
+        async for event in self.channel:
+            yield event
+
+
+class TickFactory:
+    def __init__(self, *, hang: bool = False) -> None:
+        self.hang = hang
+        self.sessions: list[TickSession] = []
+
+    def __call__(self, request: SessionRequest) -> TickSession:
+        session = TickSession(request, hang=self.hang)
+        self.sessions.append(session)
+        return session
+
+
+def pcm(seconds: float, rate: int = 16000) -> bytes:
+    n = int(seconds * rate)
+    return (np.sin(np.arange(n) / 7) * 3000).astype("<i2").tobytes()
+
+
+async def recv_json(ws: ClientConnection, within: float = 5.0) -> dict[str, Any]:
+    message = await asyncio.wait_for(ws.recv(), within)
+    assert isinstance(message, str), "expected a JSON event"
+    return json.loads(message)  # type: ignore[no-any-return]
+
+
+async def read_until_closed(ws: ClientConnection, within: float = 10.0) -> list[Any]:
+    """Everything the server sends until it closes (decoded JSON for text messages)."""
+    seen: list[Any] = []
+    async with asyncio.timeout(within):
+        try:
+            while True:
+                message = await ws.recv()
+                seen.append(json.loads(message) if isinstance(message, str) else message)
+        except ConnectionClosed:
+            pass
+    return seen
+
+
+def errors(seen: list[Any]) -> list[dict[str, Any]]:
+    return [m for m in seen if isinstance(m, dict) and m.get("type") == "error"]
+
+
+def server_log(records: list[logging.LogRecord]) -> str:
+    """Everything the process logged except the test's own websockets *client*, whose DEBUG
+    frame dumps show what the client sent and received (the server's rules do not cover it)."""
+    lines = []
+    for record in records:
+        if record.name.startswith("websockets.client"):
+            continue
+        lines.append(f"{record.name} {record.levelname} {record.getMessage()}")
+        if record.exc_info and record.exc_info[1] is not None:
+            lines.append(repr(record.exc_info[1]))
+    return "\n".join(lines)
+
+
+def open_fds() -> set[tuple[str, str]]:
+    """This process's file descriptors as (number, what it points to): a leaked socket that
+    reuses a number closed meanwhile still shows up as new."""
+    out: set[tuple[str, str]] = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out.add((fd, os.readlink(f"/proc/self/fd/{fd}")))
+        except OSError:  # closed between listdir and readlink (or the listdir fd itself)
+            pass
+    return out
+
+
+async def wait_for(predicate: Callable[[], bool], within: float = 5.0, what: str = "") -> None:
+    deadline = time.monotonic() + within
+    while not predicate():
+        assert time.monotonic() < deadline, f"not reached within {within} s: {what}"
+        await asyncio.sleep(0.02)
+
+
+async def assert_released(
+    tasks_before: set[asyncio.Task[Any]], fds_before: set[tuple[str, str]], within: float = 2.0
+) -> None:
+    """Every task and file descriptor that appeared since the baseline is gone in time."""
+    current = asyncio.current_task()
+
+    def new_tasks() -> list[str]:
+        return sorted(t.get_name() for t in asyncio.all_tasks() - tasks_before - {current})
+
+    def new_fds() -> list[tuple[str, str]]:
+        return sorted(open_fds() - fds_before)
+
+    deadline = time.monotonic() + within
+    while new_tasks() or new_fds():
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"left behind after {within} s: tasks {new_tasks()}, fds {new_fds()}"
+            )
+        await asyncio.sleep(0.02)

@@ -1,0 +1,367 @@
+"""The shared batching ASR worker (``models/batching.py``).
+
+- Real model: batched results equal unbatched ones for the same inputs (real recordings cut
+  to different lengths, forced prefixes of different lengths, a detected language), both in
+  ``engine.run_batch`` and through the worker's thread; one bad request in a batch fails alone.
+- Scripted engine (ordering and dropping are about the queue, not the model): priority
+  ordering, a superseded partial is never computed (engine calls counted), finals are never
+  dropped, a cancelled caller's request is skipped, errors reach only their request.
+- The ASR stage on the worker: under a slow engine, stale partials are superseded (never an
+  error event) and the committed text still comes out whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from speechpipe.errors import Superseded, WorkerError
+from speechpipe.models.batching import (
+    PRIORITY_LIVE,
+    PRIORITY_REPLAY,
+    AsrBatcher,
+    BatchOptions,
+)
+from speechpipe.models.whisper_engine import (
+    DecodeResult,
+    DecodeTask,
+    WhisperRequest,
+    WhisperResult,
+)
+from speechpipe.stages.asr import AsrOptions, AsrStage
+from speechpipe.stages.channels import Channel
+from speechpipe.stages.clock import WallStreamClock
+from speechpipe.stages.frames import STREAM_RATE, ErrorEvent, TextHypothesis, VadEvent
+from speechpipe.stages.vad import LabeledAudio
+from tests.helpers import shared_clip
+
+CLIPS = ("es_enh_11375_cv", "es_enh_12411_cv", "es_enh_2692_cv", "es_enh_9756_cv",
+         "es_enh_12478_cv", "es_enh_4109_cv")
+
+
+def load_16k(clip_id: str) -> np.ndarray:
+    import soundfile as sf
+    import soxr
+
+    audio, rate = sf.read(shared_clip(clip_id), dtype="float32")
+    if audio.ndim > 1:
+        audio = audio.mean(axis=1)
+    if rate != STREAM_RATE:
+        audio = soxr.resample(audio, rate, STREAM_RATE)
+    return np.ascontiguousarray(audio, dtype=np.float32)
+
+
+def real_requests() -> list[WhisperRequest]:
+    """Six real clips cut to 2.2-5.5 s: four share an encode bucket, two are alone; prefixes
+    of different lengths, one language left to detection, one beam-2, partial and final."""
+    cuts = (3.1, 3.4, 3.9, 3.2, 5.5, 2.2)
+    prefixes = ("", "Autobuses", "", "En", "", "la")
+    requests = []
+    for i, (clip, cut, prefix) in enumerate(zip(CLIPS, cuts, prefixes, strict=True)):
+        audio = load_16k(clip)[: int(cut * STREAM_RATE)]
+        requests.append(WhisperRequest(
+            audio=audio,
+            language=None if i == 2 else "es",
+            tasks=(DecodeTask("transcribe", prefix),
+                   DecodeTask("translate", "The" if i % 2 else "")),
+            beam_size=2 if i == 5 else 1,
+            max_new_tokens=16 if i % 2 else None,
+            partial=bool(i % 2),
+        ))
+    return requests
+
+
+def same(a: WhisperResult, b: WhisperResult) -> bool:
+    def key(r: WhisperResult):  # everything but timings
+        return (r.language, [(d.task, d.continuation, d.glued, d.avg_logprob, d.no_speech_prob,
+                              d.suppressed, d.cut, d.truncated) for d in r.decodes])
+    return key(a) == key(b)
+
+
+@pytest.mark.slow
+def test_batched_results_equal_unbatched_on_real_clips(pipeline):
+    engine = pipeline.engine
+    requests = real_requests()
+    alone = [engine.run(r) for r in requests]
+    together = engine.run_batch(requests)
+    for single, batched in zip(alone, together, strict=True):
+        assert isinstance(batched, WhisperResult)
+        assert same(single, batched)
+    sizes = [r.batch_requests for r in together]  # four shared one bucket: really batched
+    assert sizes.count(4) == 4 and sizes.count(1) == 2
+    assert all(d.continuation for r in alone for d in r.decodes), "real speech gives words"
+
+
+@pytest.mark.slow
+async def test_worker_batches_concurrent_sessions_with_equal_results(pipeline):
+    engine = pipeline.engine
+    requests = real_requests()[:4]  # one bucket
+    alone = [engine.run(r) for r in requests]
+    batcher = AsrBatcher(
+        engine, BatchOptions(window_s=0.2, max_batch=8, workers=1, group_min_queue=2)
+    )
+    try:
+        clients = [batcher.client() for _ in requests]
+        results = await asyncio.gather(*(c(r) for c, r in zip(clients, requests, strict=True)))
+    finally:
+        batcher.close()
+    for single, batched in zip(alone, results, strict=True):
+        assert same(single, batched)
+    assert batcher.stats.engine_calls == 1 and batcher.stats.max_batch_seen == 4
+    assert all("asr.wait" in r.timings for r in results)
+
+
+@pytest.mark.slow
+def test_one_bad_request_fails_alone_in_a_real_batch(pipeline):
+    engine = pipeline.engine
+    good = real_requests()[:3]
+    bad = WhisperRequest(audio=good[0].audio, language="xx-not-a-language",
+                         tasks=(DecodeTask("transcribe"),))
+    outcomes = engine.run_batch([good[0], bad, good[1], good[2]])
+    assert isinstance(outcomes[1], Exception)
+    for request, outcome in zip(good, (outcomes[0], outcomes[2], outcomes[3]), strict=True):
+        assert isinstance(outcome, WhisperResult)
+        assert same(outcome, engine.run(request))
+
+
+# -- scripted engine -----------------------------------------------------------------------
+
+class ScriptedEngine:
+    """Records every engine call; ``gate`` holds the worker inside a call until set, so a test
+    can arrange the queue behind it. Buckets are whole seconds of audio, as in the real one."""
+
+    def __init__(self, *, fail: set[int] | None = None, call_s: float = 0.0) -> None:
+        self.calls: list[list[WhisperRequest]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+        self.fail = fail or set()  # ids of requests that raise
+        self.call_s = call_s
+
+    def encode_samples(self, n: int) -> int:
+        return (n // STREAM_RATE + 2) * STREAM_RATE
+
+    def run_batch(self, requests):
+        self.calls.append(list(requests))
+        self.entered.set()
+        self.gate.wait(10)
+        if self.call_s:
+            time.sleep(self.call_s)
+        out = []
+        for request in requests:
+            if id(request) in self.fail:
+                out.append(RuntimeError("scripted failure"))
+                continue
+            words = "uno dos tres cuatro cinco seis siete ocho".split()
+            heard = words[: int(len(request.audio) / STREAM_RATE / 0.5)]
+            decodes = []
+            for task in request.tasks:
+                done = len(task.prefix.split())
+                text = heard[done:] if task.task == "transcribe" else [w.upper()
+                                                                      for w in heard[done:]]
+                decodes.append(DecodeResult(task.task, " ".join(text), -0.2, 0.01))
+            out.append(WhisperResult("es", 1.0, tuple(decodes), 0.0, 0.0))
+        return out
+
+
+def req(seconds: float = 1.0, *, partial: bool = True) -> WhisperRequest:
+    return WhisperRequest(audio=np.zeros(int(seconds * STREAM_RATE), np.float32),
+                          language="es", tasks=(DecodeTask("transcribe"),), partial=partial)
+
+
+def hold_worker(engine: ScriptedEngine, batcher: AsrBatcher):
+    """Put a blocker in the worker, so what is submitted next waits in the queue."""
+    engine.gate.clear()
+    blocker = batcher.submit(req(9.0, partial=False))
+    assert engine.entered.wait(5)
+    return blocker
+
+
+def test_priority_order_live_finals_then_live_partials_then_replay():
+    engine = ScriptedEngine()
+    batcher = AsrBatcher(engine, BatchOptions(enabled=False, workers=1))
+    try:
+        hold_worker(engine, batcher)
+        replay_final = batcher.submit(req(partial=False), priority=PRIORITY_REPLAY)
+        live_partial = batcher.submit(req(), priority=PRIORITY_LIVE)
+        live_final = batcher.submit(req(partial=False), priority=PRIORITY_LIVE)
+        engine.gate.set()
+        for future in (replay_final, live_partial, live_final):
+            future.result(5)
+    finally:
+        batcher.close()
+    order = [call[0] for call in engine.calls[1:]]
+    # live before replay; within live, the final's shorter deadline goes first
+    assert [r.partial for r in order] == [False, True, False]
+    assert order[0] is not None and order[2].partial is False
+    assert engine.calls[1][0] is not engine.calls[3][0]
+    assert len(engine.calls) == 4  # one call each: batching off
+
+
+def test_a_batch_is_the_most_urgent_request_and_its_bucket():
+    engine = ScriptedEngine()
+    batcher = AsrBatcher(
+        engine, BatchOptions(window_s=0.0, max_batch=3, workers=1, group_min_queue=2)
+    )
+    try:
+        hold_worker(engine, batcher)
+        other_bucket = batcher.submit(req(5.0), priority=PRIORITY_LIVE)
+        a = [batcher.submit(req(1.2), priority=PRIORITY_REPLAY) for _ in range(2)]
+        urgent = batcher.submit(req(1.5, partial=False), priority=PRIORITY_LIVE)
+        engine.gate.set()
+        for future in (other_bucket, *a, urgent):
+            future.result(5)
+    finally:
+        batcher.close()
+    first, second = engine.calls[1], engine.calls[2]
+    assert first[0].partial is False  # the live final leads ...
+    assert len(first) == 3  # ... and takes both replay requests of its bucket along
+    assert len(second) == 1 and len(second[0].audio) == 5 * STREAM_RATE
+    assert batcher.stats.engine_calls == 3 and batcher.stats.mean_batch == pytest.approx(5 / 3)
+
+
+def test_superseded_partial_is_never_computed():
+    engine = ScriptedEngine()
+    batcher = AsrBatcher(engine, BatchOptions(window_s=0.0, workers=1))
+    try:
+        hold_worker(engine, batcher)
+        old = req(1.0)
+        old_future = batcher.submit(old)
+        newer = req(1.9)
+        new_future = batcher.replace(old, newer)
+        assert new_future is not None
+        with pytest.raises(Superseded):
+            old_future.result(1)
+        newest = req(1.95)
+        newest_future = batcher.replace(newer, newest)  # again: it is still queued
+        assert newest_future is not None
+        assert isinstance(new_future.exception(1), Superseded)
+        engine.gate.set()
+        assert newest_future.result(5).decodes
+    finally:
+        batcher.close()
+    computed = {id(r) for call in engine.calls for r in call}
+    assert id(old) not in computed and id(newer) not in computed and id(newest) in computed
+    assert len(engine.calls) == 2  # the blocker, then only the newest request
+    assert batcher.stats.superseded == 2
+
+
+def test_finals_and_running_requests_are_never_dropped():
+    engine = ScriptedEngine()
+    batcher = AsrBatcher(engine, BatchOptions(window_s=0.0, workers=1))
+    try:
+        running = req(9.0)  # a partial the worker is already computing
+        engine.gate.clear()
+        running_future = batcher.submit(running)
+        assert engine.entered.wait(5)
+        final = req(1.0, partial=False)
+        final_future = batcher.submit(final)
+        assert batcher.replace(final, req(2.0)) is None
+        assert batcher.withdraw(final) is False
+        assert batcher.replace(running, req(2.0)) is None
+        assert batcher.withdraw(running) is False
+        engine.gate.set()
+        assert final_future.result(5).decodes
+        assert running_future.result(5).decodes
+    finally:
+        batcher.close()
+    assert batcher.stats.superseded == 0 and batcher.stats.withdrawn == 0
+
+
+async def test_a_cancelled_callers_request_is_skipped():
+    engine = ScriptedEngine()
+    batcher = AsrBatcher(engine, BatchOptions(window_s=0.0, workers=1))
+    try:
+        await asyncio.to_thread(hold_worker, engine, batcher)
+        gone = req(1.0)
+        waiter = asyncio.ensure_future(batcher.recognize(gone))
+        await asyncio.sleep(0.01)
+        waiter.cancel()  # the session ended
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiter
+        await asyncio.sleep(0.01)  # the cancellation reaches the worker's future
+        kept = batcher.submit(req(1.0))
+        engine.gate.set()
+        await asyncio.wrap_future(kept)
+    finally:
+        batcher.close()
+    assert id(gone) not in {id(r) for call in engine.calls for r in call}
+    assert batcher.stats.cancelled == 1
+
+
+def test_an_error_reaches_only_its_request_and_the_worker_goes_on():
+    engine = ScriptedEngine()
+    batcher = AsrBatcher(
+        engine, BatchOptions(window_s=0.0, max_batch=4, workers=1, group_min_queue=2)
+    )
+    try:
+        hold_worker(engine, batcher)
+        bad = req(1.0)
+        engine.fail.add(id(bad))
+        futures = [batcher.submit(r) for r in (req(1.0), bad, req(1.0))]
+        engine.gate.set()
+        assert isinstance(futures[1].exception(5), WorkerError)
+        assert futures[0].result(5).decodes and futures[2].result(5).decodes
+        after = batcher.submit(req(1.0))
+        assert after.result(5).decodes
+    finally:
+        batcher.close()
+    assert batcher.stats.failed == 1
+
+
+# -- the ASR stage on the worker ----------------------------------------------------------
+
+async def test_stage_supersedes_stale_partials_under_a_slow_worker():
+    """A worker slower than the audio: partials queued behind other sessions' work are
+    replaced by newer ones (never computed, never an error event); the text comes out whole."""
+    engine = ScriptedEngine(call_s=0.45)
+    batcher = AsrBatcher(engine, BatchOptions(window_s=0.0, max_batch=1, workers=1))
+    client = batcher.client()
+    stage = AsrStage(client, WallStreamClock(), options=AsrOptions(step_s=0.2, min_voiced_s=0.2),
+                     language="es", queue=client)
+    inbox: Channel[LabeledAudio] = Channel(1000)
+    outbox: Channel[TextHypothesis] = Channel(1000)
+    events: Channel = Channel(1000)
+
+    async def speak() -> None:
+        other = batcher.client()  # another session keeps the worker busy
+        for _ in range(4):
+            asyncio.ensure_future(other(req(6.0, partial=False)))
+        start = int(0.2 * STREAM_RATE)
+        chunk = int(0.1 * STREAM_RATE)
+        inbox.put_nowait(LabeledAudio(np.full(start, 100, np.int16), 0, start,
+                                      (VadEvent("start", 0, 0, start),), time.monotonic()))
+        pts = start
+        while pts < 4 * STREAM_RATE:
+            await asyncio.sleep(0.05)
+            inbox.put_nowait(LabeledAudio(np.full(chunk, 100, np.int16), pts, chunk, (),
+                                          time.monotonic()))
+            pts += chunk
+        inbox.put_nowait(LabeledAudio(np.zeros(chunk, np.int16), pts, 0,
+                                      (VadEvent("end", 0, pts, pts + chunk),), time.monotonic()))
+        inbox.close()
+
+    try:
+        async with asyncio.timeout(30):
+            async with asyncio.TaskGroup() as group:
+                group.create_task(speak())
+                group.create_task(stage.run(inbox, outbox, events))
+    finally:
+        batcher.close()
+    events.close()  # the stage leaves it open (the TTS stage closes it in a pipeline)
+    hypotheses = [h async for h in outbox]
+    emitted = [e async for e in events]
+    assert not [e for e in emitted if isinstance(e, ErrorEvent)]
+    assert stage.superseded >= 1
+    computed = [r for call in engine.calls for r in call if len(r.tasks) == 2]
+    assert len(computed) < batcher.stats.submitted - 4  # stale partials were not computed
+    source = [h for h in hypotheses if h.side == "source"]
+    assert source[-1].final
+    assert source[-1].committed.split() == "uno dos tres cuatro cinco seis siete ocho".split()
+    for before, after in zip(source, source[1:], strict=False):
+        assert after.committed.startswith(before.committed)
