@@ -307,7 +307,7 @@ def run_eval(args: argparse.Namespace, options: PipelineOptions, request: Sessio
         raise InputError(f"{missing[0]}: listed in the manifest but missing")
     if getattr(args, "compare", None):  # a bad variant fails before any model loads
         from speechpipe.config import with_overrides
-        from speechpipe.eval_compare import parse_variant
+        from speechpipe.evaluation.compare import parse_variant
 
         for text in args.compare:
             with_overrides(options, parse_variant(text)[1])
@@ -333,7 +333,7 @@ def run_eval(args: argparse.Namespace, options: PipelineOptions, request: Sessio
 def _run_comparison(args: argparse.Namespace, pipeline: Pipeline, clips: list[dict[str, Any]],
                     request: SessionRequest) -> int:
     """``--compare``: the base options and each variant, interleaved per clip."""
-    from speechpipe.eval_compare import compare_variants, print_comparison, variant_pipelines
+    from speechpipe.evaluation.compare import compare_variants, print_comparison, variant_pipelines
 
     pipelines = variant_pipelines(pipeline, args.compare)
     report = asyncio.run(compare_variants(pipelines, clips, request,

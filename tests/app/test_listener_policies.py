@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from speechpipe.evaluation.scores import end_offset_split, latency_scores
 from speechpipe.models.whisper_engine import DecodeResult, WhisperResult
-from speechpipe.scores import end_offset_split, latency_scores
 from speechpipe.stages.agreement import LocalAgreement
 from speechpipe.stages.asr import AsrOptions, UtteranceDecoder, align_commit_count
 from speechpipe.stages.frames import STREAM_RATE

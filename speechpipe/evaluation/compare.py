@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from speechpipe.config import PipelineOptions, with_overrides
-from speechpipe.evaluate import _aggregate, evaluate_clips, print_report
+from speechpipe.evaluation.evaluate import _aggregate, evaluate_clips, print_report
 from speechpipe.session import Pipeline
 from speechpipe.transport.session_api import SessionRequest
 
