@@ -30,12 +30,12 @@ class PhraseOptions:
     first_words: int = 2
     max_words: int = 5
     min_words_at_punctuation: int = 1
-    cut: str = "count"  # or "just_in_time" (see the module docstring)
+    cut: str = "just_in_time"  # or "count" (see the module docstring)
     lead_s: float = 1.0  # just in time: cut when less queued speech than this is left
     max_wait_words: int = 12  # just in time: never hold more words than this
-    # just in time: a phrase does not end on these words before the end of the utterance
-    # (a lone trailing "the" is spoken, and heard, badly); space-separated, "" for none
-    no_end_words: str = "a an the of to in on at by for from with and or but as that"
+    # just in time: a phrase does not end on these words before the end of the utterance,
+    # e.g. "a an the of to" (space-separated; none by default: see docs/benchmarks.md)
+    no_end_words: str = ""
 
     def __post_init__(self) -> None:
         if self.cut not in ("count", "just_in_time"):
@@ -86,7 +86,7 @@ class JustInTimeSegmenter:
     the decision, ``queued_until_s`` where the speech already handed out ends on the output
     timeline (<= ``now_s``: the output is silent)."""
 
-    def __init__(self, options: PhraseOptions = PhraseOptions(cut="just_in_time")) -> None:
+    def __init__(self, options: PhraseOptions = PhraseOptions()) -> None:
         self.options = options
         self._spoken = 0
 

@@ -700,6 +700,11 @@ def register_load(kinds: Any) -> None:
 def _bench_load_main(args: Any) -> int:
     if args.sessions is None and not args.ramp:
         args.sessions = 8
+    import shlex
+
+    print("command: speechpipe " + shlex.join(sys.argv[1:]), flush=True)  # to re-run it
+    print(f"machine: {os.cpu_count()} cores, load average "
+          + " ".join(f"{v:.2f}" for v in os.getloadavg()), flush=True)
     asyncio.run(run_load_bench(
         url=args.url, sessions=args.sessions, ramp=args.ramp, steps=list(iter_steps(args.steps)),
         batching=args.batching, duration_s=args.duration, target_p95=args.target_p95,

@@ -90,6 +90,12 @@ def _num(value: Any) -> str:
 
 
 def print_comparison(report: dict[str, Any], out=sys.stdout) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import shlex
+
+    print("command: speechpipe " + shlex.join(sys.argv[1:]), file=out)  # to re-run it
+    print(f"machine: {os.cpu_count()} cores, load average at the end "
+          + " ".join(f"{v:.2f}" for v in os.getloadavg()), file=out)
     for label, variant in report["variants"].items():
         print(f"\n== {label}", file=out)
         print_report(variant, out=out)

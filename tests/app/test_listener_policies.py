@@ -14,6 +14,7 @@ from speechpipe.stages.frames import STREAM_RATE
 from speechpipe.stages.phrases import JustInTimeSegmenter, PhraseOptions, make_segmenter
 
 JIT = PhraseOptions(cut="just_in_time", lead_s=1.0, max_wait_words=12)
+HOLD = "a an the of to in on at by for from with and or but as that"
 
 
 # -- just-in-time phrases --------------------------------------------------------------------
@@ -52,13 +53,13 @@ def test_no_phrase_grows_past_max_wait_words():
 
 
 def test_a_phrase_does_not_end_on_a_function_word_before_the_end():
-    seg = JustInTimeSegmenter(JIT)
+    seg = JustInTimeSegmenter(PhraseOptions(no_end_words=HOLD))
     assert seg.feed("history of the", now_s=1.0, queued_until_s=0.0) == ["history"]
     assert seg.feed("history of the", now_s=1.5, queued_until_s=1.2) == []  # "of the" wait
     assert seg.feed("history of the country", now_s=2.0, queued_until_s=1.2) == [
         "of the country"]
     assert seg.feed("history of the country and", final=True, now_s=2.1) == ["and"]
-    no_hold = JustInTimeSegmenter(PhraseOptions(cut="just_in_time", no_end_words=""))
+    no_hold = JustInTimeSegmenter(PhraseOptions())
     assert no_hold.feed("history of the", now_s=1.0) == ["history of the"]
 
 
@@ -67,7 +68,7 @@ def test_a_phrase_does_not_end_on_a_function_word_before_the_end():
 def test_never_speaks_an_uncommitted_word_and_speaks_each_committed_word_once(script):
     """Committed text grows by 0..3 words a step, at scripted times and queue levels."""
     vocabulary = [("the" if i % 3 == 0 else f"w{i}") for i in range(200)]
-    seg = make_segmenter(JIT)
+    seg = make_segmenter(PhraseOptions(no_end_words=HOLD))
     committed: list[str] = []
     spoken: list[str] = []
     now = 0.0
@@ -82,9 +83,9 @@ def test_never_speaks_an_uncommitted_word_and_speaks_each_committed_word_once(sc
     assert spoken == committed
 
 
-def test_count_policy_is_still_the_default_and_selectable():
-    assert PhraseOptions().cut == "count"
-    seg = make_segmenter(PhraseOptions())
+def test_just_in_time_is_the_default_and_the_count_policy_stays_selectable():
+    assert PhraseOptions().cut == "just_in_time"
+    seg = make_segmenter(PhraseOptions(cut="count"))
     assert seg.feed("one two three", now_s=5.0, queued_until_s=0.0) == ["one two"]
 
 
