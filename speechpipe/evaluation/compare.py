@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from speechpipe.config import PipelineOptions, with_overrides
+from speechpipe.errors import InputError
 from speechpipe.evaluation.evaluate import _aggregate, evaluate_clips, print_report
 from speechpipe.session import Pipeline
 from speechpipe.transport.session_api import SessionRequest
@@ -32,9 +33,22 @@ SUMMARY = (
 )
 
 
+# option groups read when sessions start; ``pipeline.*`` and ``batching.*`` shape the loaded
+# models and shared workers, which all variants share, so they cannot vary here
+PER_SESSION_GROUPS = ("vad", "asr", "phrases", "catch_up")
+
+
 def parse_variant(text: str) -> tuple[str, list[str]]:
-    """``a.b=1,c.d=x`` -> (label, overrides); the label is the text itself."""
+    """``a.b=1,c.d=x`` -> (label, overrides); the label is the text itself. Raises
+    ``InputError`` for an option the variants cannot vary."""
     overrides = [part.strip() for part in text.split(",") if part.strip()]
+    for item in overrides:
+        group = item.partition(".")[0].strip()
+        if group not in PER_SESSION_GROUPS:
+            raise InputError(
+                f"--compare {item!r}: only per-session options can vary in one run "
+                f"({', '.join(PER_SESSION_GROUPS)}); {group} options are loaded once and shared "
+                "(run eval once per value instead)")
     return text, overrides
 
 

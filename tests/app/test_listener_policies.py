@@ -3,6 +3,7 @@ alignment commit, and the EndOffset split (the real models run in test_listener_
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -184,3 +185,15 @@ def test_end_offset_split_adds_up_to_the_end_offset():
 
 def test_end_offset_split_without_speech_is_empty():
     assert end_offset_split(_trace()[:2])["queued_at_end"] is None
+
+
+# -- eval --compare ----------------------------------------------------------------------------
+def test_compare_variants_vary_only_per_session_options():
+    from speechpipe.errors import InputError
+    from speechpipe.evaluation.compare import parse_variant
+
+    assert parse_variant("asr.commit_policy=align, phrases.cut=count") == (
+        "asr.commit_policy=align, phrases.cut=count",
+        ["asr.commit_policy=align", "phrases.cut=count"])
+    with pytest.raises(InputError, match="loaded once"):
+        parse_variant("pipeline.tts_length_scale=0.8")
