@@ -110,6 +110,14 @@ class ServerObserver(Protocol):
 
     def error(self, code: str) -> None: ...
 
+    def upgrade_refused(self, status: int) -> None:
+        """The HTTP upgrade of ``/ws`` was refused with ``status`` (401/403/429/503)."""
+
+    def connection_closed(self, code: int | None, reason: str, *, session: bool) -> None:
+        """A WebSocket connection ended. ``code``: the close code the server sent (``None``
+        when the client closed or vanished first); ``reason``: a short server-chosen error
+        code; ``session``: whether a session had started on it."""
+
 
 class CapacityGate(Protocol):
     """The app layer's admission control (``speechpipe.server.admission.AdmissionGate``)."""
@@ -133,6 +141,12 @@ class _NullObserver:
         pass
 
     def error(self, code: str) -> None:
+        pass
+
+    def upgrade_refused(self, status: int) -> None:
+        pass
+
+    def connection_closed(self, code: int | None, reason: str, *, session: bool) -> None:
         pass
 
 
@@ -252,8 +266,12 @@ class SpeechServer:
         path = request.path.split("?", 1)[0]
         if path == "/ws":
             if not self.is_ready():
+                self.observer.upgrade_refused(503)
                 return _response(503, "text/plain; charset=utf-8", b"models are loading\n")
-            return self.gate.check_upgrade(connection.remote_address, request)
+            refusal = self.gate.check_upgrade(connection.remote_address, request)
+            if refusal is not None:
+                self.observer.upgrade_refused(refusal.status_code)
+            return refusal
         if path == "/healthz":
             return _response(200, "text/plain; charset=utf-8", b"ok\n")
         if path == "/readyz":
@@ -316,6 +334,7 @@ class _Connection:
         self.stopping = False
         self.quota = QuotaGuard(self.limits.quotas)
         self.admission: Admission | None = None
+        self.session_started = False
 
     async def run(self) -> None:
         opened = time.monotonic()
@@ -339,12 +358,27 @@ class _Connection:
             self.server.gate.release(self.admission)
             if self.session_open:
                 self.session_open = False
-                self.observer.session_closed(time.monotonic() - opened, close and close.code)
+                self.observer.session_closed(time.monotonic() - opened, self._close_cause(close)[0])
         if close is not None:
             await self._close(close)
+        code, reason = self._close_cause(close)
+        self.observer.connection_closed(code, reason, session=self.session_started)
         log.info(
             "session %s closed: code=%s", self.id, close.code if close else self.ws.close_code
         )
+
+    def _close_cause(self, close: _Close | None) -> tuple[int | None, str]:
+        """(the close code the server sent or ``None`` if the client closed or vanished
+        first, a short reason) for the metrics; the server's own codes only."""
+        if close is not None:
+            return close.code, close.reason or "closed"
+        protocol = self.ws.protocol
+        sent = protocol.close_sent
+        if sent is not None and not protocol.close_rcvd_then_sent:
+            reason = {CloseCode.TOO_BIG: "message_too_big", CloseCode.INTERNAL: "keepalive",
+                      CloseCode.GOING_AWAY: "going_away"}.get(sent.code, "closed")
+            return sent.code, reason
+        return None, "client_closed" if protocol.close_rcvd is not None else "connection_lost"
 
     async def _close(self, close: _Close) -> None:
         if close.error is not None:
@@ -439,7 +473,7 @@ class _Connection:
                     exc.code,
                     encode_error(exc.code, str(exc), fatal=True),
                 )
-            self.session_open = True
+            self.session_open = self.session_started = True
             self.observer.session_opened()
             self.quota.begin_session()
             out_rate = start.request.output_sample_rate

@@ -186,9 +186,16 @@ class AdmissionGate:
     ``AdmissionError`` (the server closes with 1013 and the retry hint). If the client goes
     away while waiting (``notify`` raises), its place in line is given up."""
 
-    def __init__(self, core: AdmissionCore, *, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        core: AdmissionCore,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        on_admitted: Callable[[float], None] | None = None,
+    ) -> None:
         self.core = core
         self._clock = clock
+        self._on_admitted = on_admitted  # gets the seconds each admitted session waited
         self._ids = itertools.count(1)
         self._changed = asyncio.Event()
 
@@ -219,6 +226,8 @@ class AdmissionGate:
                     "admitted", "your session is starting",
                     detail={"waited_s": round(waited, 1), "capacity": core.capacity},
                 ))
+            if self._on_admitted is not None:
+                self._on_admitted(self._clock() - asked)
             yield
         finally:
             core.release(ticket, self._clock())

@@ -141,7 +141,10 @@ class LoadControl:
                  metrics: LoadMetrics | None = None) -> None:
         self.options = options or LoadOptions()
         self.metrics = metrics
-        self.gate = AdmissionGate(AdmissionCore(self.options.admission))
+        self.gate = AdmissionGate(
+            AdmissionCore(self.options.admission),
+            on_admitted=None if metrics is None else metrics.admission_wait.observe,
+        )
         self.controller = DegradeController(self.options.degrade)
         self.pipeline: Pipeline | None = None
         self.estimate: CapacityEstimate | None = None
@@ -165,6 +168,7 @@ class LoadControl:
             log.info("capacity: %d sessions (configured)", self.gate.capacity)
         if self.metrics is not None:
             self.metrics.capacity.set(self.gate.capacity)
+            self.metrics.degrade_max_level.set(self.options.degrade.max_level)
         if self._task is None:
             self._task = asyncio.create_task(self._monitor(), name="load-control")
 

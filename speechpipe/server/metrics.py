@@ -14,6 +14,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    ProcessCollector,
     generate_latest,
 )
 
@@ -28,12 +29,22 @@ from speechpipe.stages.frames import (
     VadEvent,
 )
 
-__all__ = ["ServerMetrics", "LoadMetrics", "CONTENT_TYPE_LATEST"]
+__all__ = ["ServerMetrics", "LoadMetrics", "ListenerMetrics", "CONTENT_TYPE_LATEST"]
 
 STAGE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.175, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
 LAG_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16)
 LOOP_LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+OFFSET_BUCKETS = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0, 30.0)
+WAIT_BUCKETS = (0.01, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+
+# Refusals at the HTTP upgrade of ``/ws``, by status (the transport's ``upgrade_refused``).
+UPGRADE_REFUSALS = {401: "unauthorized", 403: "origin_not_allowed", 429: "too_many_sessions",
+                    503: "not_ready"}
+# Close codes the server sends (``docs/protocol.md``); anything else is labelled ``other``.
+SERVER_CLOSE_CODES = frozenset(
+    {1000, 1001, 1008, 1009, 1011, 1013, *range(4000, 4100)}
+)
 
 
 def _event_type(event: OutputEvent) -> str:
@@ -89,7 +100,27 @@ class ServerMetrics:
             "speechpipe_speech_output_seconds", "Seconds of translated speech produced",
             registry=r,
         )
+        self.refusals = Counter(
+            "speechpipe_refusals",
+            "Connections turned away before a session started: HTTP status at the upgrade "
+            "or the close code sent before 'started'",
+            ["code", "reason"], registry=r,
+        )
+        for status, reason in UPGRADE_REFUSALS.items():  # visible (at 0) before the first
+            self.refusals.labels(str(status), reason)
+        self.connections_closed = Counter(
+            "speechpipe_connections_closed",
+            "WebSocket connections ended, by the close code the server sent (or 'client')",
+            ["code", "reason"], registry=r,
+        )
+        self.listener = ListenerMetrics(r)  # commit latency, speech Start/EndOffset
         self.load = LoadMetrics(r)  # shared workers, admission, degrade ladder
+        self.trace_export_failures = Counter(
+            "speechpipe_trace_export_failures",
+            "Span batches the OTLP exporter failed to deliver (sessions are unaffected)",
+            registry=r,
+        )
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_memory_bytes
 
     # -- ServerObserver --------------------------------------------------------------------
     def session_opened(self) -> None:
@@ -117,12 +148,48 @@ class ServerMetrics:
     def error(self, code: str) -> None:
         self.errors.labels(code).inc()
 
+    def upgrade_refused(self, status: int) -> None:
+        self.refusals.labels(str(status), UPGRADE_REFUSALS.get(status, "other")).inc()
+
+    def connection_closed(self, code: int | None, reason: str, *, session: bool) -> None:
+        """``code``: the close code the server sent, ``None`` when the client closed or
+        vanished first; ``reason``: a server-chosen error code (bounded);
+        ``session``: whether a session had started on the connection."""
+        label = "client" if code is None else str(code) if code in SERVER_CLOSE_CODES else "other"
+        self.connections_closed.labels(label, reason).inc()
+        if not session and code is not None and code not in (1000, 1001):
+            self.refusals.labels(label, reason).inc()
+
     # -- exposition ------------------------------------------------------------------------
     def set_ready(self, ready: bool) -> None:
         self.ready.set(1 if ready else 0)
 
     def text(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class ListenerMetrics:
+    """What the listener experiences, per utterance of every session (stream seconds);
+    fed by ``speechpipe.server.observe.ListenerLatency``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.commit_latency = Histogram(
+            "speechpipe_commit_latency_seconds",
+            "Stream time committed text grew minus the end of the audio it covers",
+            ["side"], buckets=LAG_BUCKETS, registry=r,
+        )
+        self.start_offset = Histogram(
+            "speechpipe_speech_start_offset_seconds",
+            "Per utterance: first translated speech minus the start of the source speech",
+            buckets=OFFSET_BUCKETS, registry=r,
+        )
+        self.end_offset = Histogram(
+            "speechpipe_speech_end_offset_seconds",
+            "Per utterance: end of the translated speech (laid back to back) minus the end "
+            "of the source speech",
+            buckets=OFFSET_BUCKETS, registry=r,
+        )
 
 
 class LoadMetrics:
@@ -161,12 +228,20 @@ class LoadMetrics:
         self.sessions_queued = Gauge(
             "speechpipe_sessions_queued", "Sessions waiting for a capacity slot", registry=r
         )
+        self.admission_wait = Histogram(
+            "speechpipe_admission_wait_seconds",
+            "Time an admitted session waited in line for a slot (<= 0.01: admitted at once)",
+            buckets=WAIT_BUCKETS, registry=r,
+        )
         self.sessions_refused = Counter(
             "speechpipe_sessions_refused", "Sessions refused for capacity (close 1013)",
             registry=r,
         )
         self.degrade_level = Gauge(
             "speechpipe_degrade_level", "Degrade ladder level (0 = normal)", registry=r
+        )
+        self.degrade_max_level = Gauge(
+            "speechpipe_degrade_max_level", "The degrade ladder's bottom rung", registry=r
         )
         self.degrade_transitions = Counter(
             "speechpipe_degrade_transitions", "Degrade level changes", registry=r

@@ -26,11 +26,13 @@ from speechpipe.server.load_control import (
     load_options_from_args,
 )
 from speechpipe.server.metrics import ServerMetrics
+from speechpipe.server.observe import ObservedSession
 from speechpipe.transport.session_api import LiveSession, SessionRequest
 from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
 
 if TYPE_CHECKING:
     from speechpipe.config import PipelineOptions
+    from speechpipe.server.tracing import SessionTracing
     from speechpipe.session import Pipeline
 
 __all__ = ["run_server", "add_serve_arguments", "serve_main", "serve_options", "ServerApp"]
@@ -51,9 +53,11 @@ class ServerApp:
         webrtc: bool = True,
         pipeline: Pipeline | None = None,
         load: LoadOptions | None = None,
+        tracing: SessionTracing | None = None,
     ) -> None:
         self.options = options
         self.metrics = ServerMetrics()
+        self.tracing = tracing  # OpenTelemetry session traces (server.tracing); None: off
         self.pipeline: Pipeline | None = pipeline
         self._ready = False
         # admission control + degrade ladder (speechpipe.server.load_control); None: neither
@@ -77,7 +81,8 @@ class ServerApp:
     def session(self, request: SessionRequest) -> AbstractAsyncContextManager[LiveSession]:
         if self.pipeline is None or not self._ready:
             raise SessionError("models are still loading", code="not_ready")
-        return self.pipeline.session(request)
+        return ObservedSession(self.pipeline.session(request), self.metrics.listener, request,
+                               self.tracing)
 
     async def start(self) -> None:
         await self.server.start()
@@ -104,6 +109,8 @@ class ServerApp:
         if self.load_control is not None:
             await self.load_control.stop()
         await self.server.stop()
+        if self.tracing is not None:  # flushes what is queued, bounded by the export timeout
+            await asyncio.to_thread(self.tracing.shutdown)
         if close_pipeline and self.pipeline is not None:
             await asyncio.to_thread(self.pipeline.close)
 
@@ -126,6 +133,7 @@ async def run_server(
     webrtc: bool = True,
     stop: asyncio.Event | None = None,
     load: LoadOptions | None = None,
+    otlp_endpoint: str | None = None,
 ) -> None:
     """Serve until ``stop`` is set or SIGINT/SIGTERM arrives; then close every session (1001)."""
     stop = stop or asyncio.Event()
@@ -135,6 +143,12 @@ async def run_server(
             loop.add_signal_handler(sig, stop.set)
     app = ServerApp(host, port, options, limits=limits, webrtc=webrtc,
                     load=load or LoadOptions())
+    if otlp_endpoint is not None:
+        from speechpipe.server.tracing import SessionTracing
+
+        app.tracing = SessionTracing.otlp(
+            otlp_endpoint, on_failure=app.metrics.trace_export_failures.inc
+        )
     await app.start()
     print(f"speechpipe: listening on http://{host}:{app.server.port}/ (loading models)",
           file=sys.stderr, flush=True)
@@ -173,6 +187,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--webrtc-timeout", type=float, default=15.0,
                         help="seconds for a WebRTC peer's ICE + DTLS to complete")
     parser.add_argument("--no-webrtc", action="store_true", help="refuse WebRTC offers")
+    parser.add_argument("--otlp-endpoint", default=None, metavar="URL",
+                        help="send one OpenTelemetry trace per session to this OTLP/HTTP "
+                             "endpoint, e.g. http://127.0.0.1:4318/v1/traces (off by default; "
+                             "needs speechpipe[otel])")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="GROUP.FIELD=VALUE",
                         help="override a pipeline option for every session, e.g. "
@@ -206,9 +224,15 @@ def serve_options(
 
 def serve_main(args: argparse.Namespace) -> int:
     options, limits, load = serve_options(args)
+    otlp = getattr(args, "otlp_endpoint", None)
+    if otlp is not None:  # a bad URL or a missing extra fails now, with one line
+        from speechpipe.server.tracing import check_otlp_endpoint, require_otel
+
+        check_otlp_endpoint(otlp)
+        require_otel()
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run_server(args.host, args.port, options, limits=limits,
-                               webrtc=not args.no_webrtc, load=load))
+                               webrtc=not args.no_webrtc, load=load, otlp_endpoint=otlp))
     return 0
