@@ -1,5 +1,13 @@
 """Shared fixtures: the real pipeline (loaded once per test run), the live server on it, and
-the real-recording clip the server tests stream. Helpers and fakes: ``tests/helpers.py``."""
+the real-recording clip the server tests stream. Helpers and fakes: ``tests/helpers.py``.
+
+Test traffic stays on this machine: ``tests/netguard.py`` (imported below) makes any TCP/UDP
+connect or send from this process to an address outside 127.0.0.0/8, ::1 and 198.18.0.0/15
+fail the test that made it, including from servers the tests run in-process. Subprocesses the
+tests start (Chromium, CLIs, Ray workers) are not covered by this Python-level guard:
+``.ci/run`` runs the tests in a private network namespace (``scripts/netns-pytest``), which
+covers them.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +19,7 @@ import pytest
 import pytest_asyncio
 
 from tests.helpers import SPANISH_CLIP, manifest_clip, stream_websocket
+from tests.netguard import *  # noqa: F403  (socket guard: hooks, local_traffic_only, local_ice)
 
 
 @pytest.fixture(scope="session")

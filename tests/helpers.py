@@ -9,9 +9,11 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import os
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -310,3 +312,98 @@ async def assert_released(
                 f"left behind after {within} s: tasks {new_tasks()}, fds {new_fds()}"
             )
         await asyncio.sleep(0.02)
+
+
+# --------------------------------------------------------------------------- raw clients
+# Attacks a real websockets client would not make (ping floods that never read the pongs,
+# malformed or duplicate headers) need a plain socket.
+
+
+def rss_bytes(pid: int | str = "self") -> int:
+    """Resident set size of a process (this one by default), from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS in /proc status")
+
+
+def raw_upgrade(port: int, *, path: str = "/ws", extra: str = "") -> socket.socket:
+    """A TCP connection that has completed the WebSocket handshake (the 101 is read, nothing
+    after it)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall(
+        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+        f"{extra}\r\n".encode()
+    )
+    head = b""
+    while b"\r\n\r\n" not in head:
+        byte = sock.recv(1)  # byte by byte: nothing past the handshake is read
+        assert byte, f"closed during the handshake: {head!r}"
+        head += byte
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return sock
+
+
+def masked_frame(opcode: int, payload: bytes) -> bytes:
+    """One client frame (FIN set, masked, payload under 126 bytes)."""
+    assert len(payload) < 126
+    mask = os.urandom(4)
+    body = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    return bytes([0x80 | opcode, 0x80 | len(payload)]) + mask + body
+
+
+def ping_flood(port: int, total_bytes: int, seconds: float) -> tuple[int, float]:
+    """Connect, then write 125-byte pings without ever reading the pongs: until
+    ``total_bytes`` are written, ``seconds`` pass, or the server drops the connection.
+    Blocking (run it in a thread). Returns (bytes written, seconds until the server dropped
+    the connection, or the whole duration if it did not)."""
+    sock = raw_upgrade(port)
+    chunk = masked_frame(0x9, b"p" * 125) * 512  # 67 KB per write
+    sock.settimeout(0.5)
+    sent, t0 = 0, time.monotonic()
+    try:
+        while sent < total_bytes and time.monotonic() - t0 < seconds:
+            try:
+                sock.sendall(chunk)
+                sent += len(chunk)
+            except TimeoutError:  # the server stopped reading: keep trying until it drops us
+                continue
+            except OSError:  # reset or broken pipe: the server dropped the connection
+                break
+    finally:
+        elapsed = time.monotonic() - t0
+        sock.close()
+    return sent, elapsed
+
+
+def raw_http(port: int, request: bytes, within: float = 5.0) -> tuple[int, bytes]:
+    """Send raw request bytes; return the status code and the response (for a 101, its
+    head only: the connection is then closed without a word)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=within) as sock:
+        sock.sendall(request)
+        data = b""
+        while True:
+            try:
+                part = sock.recv(65536)
+            except ConnectionResetError:
+                break
+            if not part:
+                break
+            data += part
+            if data.startswith(b"HTTP/1.1 101") and b"\r\n\r\n" in data:
+                break
+    status = int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/1.1 ") else 0
+    return status, data
+
+
+def http_request(path: str, headers: list[tuple[str, str]]) -> bytes:
+    """A GET with exactly these headers (repeats and malformed values included); for
+    ``/ws`` the WebSocket upgrade headers are added."""
+    lines = [f"GET {path} HTTP/1.1", *(f"{k}: {v}" for k, v in headers)]
+    if path.startswith("/ws"):
+        key = base64.b64encode(os.urandom(16)).decode()
+        lines += ["Upgrade: websocket", "Connection: Upgrade", f"Sec-WebSocket-Key: {key}",
+                  "Sec-WebSocket-Version: 13"]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from speechpipe.errors import InputError
+from speechpipe.transport.hosts import WebOrigin, parse_host, parse_origin
 
 __all__ = [
     "AUDIENCE",
@@ -102,6 +103,7 @@ class TokenAuthority:
             )
         self._key = key
         self.leeway_s = leeway_s  # clock skew between the issuer and this server
+        _jwt()  # import PyJWT now, not on the event loop at the first session's token
 
     def __repr__(self) -> str:  # never show the secret
         return "TokenAuthority(secret=<hidden>)"
@@ -192,28 +194,33 @@ class OriginPolicy:
     Browsers always send ``Origin``; other clients usually send none, and are let through
     (they are not a browser page acting for a user; tokens still apply).
 
-    - ``allowed`` empty (the default): same origin only: the ``Origin``'s host must be the
-      ``Host`` the request was sent to (the demo page served by this server passes);
-    - ``allowed`` lists exact origins (``https://example.com``, scheme and port included);
-      ``*`` lets any origin in.
+    - ``allowed`` empty (the default): same origin only: the ``Origin`` must be
+      ``http://`` + the ``Host`` the request was sent to, scheme, host and port alike (the
+      demo page served by this server passes; behind a TLS proxy, list the public origin);
+    - ``allowed`` lists exact origins (``https://example.com``; scheme, host and port are
+      compared, a default port may be left out); ``*`` lets any origin in.
+
+    ``allows`` raises ``transport.hosts.HeaderError`` for a malformed ``Origin`` or ``Host``.
     """
 
     allowed: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        for origin in self.allowed:  # fail at start-up, not per request
+            if origin.strip() != "*":
+                parse_origin(origin)
+
     def allows(self, origin: str | None, host: str | None) -> bool:
         if origin is None:
             return True
-        origin = origin.strip().lower().rstrip("/")
-        if "*" in self.allowed:
+        parsed = parse_origin(origin)
+        if any(o.strip() == "*" for o in self.allowed):
             return True
         if self.allowed:
-            return origin in {o.strip().lower().rstrip("/") for o in self.allowed}
-        if not host:
+            return parsed is not None and parsed in {
+                parse_origin(o) for o in self.allowed
+            }
+        if parsed is None or not host:
             return False
-        parsed = urllib.parse.urlsplit(origin)
-        try:
-            origin_host = parsed.hostname
-            request_host = urllib.parse.urlsplit("//" + host.strip().lower()).hostname
-        except ValueError:
-            return False
-        return bool(origin_host) and origin_host == request_host
+        name, port = parse_host(host)
+        return parsed == WebOrigin("http", name, port if port is not None else 80)

@@ -1,7 +1,8 @@
 """The door of ``/ws``: origin, token and per-client session limits, in two steps.
 
 1. ``check_upgrade`` runs in the HTTP handshake (``process_request``) and refuses cheaply:
-   ``403`` for an origin not allowed, ``401`` for a bad token in the ``Authorization``
+   ``400`` for a malformed or repeated ``Origin``/``Host``, ``403`` for an origin not
+   allowed, ``401`` for a bad token in the ``Authorization``
    header or the query string, ``429`` when the client's address (or token) already holds
    its maximum of sessions. Nothing is counted here: a handshake may still fail after it.
 2. ``admit`` runs once the connection is open and counts it (strictly: concurrent handshakes
@@ -24,6 +25,7 @@ from websockets.http11 import Request, Response
 
 from speechpipe.transport.auth import AuthError, Identity, OriginPolicy, TokenVerifier
 from speechpipe.transport.auth import token_from_request as _token_from_request
+from speechpipe.transport.hosts import HeaderError, single_header
 from speechpipe.transport.protocol import CloseCode, ErrorCode, ProtocolError
 from speechpipe.transport.quotas import Quotas, SessionCounter, quota_error
 
@@ -75,9 +77,9 @@ class AccessGate:
         header (what the trusted proxy in front of us saw; clients can forge the others)."""
         name = self.quotas.client_ip_header
         if name:
-            value = headers.get(name)
-            if value:
-                return value.split(",")[-1].strip()[:64] or None
+            values = headers.get_all(name)  # repeated headers are one comma-separated list
+            if values:
+                return values[-1].split(",")[-1].strip()[:64] or None
         if isinstance(remote_address, tuple) and remote_address:
             return str(remote_address[0])
         return None
@@ -95,7 +97,14 @@ class AccessGate:
     # -- step 1: the HTTP handshake ---------------------------------------------------------
     def check_upgrade(self, remote_address: object, request: Request) -> Response | None:
         headers = request.headers
-        if not self.origins.allows(headers.get("Origin"), headers.get("Host")):
+        try:
+            origin_ok = self.origins.allows(
+                single_header(headers, "Origin"), single_header(headers, "Host")
+            )
+        except HeaderError as exc:
+            log.info("upgrade refused: %s", exc)
+            return _refuse(400, str(exc))
+        if not origin_ok:
             log.info("upgrade refused: origin not allowed")
             return _refuse(403, "origin not allowed")
         try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +84,7 @@ class CloseCode:
 
     NORMAL = 1000  # after ``stop``: every event and all audio were sent
     GOING_AWAY = 1001  # the server is shutting down
+    ABNORMAL = 1006  # never sent: the TCP connection dropped without a close frame
     POLICY = 1008  # audio far faster than real time
     TOO_BIG = 1009  # a message over MAX_MESSAGE_BYTES (sent by the websockets library)
     INTERNAL = 1011  # an unexpected server error ended the session
@@ -97,6 +99,7 @@ class CloseCode:
     IDLE_TIMEOUT = 4007  # no message from the client for the idle timeout
     RATE_LIMITED = 4008  # messages faster than the rate limit allows (after the burst)
     TOO_MANY_SESSIONS = 4009  # too many sessions for this token or address
+    TOO_SLOW = 4010  # audio fell far behind real time for a sustained period
 
 
 class ErrorCode:
@@ -121,6 +124,9 @@ class ErrorCode:
     INTERNAL = "internal"
     OVER_CAPACITY = "over_capacity"  # speechpipe.errors.AdmissionError
     NOT_READY = "not_ready"
+    NO_VOICE = "no_voice"  # speechpipe.errors.VoiceError; also a voice that is not a name
+    NOT_READING = "not_reading"  # counted only: the client cannot read an error any more
+    TOO_SLOW = "too_slow"
     # quotas (transport/quotas.py)
     SESSION_EXPIRED = "session_expired"
     IDLE_TIMEOUT = "idle_timeout"
@@ -248,6 +254,27 @@ def _rate(data: dict[str, Any], key: str, default: int, *, code: str, close: int
     return value
 
 
+_VOICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
+
+
+def _voice_name(data: dict[str, Any]) -> str | None:
+    """``start.voice``: the name of a voice the server offers (``GET /voices``), never a path.
+    Anything that is not a plain name is refused here, before the server looks at any file,
+    with one fixed message: the answer says nothing about the server's files."""
+    value = data.get("voice")
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise _bad_start("'voice' must be a string")
+    if not _VOICE_NAME.fullmatch(value) or value.lower().endswith((".onnx", ".json")):
+        raise ProtocolError(
+            ErrorCode.NO_VOICE,
+            "'voice' must be the name of a voice this server offers (see GET /voices)",
+            close_code=CloseCode.UNSUPPORTED_REQUEST,
+        )
+    return value
+
+
 def parse_start(data: dict[str, Any]) -> Start:
     """Validate a ``start`` message (already a dict). Unknown fields are ignored."""
     fmt = data.get("format", "pcm_s16le")
@@ -270,7 +297,7 @@ def parse_start(data: dict[str, Any]) -> Start:
         raise _bad_start(f"mode must be one of {', '.join(MODES)}")
     source = _opt_str(data, "source_lang", "auto") or "auto"
     target = _opt_str(data, "target_lang", "en") or "en"
-    voice = _opt_str(data, "voice", None)
+    voice = _voice_name(data)
     token = data.get("token")
     if token is not None and not isinstance(token, str):
         raise _bad_start("'token' must be a string")

@@ -9,9 +9,12 @@ What a live session may use, each limit tripping with a documented code (``docs/
 - idle time (``max_idle_s``, 60 s): no client message and no WebRTC audio for that long:
   ``idle_timeout``, close 4007;
 - messages per second (``messages_per_s`` 200, ``message_burst`` 500; a token bucket over
-  every client message): ``rate_limited``, close 4008;
+  every client frame, control frames included, counted in ``transport.frame_guard``):
+  ``rate_limited``, close 4008;
 - message size (``ServerLimits.max_message_bytes``, 128 KiB): close 1009 (WebSocket layer);
 - SDP size (``max_sdp_bytes``, 32 KiB): ``sdp_too_large`` (recoverable; no peer is made);
+- audio pace (``audio_window_s`` 20 s, ``min_audio_ratio`` 0.5): less than half of real time
+  over any 20 s of a session: ``too_slow``, close 4010 (``AudioPace``);
 - sessions per token (``max_sessions_per_token``, 4) and per client address
   (``max_sessions_per_ip``, 32): HTTP 429 at the upgrade, or ``too_many_sessions`` and
   close 4009 when many connect at once.
@@ -24,10 +27,12 @@ reads client messages through: it waits for the next message only until the next
 from __future__ import annotations
 
 import asyncio
+import collections
 import enum
+import math
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from speechpipe.transport.protocol import CloseCode, ErrorCode, ProtocolError
 
@@ -36,6 +41,7 @@ __all__ = [
     "TokenBucket",
     "SessionTimers",
     "Deadline",
+    "AudioPace",
     "SessionCounter",
     "QuotaGuard",
     "Expired",
@@ -54,10 +60,14 @@ class Quotas:
     max_idle_s: float | None = 60.0
     messages_per_s: float = 200.0  # 20 ms frames are 50/s; this leaves room for 5 ms frames
     message_burst: int = 500  # ~ max_lead_s of 20 ms frames arriving at once after a stall
+    control_frames_per_s: float = 10.0  # of those, ping/pong/close frames (frame_guard)
+    control_frame_burst: int = 20
     max_sdp_bytes: int = 32 * 1024  # browser offers are 2-8 KiB
     max_sessions_per_token: int | None = 4
     max_sessions_per_ip: int | None = 32
     client_ip_header: str | None = None  # e.g. X-Forwarded-For, only behind a trusted proxy
+    audio_window_s: float | None = 20.0  # the audio pace rule (AudioPace); None: off
+    min_audio_ratio: float = 0.5  # of real time, over every audio window
 
 
 def quota_error(code: str, message: str) -> ProtocolError:
@@ -67,6 +77,7 @@ def quota_error(code: str, message: str) -> ProtocolError:
         ErrorCode.RATE_LIMITED: CloseCode.RATE_LIMITED,
         ErrorCode.TOO_MANY_SESSIONS: CloseCode.TOO_MANY_SESSIONS,
         ErrorCode.SESSION_EXPIRED: CloseCode.SESSION_EXPIRED,
+        ErrorCode.TOO_SLOW: CloseCode.TOO_SLOW,
     }.get(code)
     return ProtocolError(code, message, close_code=close)
 
@@ -104,6 +115,52 @@ class Deadline(enum.Enum):
     IDLE = "idle"  # nothing from the client for max_idle_s
     EXPIRE = "expire"  # the session reached max_session_s: finish it
     GRACE_OVER = "grace_over"  # it has not finished within expire_grace_s: close it
+    TOO_SLOW = "too_slow"  # audio fell behind the wall clock (AudioPace)
+
+
+@dataclass
+class AudioPace:
+    """Audio must keep up with the wall clock: in every window of ``window_s`` seconds (once
+    the session is that old), at least ``min_ratio * window_s`` seconds of audio arrive.
+
+    Silence counts: a muted client sends silence. The window forgives a slow start (a
+    microphone prompt, WebRTC's ICE) and a network stall of up to ``(1 - min_ratio) *
+    window_s``; a client that holds a session with a tiny frame now and then trips it one
+    window after its audio stopped keeping up. Arrivals are kept in ``resolution_s`` steps
+    (counted at the start of their step, which can only trip earlier, by at most that)."""
+
+    window_s: float
+    min_ratio: float
+    start: float
+    resolution_s: float = 0.25
+    total: float = 0.0
+    _marks: collections.deque[tuple[float, float]] = field(
+        default_factory=collections.deque
+    )  # (time, total audio seconds by then), oldest first
+
+    def add(self, seconds: float, now: float) -> None:
+        self.total += seconds
+        if self._marks and now - self._marks[-1][0] < self.resolution_s:
+            self._marks[-1] = (self._marks[-1][0], self.total)
+        else:
+            self._marks.append((now, self.total))
+        while len(self._marks) > 1 and self._marks[1][0] <= now - self.window_s:
+            self._marks.popleft()  # the newest mark before the window is all that is needed
+
+    def deadline(self) -> float:
+        """When the rule trips if no more audio arrives: the first ``t`` (from one window in)
+        at which the audio received in ``(t - window_s, t]`` is below the minimum."""
+        first = self.start + self.window_s
+        need = self.total - self.min_ratio * self.window_s  # audio by t - window_s must be <=
+        if need < 0:
+            return first
+        for at, total in self._marks:
+            if total > need:
+                return max(first, at + self.window_s)
+        return math.inf  # min_ratio 0: never
+
+    def behind(self, now: float) -> bool:
+        return now >= self.deadline()
 
 
 @dataclass
@@ -114,12 +171,16 @@ class SessionTimers:
     last_active: float
     session_start: float | None = None  # set when ``started`` is sent
     expired_at: float | None = None
+    pace: AudioPace | None = None  # set with session_start, unless the rule is off
 
     def touch(self, now: float) -> None:
         self.last_active = now
 
     def begin(self, now: float) -> None:
         self.session_start = self.last_active = now
+        q = self.quotas
+        if q.audio_window_s is not None and q.min_audio_ratio > 0:
+            self.pace = AudioPace(q.audio_window_s, q.min_audio_ratio, start=now)
 
     def next_deadline(self, *, stopping: bool) -> tuple[float, Deadline] | None:
         """The earliest pending deadline. Before ``start`` (the start timeout rules) there is
@@ -130,6 +191,8 @@ class SessionTimers:
         pending: list[tuple[float, Deadline]] = []
         if q.max_idle_s is not None and not stopping:
             pending.append((self.last_active + q.max_idle_s, Deadline.IDLE))
+        if self.pace is not None and not stopping:
+            pending.append((self.pace.deadline(), Deadline.TOO_SLOW))
         if self.expired_at is not None:
             pending.append((self.expired_at + q.expire_grace_s, Deadline.GRACE_OVER))
         elif q.max_session_s is not None:
@@ -187,9 +250,18 @@ class QuotaGuard:
     when the session length is reached, so the caller can finish the session gracefully.
     """
 
-    def __init__(self, quotas: Quotas, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        quotas: Quotas,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        count_messages: bool = True,
+    ) -> None:
+        """``count_messages=False`` when the rate is enforced below, per frame
+        (``transport.frame_guard``), so messages are not counted twice."""
         self.quotas = quotas
         self.clock = clock
+        self.count_messages = count_messages
         self.bucket = TokenBucket(quotas.messages_per_s, quotas.message_burst)
         self.timers = SessionTimers(quotas, last_active=clock())
         self.messages = 0
@@ -200,6 +272,11 @@ class QuotaGuard:
 
     def begin_session(self) -> None:
         self.timers.begin(self.clock())
+
+    def audio(self, seconds: float) -> None:
+        """``seconds`` of audio arrived (over the WebSocket or WebRTC): the pace rule's input."""
+        if self.timers.pace is not None:
+            self.timers.pace.add(seconds, self.clock())
 
     async def recv(
         self,
@@ -231,6 +308,13 @@ class QuotaGuard:
                 raise quota_error(
                     ErrorCode.SESSION_EXPIRED, "the session did not finish in time after expiring"
                 )
+            if due is Deadline.TOO_SLOW:
+                q = self.quotas
+                raise quota_error(
+                    ErrorCode.TOO_SLOW,
+                    f"less than {q.min_audio_ratio:g} s of audio per second arrived over "
+                    f"{q.audio_window_s:g} s: send audio (silence while muted) at real time",
+                )
             nxt = self.timers.next_deadline(stopping=stopping)
             if nxt is None:
                 message = await recv()
@@ -242,7 +326,7 @@ class QuotaGuard:
                     continue
             now = self.clock()
             self.messages += 1
-            if not self.bucket.take(now):
+            if self.count_messages and not self.bucket.take(now):
                 raise quota_error(
                     ErrorCode.RATE_LIMITED,
                     f"more than {self.quotas.messages_per_s:g} messages per second "

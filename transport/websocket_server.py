@@ -1,8 +1,8 @@
 """The live server: one port for the demo page, ``/ws`` sessions, metrics and health checks.
 
 Built on websockets' asyncio server. Plain HTTP GETs are answered in ``process_request``
-(``/``, static files, ``/metrics``, ``/healthz``, ``/readyz``); ``/ws`` upgrades to a session
-speaking the protocol in ``transport.protocol`` (reference: ``docs/protocol.md``).
+(``/``, static files, ``/metrics``, ``/healthz``, ``/readyz``, ``/voices``); ``/ws`` upgrades
+to a session speaking the protocol in ``transport.protocol`` (reference: ``docs/protocol.md``).
 
 Per connection, once ``start`` is accepted, three tasks run in one ``asyncio.TaskGroup``:
 
@@ -10,7 +10,8 @@ Per connection, once ``start`` is accepted, three tasks run in one ``asyncio.Tas
   ``flush``/``stop`` and WebRTC signalling; enforces the real-time guard;
 - *pump*: session events -> encoded messages on the bounded outgoing channel;
 - *sender*: the only task that writes to the socket, so an ``audio`` header and its binary
-  PCM are never split by another message.
+  PCM are never split by another message (only a fatal ``rate_limited`` from
+  ``transport.frame_guard``, the last message, can come between).
 
 Whichever task ends the connection raises; the group cancels the rest, the session's own
 ``async with`` cancels its stages, and the close code is sent. A client's garbage ends at
@@ -23,6 +24,7 @@ import asyncio
 import contextlib
 import http
 import importlib.resources
+import json
 import logging
 import secrets
 import time
@@ -38,9 +40,23 @@ from websockets.http11 import Request, Response
 
 from speechpipe.errors import AdmissionError, SpeechpipeError
 from speechpipe.stages.channels import Channel, ChannelClosed
-from speechpipe.stages.frames import OutputEvent, SpeechChunk, StatusEvent
+from speechpipe.stages.frames import STREAM_RATE, AudioFrame, OutputEvent, SpeechChunk, StatusEvent
 from speechpipe.transport.auth import OriginPolicy, StaticToken, TokenVerifier
+from speechpipe.transport.frame_guard import (
+    DEFAULT_MAX_UNREAD_BYTES,
+    FrameLimits,
+    GuardedConnection,
+    Violation,
+    guarded_connection_class,
+)
 from speechpipe.transport.gate import AccessGate, Admission
+from speechpipe.transport.hosts import (
+    HeaderError,
+    HostPolicy,
+    is_ip_literal,
+    parse_host,
+    single_header,
+)
 from speechpipe.transport.privacy import ContentFreeLogger, describe_content, guard_library_logs
 from speechpipe.transport.protocol import (
     MAX_MESSAGE_BYTES,
@@ -74,6 +90,7 @@ __all__ = ["ServerLimits", "ServerObserver", "SpeechServer", "serve"]
 
 log = logging.getLogger("speechpipe.server")
 
+_HANDLER_EXIT_S = 1.0  # after the shutdown grace: how long aborted handlers get to return
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 STATIC_TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -92,10 +109,13 @@ class ServerLimits:
     token: str | None = None  # when set, ``start`` must carry it
     auth: TokenVerifier | None = None  # signed session tokens (transport.auth); wins over token
     allowed_origins: tuple[str, ...] = ()  # WebSocket Origin allowlist; () = same origin only
+    allowed_hosts: tuple[str, ...] = ()  # Host names served besides IPs and localhost (hosts.py)
     quotas: Quotas = field(default_factory=Quotas)  # transport.quotas
     ping_interval_s: float | None = 20.0  # keepalive: a client that stops reading is dropped
     ping_timeout_s: float | None = 20.0
     close_timeout_s: float = 10.0  # wait this long for a closing handshake, then drop the TCP
+    shutdown_grace_s: float = 5.0  # ``stop``: then drop what is still open (under 10 s SIGKILL)
+    max_unread_bytes: int = DEFAULT_MAX_UNREAD_BYTES  # a client that reads less is dropped
     log_content: bool = False  # debug only: log captions/translations (never audio or tokens)
 
 
@@ -110,8 +130,9 @@ class ServerObserver(Protocol):
 
     def error(self, code: str) -> None: ...
 
-    def upgrade_refused(self, status: int) -> None:
-        """The HTTP upgrade of ``/ws`` was refused with ``status`` (401/403/429/503)."""
+    def upgrade_refused(self, status: int, reason: str | None = None) -> None:
+        """The HTTP upgrade of ``/ws`` was refused with ``status`` (400/401/403/429/503);
+        ``reason`` when the status alone does not say it (403 ``host_not_served``)."""
 
     def connection_closed(self, code: int | None, reason: str, *, session: bool) -> None:
         """A WebSocket connection ended. ``code``: the close code the server sent (``None``
@@ -143,7 +164,7 @@ class _NullObserver:
     def error(self, code: str) -> None:
         pass
 
-    def upgrade_refused(self, status: int) -> None:
+    def upgrade_refused(self, status: int, reason: str | None = None) -> None:
         pass
 
     def connection_closed(self, code: int | None, reason: str, *, session: bool) -> None:
@@ -195,8 +216,10 @@ class SpeechServer:
         limits: ServerLimits | None = None,
         webrtc: bool = True,
         capacity: CapacityGate | None = None,
+        voices: Callable[[], list[dict[str, Any]]] = list,
     ) -> None:
         self.factory = factory
+        self.voices = voices  # what ``GET /voices`` lists: the names ``start.voice`` may use
         self.capacity = capacity  # admission control: queue or refuse when full
         self.host = host
         self.requested_port = port
@@ -216,6 +239,8 @@ class SpeechServer:
             origins=OriginPolicy(self.limits.allowed_origins),
             quotas=self.limits.quotas,
         )
+        bound = () if host in ("", "0.0.0.0", "::") or is_ip_literal(host) else (host,)
+        self.hosts = HostPolicy(self.limits.allowed_hosts + bound)
         guard_library_logs(self.limits.log_content)
 
     @property
@@ -241,15 +266,43 @@ class SpeechServer:
             ping_timeout=self.limits.ping_timeout_s,
             close_timeout=self.limits.close_timeout_s,
             logger=ContentFreeLogger(logging.getLogger("websockets.server")),
+            create_connection=guarded_connection_class(FrameLimits(
+                frames_per_s=self.limits.quotas.messages_per_s,
+                frame_burst=self.limits.quotas.message_burst,
+                control_per_s=self.limits.quotas.control_frames_per_s,
+                control_burst=self.limits.quotas.control_frame_burst,
+                max_unread_bytes=self.limits.max_unread_bytes,
+                linger_s=self.limits.close_timeout_s,
+            )),
         )
         log.info("listening on %s:%d", self.host, self.port)
         return self
 
     async def stop(self) -> None:
-        """Stop accepting; close every connection with 1001 and wait for their sessions."""
-        if self._server is not None:
-            self._server.close(close_connections=True)
-            await self._server.wait_closed()
+        """Stop accepting; close every connection with 1001 and wait for their sessions, for
+        at most ``limits.shutdown_grace_s``: then connections still open (clients that do not
+        answer the close) are dropped, and session handlers still running are cancelled."""
+        if self._server is None:
+            return
+        server = self._server
+        server.close(close_connections=True)
+        try:
+            async with asyncio.timeout(self.limits.shutdown_grace_s):
+                await server.wait_closed()
+            return
+        except TimeoutError:
+            pass
+        log.warning("shutdown grace over: dropping %d connections", len(server.all_connections))
+        for connection in server.all_connections:
+            connection.transport.abort()
+        try:  # aborted connections end their handlers at once; give them a moment
+            async with asyncio.timeout(_HANDLER_EXIT_S):
+                await server.wait_closed()
+        except TimeoutError:
+            log.warning("shutdown: cancelling %d session handlers", len(server.handler_tasks))
+            for task in server.handler_tasks:
+                task.cancel()
+            await server.wait_closed()
 
     async def serve_forever(self) -> None:
         assert self._server is not None
@@ -264,6 +317,12 @@ class SpeechServer:
     # -- plain HTTP --------------------------------------------------------------------------
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         path = request.path.split("?", 1)[0]
+        refused = self._check_host(request, health=path in ("/healthz", "/readyz"))
+        if refused is not None:
+            if path == "/ws":
+                reason = "host_not_served" if refused.status_code == 403 else "bad_header"
+                self.observer.upgrade_refused(refused.status_code, reason)
+            return refused
         if path == "/ws":
             if not self.is_ready():
                 self.observer.upgrade_refused(503)
@@ -280,10 +339,31 @@ class SpeechServer:
             return _response(503, "text/plain; charset=utf-8", b"loading\n")
         if path == "/metrics":
             return _response(200, METRICS_CONTENT_TYPE, self.metrics_text())
+        if path == "/voices":
+            body = json.dumps({"voices": self.voices()}, separators=(",", ":")).encode()
+            return _response(200, "application/json", body)
         static = self._static.get(path)
         if static is not None:
             return _response(200, static[0], static[1])
         return _response(404, "text/plain; charset=utf-8", b"not found\n")
+
+    def _check_host(self, request: Request, *, health: bool) -> Response | None:
+        """400 for a missing, repeated or malformed ``Host``; 403 for a name this server does
+        not serve (DNS rebinding: ``transport.hosts``). Health checks answer any name."""
+        try:
+            value = single_header(request.headers, "Host")
+            if value is None:
+                raise HeaderError("no Host header")
+            name, _ = parse_host(value)
+        except HeaderError as exc:
+            return _response(400, "text/plain; charset=utf-8", f"{exc}\n".encode())
+        if health or self.hosts.allows(name):
+            return None
+        log.info("request refused: host not served")
+        return _response(
+            403, "text/plain; charset=utf-8",
+            b"host not served (the operator can add it with --allow-host)\n",
+        )
 
     # -- sessions ----------------------------------------------------------------------------
     async def _handle(self, ws: ServerConnection) -> None:
@@ -332,7 +412,7 @@ class _Connection:
         self.tasks: list[asyncio.Task[Any]] = []
         self.resampler = InputResampler(16_000)
         self.stopping = False
-        self.quota = QuotaGuard(self.limits.quotas)
+        self.quota = QuotaGuard(self.limits.quotas, count_messages=False)  # frames: below
         self.admission: Admission | None = None
         self.session_started = False
 
@@ -356,6 +436,9 @@ class _Connection:
             )
         finally:
             self.server.gate.release(self.admission)
+            violation = self._violation()
+            if violation is not None:
+                self.observer.error(violation.code)
             if self.session_open:
                 self.session_open = False
                 self.observer.session_closed(time.monotonic() - opened, self._close_cause(close)[0])
@@ -363,15 +446,20 @@ class _Connection:
             await self._close(close)
         code, reason = self._close_cause(close)
         self.observer.connection_closed(code, reason, session=self.session_started)
-        log.info(
-            "session %s closed: code=%s", self.id, close.code if close else self.ws.close_code
-        )
+        log.info("session %s closed: code=%s reason=%s", self.id, code, reason)
+
+    def _violation(self) -> Violation | None:
+        """Why the connection layer ended this connection (flood, not reading), if it did."""
+        return self.ws.violation if isinstance(self.ws, GuardedConnection) else None
 
     def _close_cause(self, close: _Close | None) -> tuple[int | None, str]:
         """(the close code the server sent or ``None`` if the client closed or vanished
         first, a short reason) for the metrics; the server's own codes only."""
         if close is not None:
             return close.code, close.reason or "closed"
+        violation = self._violation()  # a flood (4008), or a client that did not read (1006)
+        if violation is not None:
+            return violation.close_code, violation.code
         protocol = self.ws.protocol
         sent = protocol.close_sent
         if sent is not None and not protocol.close_rcvd_then_sent:
@@ -457,6 +545,12 @@ class _Connection:
         await stack.enter_async_context(self.server.capacity.slot(client, notify))
 
     async def _run_session(self, start: Start) -> _Close | None:
+        try:
+            return await self._session(start)
+        except ExceptionGroup as group:  # e.g. the client left while the session was set up:
+            return self._outcome(group)  # ConnectionClosed through the session's TaskGroup
+
+    async def _session(self, start: Start) -> _Close | None:
         async with contextlib.AsyncExitStack() as stack:
             try:
                 await self._hold_capacity(stack, start)
@@ -546,6 +640,7 @@ class _Connection:
                         ),
                         CloseCode.POLICY,
                     )
+                self.quota.audio(len(samples) / start.sample_rate)
                 for frame in self.resampler.feed(samples):
                     await session.push(frame)
                 continue
@@ -651,8 +746,13 @@ class _Connection:
         for frame in self.resampler.finish():
             await session.push(frame)
         self.resampler = InputResampler(rate, start_pts=self.resampler.pts)
+
+        async def push(frame: AudioFrame) -> None:  # WebRTC audio keeps the pace too
+            self.quota.audio(len(frame.samples) / STREAM_RATE)
+            await session.push(frame)
+
         peer = WebRtcPeer(
-            push=session.push,
+            push=push,
             start_pts=self.resampler.pts,
             connect_timeout_s=self.limits.webrtc_connect_timeout_s,
             label=self.id,

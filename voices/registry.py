@@ -106,9 +106,10 @@ def resolve_voice(
 ) -> VoiceInfo:
     """Pick the voice to speak ``target_lang``: ``name`` exactly if given, else the best match.
 
-    ``name`` may also be a path to a ``.onnx`` file with its ``.onnx.json`` beside it. Without
-    a name, an exact locale match (``en_US``) beats a language match (``en``), and the built-in
-    voice is preferred among equals, so adding voices never silently changes the English one.
+    ``name`` is only ever compared with the names of the voices found (never opened as a
+    path: a live client picks among the server's voices). Without a name, an exact locale
+    match (``en_US``) beats a language match (``en``), and the built-in voice is preferred
+    among equals, so adding voices never silently changes the English one.
     """
     want_lang = _lang_of(target_lang)
     if not want_lang:
@@ -143,9 +144,6 @@ def _by_name(name: str, voices: list[VoiceInfo], broken: dict[str, str]) -> Voic
             return voice
     if name in broken:
         raise VoiceError(broken[name])
-    if name.endswith(".onnx") and Path(name).expanduser().exists():
-        path = Path(name).expanduser()
-        return load_voice_info(path.with_name(path.name + ".json"))
     available = ", ".join(v.name for v in voices) or "none"
     raise VoiceError(f"no Piper voice named {name!r}; available: {available}")
 

@@ -9,7 +9,8 @@ A session over capacity either **waits** in a first-come-first-served line, rece
 ``status`` events (``queued`` with its position and an estimated wait, then ``admitted``),
 or is **refused** (``over_capacity`` error, close 1013, ``retry_after_s``) when the line is
 full, the estimated wait exceeds ``max_wait_s``, or its client already holds
-``per_client`` sessions (active or waiting; client = the ``start``'s client id, else the IP).
+``per_client`` sessions (active or waiting; client = the ``start``'s client id, else the IP;
+by default half the capacity, loopback clients exempt: ``AdmissionCore.client_limit``).
 
 ``AdmissionCore`` is pure (time is a parameter); ``AdmissionGate`` is the thin async shell the
 server calls (``transport.websocket_server.CapacityGate``): it holds a slot for the life of a
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import itertools
 import math
 import time
@@ -38,12 +40,20 @@ from speechpipe.stages.frames import StatusEvent
 __all__ = ["AdmissionOptions", "AdmissionCore", "AdmissionGate", "Decision"]
 
 
+def _is_loopback(client: str) -> bool:
+    try:
+        return ipaddress.ip_address(client).is_loopback
+    except ValueError:
+        return False
+
+
 @dataclass(frozen=True, slots=True)
 class AdmissionOptions:
     capacity: int | None = None  # None: calibrate at start-up
     max_queue: int = 16  # sessions waiting in line
     max_wait_s: float = 60.0  # refuse when the estimated wait is longer
-    per_client: int = 0  # sessions (active + waiting) per client; 0: no limit
+    per_client: int | None = None  # sessions (active + waiting) per client; 0: no limit;
+    # None: half the capacity (rounded up) for clients other than loopback (``client_limit``)
     expected_session_s: float = 120.0  # prior for the wait estimate
     min_retry_s: float = 5.0  # smallest retry hint given
     status_interval_s: float = 2.0  # a waiting client hears at least this often
@@ -89,10 +99,11 @@ class AdmissionCore:
     def request(self, ticket: int, client: str, now: float) -> Decision:
         """A new session asks for a slot."""
         opts = self.options
-        if opts.per_client and self._held_by(client) >= opts.per_client:
+        limit = self.client_limit(client)
+        if limit is not None and self._held_by(client) >= limit:
             self.refused += 1
             return Decision("refused", wait_s=self._retry(self._client_wait(client, now)),
-                            reason=f"this client already has {opts.per_client} sessions")
+                            reason=f"this client already has {limit} sessions")
         if not self.waiting and len(self.active) < self.capacity:
             self.active[ticket] = _Ticket(client, now)
             self.admitted_total += 1
@@ -108,6 +119,19 @@ class AdmissionCore:
                             reason=f"the estimated wait ({wait:.0f} s) is too long")
         self.waiting[ticket] = _Ticket(client, now)
         return Decision("queued", position=position, wait_s=wait)
+
+    def client_limit(self, client: str) -> int | None:
+        """Sessions (active + waiting) ``client`` may hold; ``None``: no limit.
+
+        By default half the capacity, rounded up, so one address cannot hold every slot;
+        clients on a loopback address are not limited by default: they are this machine
+        (a benchmark, or a reverse proxy that does not pass the client's address: see
+        ``--client-ip-header``). An explicit ``per_client`` applies to every client."""
+        if self.options.per_client is not None:
+            return self.options.per_client or None
+        if _is_loopback(client):
+            return None
+        return max(1, math.ceil(self.capacity / 2))
 
     def status(self, ticket: int, now: float) -> Decision:
         if ticket in self.active:

@@ -33,6 +33,7 @@ from speechpipe.stages.frames import StatusEvent
 
 if TYPE_CHECKING:
     from speechpipe.config import PipelineOptions
+    from speechpipe.models.batching import BatchObserver
     from speechpipe.server.metrics import LoadMetrics
     from speechpipe.session import Pipeline
 
@@ -152,11 +153,14 @@ class LoadControl:
         self._turnarounds: deque[tuple[float, float]] = deque(maxlen=512)  # (when, seconds)
         self._task: asyncio.Task[None] | None = None
         self._refused_seen = 0
+        self._previous_observer: BatchObserver | None = None
 
     # -- life -------------------------------------------------------------------------------
     async def start(self, pipeline: Pipeline) -> None:
         """Fix the capacity (calibrating if not configured), then start sampling."""
         self.pipeline = pipeline
+        # The pipeline may be shared (tests, embedders): restore whoever observed it before.
+        self._previous_observer = pipeline.whisper.observer
         pipeline.whisper.observer = self
         if self.options.admission.capacity is None:
             self.estimate = await asyncio.to_thread(calibrate_capacity, pipeline)
@@ -185,7 +189,7 @@ class LoadControl:
         if self.pipeline is not None:  # the pipeline may outlive this server (tests, embedders)
             self.pipeline.degrade.level = 0
             if self.pipeline.whisper.observer is self:
-                self.pipeline.whisper.observer = None
+                self.pipeline.whisper.observer = self._previous_observer
 
     # -- BatchObserver (the ASR worker's thread) --------------------------------------------
     def batch_done(self, requests: int, waits: list[float], seconds: float) -> None:
@@ -290,9 +294,10 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-queue-wait", type=float, default=defaults.max_wait_s,
                        help="refuse (1013) when the estimated wait is longer, in seconds "
                             "(default %(default)s)")
-    group.add_argument("--per-client-sessions", type=int, default=0,
-                       help="capacity slots (active + waiting) per client id or address; "
-                            "0 = no limit (default)")
+    group.add_argument("--per-client-sessions", type=int, default=None,
+                       help="capacity slots (active + waiting) per client address; 0 = no "
+                            "limit (default: half the capacity, rounded up, for addresses "
+                            "other than loopback)")
     group.add_argument("--no-batching", action="store_true",
                        help="one ASR request per model call (the baseline for bench load)")
     group.add_argument("--batch-window-ms", type=float, default=None,
@@ -329,7 +334,7 @@ def load_options_from_args(
         capacity=getattr(args, "capacity", None),
         max_queue=getattr(args, "max_queue", defaults.max_queue),
         max_wait_s=getattr(args, "max_queue_wait", defaults.max_wait_s),
-        per_client=getattr(args, "per_client_sessions", 0) or 0,
+        per_client=getattr(args, "per_client_sessions", None),
     )
     load = LoadOptions(admission=admission,
                        degrade_enabled=not getattr(args, "no_degrade", False))

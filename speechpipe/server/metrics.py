@@ -39,8 +39,8 @@ OFFSET_BUCKETS = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0, 
 WAIT_BUCKETS = (0.01, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 
 # Refusals at the HTTP upgrade of ``/ws``, by status (the transport's ``upgrade_refused``).
-UPGRADE_REFUSALS = {401: "unauthorized", 403: "origin_not_allowed", 429: "too_many_sessions",
-                    503: "not_ready"}
+UPGRADE_REFUSALS = {400: "bad_header", 401: "unauthorized", 403: "origin_not_allowed",
+                    429: "too_many_sessions", 503: "not_ready"}
 # Close codes the server sends (``docs/protocol.md``); anything else is labelled ``other``.
 SERVER_CLOSE_CODES = frozenset(
     {1000, 1001, 1008, 1009, 1011, 1013, *range(4000, 4100)}
@@ -148,8 +148,8 @@ class ServerMetrics:
     def error(self, code: str) -> None:
         self.errors.labels(code).inc()
 
-    def upgrade_refused(self, status: int) -> None:
-        self.refusals.labels(str(status), UPGRADE_REFUSALS.get(status, "other")).inc()
+    def upgrade_refused(self, status: int, reason: str | None = None) -> None:
+        self.refusals.labels(str(status), reason or UPGRADE_REFUSALS.get(status, "other")).inc()
 
     def connection_closed(self, code: int | None, reason: str, *, session: bool) -> None:
         """``code``: the close code the server sent, ``None`` when the client closed or

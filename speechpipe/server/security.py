@@ -37,6 +37,13 @@ def _positive_or_off(text: str) -> float | None:
     return None if value <= 0 else value
 
 
+def _ratio(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:  # nan included
+        raise argparse.ArgumentTypeError(f"not a ratio in [0, 1]: {text!r}")
+    return value
+
+
 def add_security_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags for ``serve``: auth, origins, quotas, keepalive and the content-logging switch."""
     from speechpipe.transport.quotas import Quotas
@@ -52,14 +59,28 @@ def add_security_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                        help="a web origin allowed to open WebSocket sessions, e.g. "
                             "https://example.com (repeatable; '*' = any; default: same origin)")
+    group.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                       help="a host name this server answers to besides IP addresses and "
+                            "localhost, e.g. translate.example.com (repeatable; '*' = any). "
+                            "Guards against DNS rebinding; needed behind a proxy that "
+                            "forwards Host, and for scraping /metrics by name")
     group.add_argument("--max-session-s", type=_positive_or_off, default=q.max_session_s,
                        help="maximum session length in seconds (0 = no limit)")
     group.add_argument("--max-idle-s", type=_positive_or_off, default=q.max_idle_s,
                        help="close a session after this many seconds without input (0 = off)")
     group.add_argument("--rate", type=float, default=q.messages_per_s,
-                       help="client messages per second allowed (token bucket rate)")
+                       help="client frames per second allowed, pings included (token bucket "
+                            "rate)")
     group.add_argument("--burst", type=int, default=q.message_burst,
-                       help="client messages allowed in a burst (token bucket size)")
+                       help="client frames allowed in a burst (token bucket size)")
+    group.add_argument("--audio-window-s", type=_positive_or_off, default=q.audio_window_s,
+                       metavar="S",
+                       help="audio pace rule: close a session (4010) whose audio over any S "
+                            "seconds is under --min-audio-ratio of real time (0 = off; "
+                            "default %(default)s)")
+    group.add_argument("--min-audio-ratio", type=_ratio, default=q.min_audio_ratio,
+                       metavar="R", help="seconds of audio per second that must arrive over "
+                                         "every audio window (default %(default)s)")
     group.add_argument("--max-sdp-bytes", type=int, default=q.max_sdp_bytes,
                        help="largest WebRTC offer accepted")
     group.add_argument("--max-sessions-per-token", type=int, default=q.max_sessions_per_token,
@@ -105,15 +126,33 @@ def security_limits(args: argparse.Namespace, limits):  # type: ignore[no-untype
         max_sessions_per_token=args.max_sessions_per_token or None,
         max_sessions_per_ip=args.max_sessions_per_ip or None,
         client_ip_header=args.client_ip_header,
+        audio_window_s=getattr(args, "audio_window_s", Quotas().audio_window_s),
+        min_audio_ratio=getattr(args, "min_audio_ratio", Quotas().min_audio_ratio),
     )
     host = getattr(args, "host", "127.0.0.1")
     if auth is None and limits.token is None and not _is_loopback(host):
         print(f"speechpipe: warning: serving on {host} without --auth-secret: anyone who can "
               "reach this port can open sessions", file=sys.stderr)
+    from speechpipe.transport.hosts import HeaderError, parse_host, parse_origin
+
+    for origin in args.allow_origin:
+        try:
+            if origin.strip() != "*":
+                parse_origin(origin)
+        except HeaderError:
+            raise InputError(f"--allow-origin {origin!r}: not an origin such as "
+                             "https://example.com") from None
+    for name in getattr(args, "allow_host", ()):
+        try:
+            if name.strip() != "*":
+                parse_host(name)
+        except HeaderError:
+            raise InputError(f"--allow-host {name!r}: not a host name") from None
     return dataclasses.replace(
         limits,
         auth=auth,
         allowed_origins=tuple(args.allow_origin),
+        allowed_hosts=tuple(getattr(args, "allow_host", ())),
         quotas=quotas,
         ping_interval_s=args.ping_interval,
         ping_timeout_s=args.ping_timeout,

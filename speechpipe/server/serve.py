@@ -39,6 +39,8 @@ __all__ = ["run_server", "add_serve_arguments", "serve_main", "serve_options", "
 
 log = logging.getLogger("speechpipe.serve")
 
+VOICES_TTL_S = 10.0  # GET /voices: how long one scan of the voices folders is reused
+
 
 class ServerApp:
     """The pipeline, the metrics and the server, wired; ``start`` returns once listening."""
@@ -60,6 +62,7 @@ class ServerApp:
         self.tracing = tracing  # OpenTelemetry session traces (server.tracing); None: off
         self.pipeline: Pipeline | None = pipeline
         self._ready = False
+        self._voices: tuple[float, list[dict[str, object]]] | None = None  # (scanned at, list)
         # admission control + degrade ladder (speechpipe.server.load_control); None: neither
         self.load_control = None if load is None else LoadControl(load, self.metrics.load)
         self.server = SpeechServer(
@@ -72,11 +75,30 @@ class ServerApp:
             limits=limits,
             webrtc=webrtc,
             capacity=None if self.load_control is None else self.load_control.gate,
+            voices=self.voices,
         )
 
     @property
     def ready(self) -> bool:
         return self._ready
+
+    def voices(self) -> list[dict[str, object]]:
+        """The voices clients may choose with ``start.voice`` (``GET /voices``): names and
+        languages only, never where the files are. The folders are scanned at most every
+        ``VOICES_TTL_S``, so requests cannot make the server read files (or log a broken
+        voice) at their own rate; voices added meanwhile appear within that time."""
+        from speechpipe.voices.registry import list_voices
+
+        now = time.monotonic()
+        if self._voices is None or now - self._voices[0] >= VOICES_TTL_S:
+            options = self.pipeline.options if self.pipeline is not None else self.options
+            dirs = options.voice_dirs if options is not None else ()
+            self._voices = (now, [
+                {"name": v.name, "language": v.lang, "locale": v.locale,
+                 "sample_rate": v.sample_rate}
+                for v in list_voices(dirs)
+            ])
+        return self._voices[1]
 
     def session(self, request: SessionRequest) -> AbstractAsyncContextManager[LiveSession]:
         if self.pipeline is None or not self._ready:
@@ -173,6 +195,13 @@ async def run_server(
                 loop.remove_signal_handler(sig)
 
 
+def _grace(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < 3600:  # nan and inf included
+        raise argparse.ArgumentTypeError(f"not a number of seconds in [0, 3600): {text!r}")
+    return value
+
+
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any)")
@@ -187,6 +216,11 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--webrtc-timeout", type=float, default=15.0,
                         help="seconds for a WebRTC peer's ICE + DTLS to complete")
     parser.add_argument("--no-webrtc", action="store_true", help="refuse WebRTC offers")
+    parser.add_argument("--shutdown-grace", type=_grace, default=ServerLimits().shutdown_grace_s,
+                        metavar="S",
+                        help="on SIGTERM/SIGINT: seconds sessions get to close before their "
+                             "connections are dropped (default %(default)s; keep it under "
+                             "the 10 s container runtimes wait before SIGKILL)")
     parser.add_argument("--otlp-endpoint", default=None, metavar="URL",
                         help="send one OpenTelemetry trace per session to this OTLP/HTTP "
                              "endpoint, e.g. http://127.0.0.1:4318/v1/traces (off by default; "
@@ -217,6 +251,7 @@ def serve_options(
         token=args.token,
         start_timeout_s=args.start_timeout,
         webrtc_connect_timeout_s=args.webrtc_timeout,
+        shutdown_grace_s=getattr(args, "shutdown_grace", ServerLimits().shutdown_grace_s),
     ))
     options, load = load_options_from_args(args, options)
     return options, limits, load

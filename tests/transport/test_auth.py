@@ -130,7 +130,14 @@ def test_origin_policy() -> None:
     same = OriginPolicy()
     assert same.allows(None, "127.0.0.1:8765")  # not a browser
     assert same.allows("http://127.0.0.1:8765", "127.0.0.1:8765")
-    assert same.allows("https://translate.example", "translate.example")  # behind a proxy
+    assert same.allows("http://translate.example", "translate.example:80")  # default port
+    # scheme and port count (issue 10 item 7); behind a TLS proxy, list the public origin
+    assert not same.allows("https://translate.example", "translate.example")
+    assert not same.allows("http://127.0.0.1:9999", "127.0.0.1:8765")
+    assert not same.allows("https://127.0.0.1", "127.0.0.1:8765")
+    assert not same.allows("https://127.0.0.1:8765", "127.0.0.1:8765")
+    assert OriginPolicy(("https://translate.example",)).allows(
+        "https://translate.example:443", "translate.example")
     assert not same.allows("https://evil.example", "127.0.0.1:8765")
     assert not same.allows("null", "127.0.0.1:8765")
     listed = OriginPolicy(("https://app.example",))

@@ -272,8 +272,10 @@ async def test_real_session_tasks_and_fds_gone_within_2s(pipeline: Any) -> None:
 
 
 @live
+@pytest.mark.usefixtures("local_ice")  # skips outside a private network namespace
 async def test_webrtc_session_sockets_gone_within_2s() -> None:
     from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+
     from tests.transport.test_webrtc import WavTrack
 
     async with SpeechServer(TickFactory(), port=0) as srv:

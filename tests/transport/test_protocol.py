@@ -70,7 +70,8 @@ def test_start_defaults_and_fields() -> None:
         ({"sample_rate": True}, ErrorCode.BAD_START, CloseCode.BAD_START),
         ({"mode": "turbo"}, ErrorCode.BAD_START, CloseCode.BAD_START),
         ({"source_lang": 3}, ErrorCode.BAD_START, CloseCode.BAD_START),
-        ({"voice": "x" * 100}, ErrorCode.BAD_START, CloseCode.BAD_START),
+        ({"voice": 5}, ErrorCode.BAD_START, CloseCode.BAD_START),
+        ({"voice": "x" * 100}, "no_voice", CloseCode.UNSUPPORTED_REQUEST),  # not a name
         ({"token": 5}, ErrorCode.BAD_START, CloseCode.BAD_START),
     ],
 )

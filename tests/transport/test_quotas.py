@@ -51,7 +51,7 @@ def test_token_bucket_allows_the_burst_then_the_rate() -> None:
 
 
 def test_timers_idle_expiry_and_grace() -> None:
-    q = Quotas(max_session_s=100, max_idle_s=10, expire_grace_s=5)
+    q = Quotas(max_session_s=100, max_idle_s=10, expire_grace_s=5, audio_window_s=None)
     timers = SessionTimers(q, last_active=0.0)
     assert timers.next_deadline(stopping=False) is None  # before start: the start timeout
     timers.begin(0.0)
@@ -65,9 +65,14 @@ def test_timers_idle_expiry_and_grace() -> None:
     timers.expired_at = 100.0
     assert timers.next_deadline(stopping=True) == (105.0, Deadline.GRACE_OVER)
     assert timers.due(105.0, stopping=True) is Deadline.GRACE_OVER
-    off = SessionTimers(Quotas(max_session_s=None, max_idle_s=None), last_active=0.0)
+    off = SessionTimers(Quotas(max_session_s=None, max_idle_s=None, audio_window_s=None),
+                        last_active=0.0)
     off.begin(0.0)
     assert off.next_deadline(stopping=False) is None
+    paced = SessionTimers(Quotas(max_session_s=None, max_idle_s=None), last_active=0.0)
+    paced.begin(0.0)  # the audio pace rule (on by default): one window without audio
+    assert paced.next_deadline(stopping=False) == (20.0, Deadline.TOO_SLOW)
+    assert paced.next_deadline(stopping=True) is None  # after stop no audio is expected
 
 
 def test_session_counter() -> None:

@@ -22,7 +22,9 @@ from speechpipe.transport.file_replay import read_audio
 from speechpipe.transport.protocol import CloseCode
 from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
 
-pytestmark = pytest.mark.asyncio(loop_scope="session")
+# local_ice: skips where aiortc's ICE would use the machine's interface addresses (outside a
+# private network namespace), which the socket guard refuses (tests/netguard.py)
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.usefixtures("local_ice")]
 
 RATE = 48_000
 FRAME = 960
