@@ -89,6 +89,7 @@ class JustInTimeSegmenter:
     def __init__(self, options: PhraseOptions = PhraseOptions()) -> None:
         self.options = options
         self._spoken = 0
+        self.held = 0  # committed words waiting after the last feed
 
     def feed(self, committed: str, final: bool = False, *, now_s: float = 0.0,
              queued_until_s: float = 0.0) -> list[str]:
@@ -113,6 +114,7 @@ class JustInTimeSegmenter:
                 phrases.append(" ".join(pending[:cut]))
                 pending = pending[cut:]
         self._spoken = len(words) - len(pending)
+        self.held = len(pending)
         return phrases
 
     def _phrase_end(self, words: list[str]) -> int:
