@@ -107,6 +107,9 @@ def _register_optional(commands: argparse._SubParsersAction) -> None:  # type: i
         pass
     else:
         security.register(commands)
+    from speechpipe.cluster import cli as cluster_cli  # Ray is imported only when run
+
+    cluster_cli.register(commands)
 
 
 def _request(args: argparse.Namespace):  # type: ignore[no-untyped-def]

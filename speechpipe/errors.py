@@ -10,6 +10,7 @@
     │   └── VoiceError              no usable Piper voice (lists the available ones)
     ├── SessionError                a session cannot start or must end (carries a code)
     │   └── AdmissionError          over capacity (carries a retry hint)
+    │       └── SessionRedirect     cluster: admitted on another node (URL + ticket)
     ├── WorkerError                 a model worker failed on one request (recoverable)
     └── Superseded                  a queued partial decode was replaced by a newer request
                                     for the same utterance: not an error, the caller skips it
@@ -30,6 +31,7 @@ __all__ = [
     "VoiceError",
     "SessionError",
     "AdmissionError",
+    "SessionRedirect",
     "WorkerError",
     "Superseded",
 ]
@@ -76,6 +78,18 @@ class AdmissionError(SessionError):
     def __init__(self, message: str, *, retry_after_s: float) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class SessionRedirect(AdmissionError):
+    """Cluster mode: a slot is reserved for this session on another node (close 4020)."""
+
+    code = "redirect"
+
+    def __init__(self, message: str, *, url: str, ticket: str, expires_in_s: float) -> None:
+        super().__init__(message, retry_after_s=0.0)
+        self.url = url
+        self.ticket = ticket
+        self.expires_in_s = expires_in_s
 
 
 class WorkerError(SpeechpipeError):

@@ -100,6 +100,8 @@ class CloseCode:
     RATE_LIMITED = 4008  # messages faster than the rate limit allows (after the burst)
     TOO_MANY_SESSIONS = 4009  # too many sessions for this token or address
     TOO_SLOW = 4010  # audio fell far behind real time for a sustained period
+    REDIRECT = 4020  # cluster: admitted on another node; reconnect there with the ticket
+    NODE_DRAINED = 4021  # cluster: this node was drained; resume on another node
 
 
 class ErrorCode:
@@ -133,6 +135,9 @@ class ErrorCode:
     RATE_LIMITED = "rate_limited"
     TOO_MANY_SESSIONS = "too_many_sessions"
     SDP_TOO_LARGE = "sdp_too_large"
+    # cluster mode (speechpipe.cluster; docs/protocol.md "Cluster")
+    REDIRECT = "redirect"
+    NODE_DRAINED = "node_drained"
 
 
 class ProtocolError(InputError):
@@ -157,6 +162,8 @@ class Start:
     sample_rate: int
     format: str = "pcm_s16le"
     token: str | None = None
+    ticket: str | None = None  # cluster: the ticket of a redirect (close 4020)
+    resume: str | None = None  # cluster: the ``session`` of a session its node lost
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +308,8 @@ def parse_start(data: dict[str, Any]) -> Start:
     token = data.get("token")
     if token is not None and not isinstance(token, str):
         raise _bad_start("'token' must be a string")
+    ticket = _opt_str(data, "ticket", None) or None
+    resume = _opt_str(data, "resume", None) or None
     request = SessionRequest(
         source_lang=source,
         target_lang=target,
@@ -310,7 +319,8 @@ def parse_start(data: dict[str, Any]) -> Start:
         priority="live",
         pace="realtime",
     )
-    return Start(request=request, sample_rate=rate, format=fmt, token=token)
+    return Start(request=request, sample_rate=rate, format=fmt, token=token, ticket=ticket,
+                 resume=resume)
 
 
 def validate_audio(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> NDArray[np.int16]:

@@ -38,7 +38,7 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from speechpipe.errors import AdmissionError, SpeechpipeError
+from speechpipe.errors import AdmissionError, SessionRedirect, SpeechpipeError
 from speechpipe.stages.channels import Channel, ChannelClosed
 from speechpipe.stages.frames import STREAM_RATE, AudioFrame, OutputEvent, SpeechChunk, StatusEvent
 from speechpipe.transport.auth import OriginPolicy, StaticToken, TokenVerifier
@@ -144,10 +144,13 @@ class CapacityGate(Protocol):
     """The app layer's admission control (``speechpipe.server.admission.AdmissionGate``)."""
 
     def slot(
-        self, client: str, notify: Callable[[StatusEvent], Awaitable[None]]
-    ) -> contextlib.AbstractAsyncContextManager[None]:
+        self, client: str, notify: Callable[[StatusEvent], Awaitable[None]], *,
+        token: str = "", ticket: str = "", resume: str = "",
+    ) -> contextlib.AbstractAsyncContextManager[str | None]:
         """Hold one session slot while the session runs. While the server is full it waits,
-        sending ``status`` events through ``notify``; raises ``AdmissionError`` to refuse."""
+        sending ``status`` events through ``notify``; raises ``AdmissionError`` to refuse
+        (``SessionRedirect``: the slot is on another node). In cluster mode the slot yields
+        the session's cluster ticket, which becomes its ``session`` id."""
         ...
 
 
@@ -303,6 +306,17 @@ class SpeechServer:
             for task in server.handler_tasks:
                 task.cancel()
             await server.wait_closed()
+
+    async def close_sessions(self, code: int, reason: str,
+                             error: Callable[[str], dict[str, Any]]) -> int:
+        """Close every open session with ``code``, first sending ``error(session_id)``
+        (cluster drain). Returns how many were closed."""
+        closing = [conn for conn in self.connections if conn.session_open]
+        for conn in closing:
+            with contextlib.suppress(ConnectionClosed):
+                await conn.ws.send(dumps(error(conn.id)))
+            await conn.ws.close(code, reason)
+        return len(closing)
 
     async def serve_forever(self) -> None:
         assert self._server is not None
@@ -542,7 +556,13 @@ class _Connection:
         async def notify(event: StatusEvent) -> None:  # the connection is idle: send directly
             await self.ws.send(dumps(encode_event(event)))
 
-        await stack.enter_async_context(self.server.capacity.slot(client, notify))
+        identity = getattr(self.admission, "identity", None)
+        held = await stack.enter_async_context(self.server.capacity.slot(
+            client, notify, token=(identity.key or "") if identity is not None else "",
+            ticket=start.ticket or "", resume=start.resume or "",
+        ))
+        if isinstance(held, str) and held:
+            self.id = held
 
     async def _run_session(self, start: Start) -> _Close | None:
         try:
@@ -555,6 +575,13 @@ class _Connection:
             try:
                 await self._hold_capacity(stack, start)
                 session = await stack.enter_async_context(self.server.factory(start.request))
+            except SessionRedirect as exc:
+                return _Close(
+                    CloseCode.REDIRECT,
+                    exc.code,
+                    encode_error(exc.code, str(exc), fatal=True, url=exc.url, ticket=exc.ticket,
+                                 expires_in_s=round(exc.expires_in_s, 1)),
+                )
             except AdmissionError as exc:
                 return _Close(
                     CloseCode.TRY_AGAIN,

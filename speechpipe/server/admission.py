@@ -232,11 +232,14 @@ class AdmissionGate:
         self._wake()
 
     @contextlib.asynccontextmanager
-    async def slot(self, client: str, notify: Notify) -> AsyncIterator[None]:
-        ticket = next(self._ids)
+    async def slot(self, client: str, notify: Notify, *, token: str = "", ticket: str = "",
+                   resume: str = "") -> AsyncIterator[None]:
+        """(``token``, ``ticket``, ``resume`` matter in cluster mode only; ignored here.)"""
+        del token, ticket, resume
+        ticket_id = next(self._ids)
         core = self.core
         asked = self._clock()
-        decision = core.request(ticket, client, asked)
+        decision = core.request(ticket_id, client, asked)
         if decision.kind == "refused":
             raise AdmissionError(
                 f"server at capacity: {decision.reason}; retry in {decision.wait_s:.0f} s",
@@ -244,7 +247,7 @@ class AdmissionGate:
             )
         try:
             if decision.kind == "queued":
-                await self._wait_in_line(ticket, decision, notify)
+                await self._wait_in_line(ticket_id, decision, notify)
                 waited = self._clock() - asked
                 await notify(StatusEvent(
                     "admitted", "your session is starting",
@@ -254,7 +257,7 @@ class AdmissionGate:
                 self._on_admitted(self._clock() - asked)
             yield
         finally:
-            core.release(ticket, self._clock())
+            core.release(ticket_id, self._clock())
             self._wake()
 
     async def _wait_in_line(self, ticket: int, decision: Decision, notify: Notify) -> None:

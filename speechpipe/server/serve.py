@@ -31,6 +31,7 @@ from speechpipe.transport.session_api import LiveSession, SessionRequest
 from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
 
 if TYPE_CHECKING:
+    from speechpipe.cluster.node import ClusterNode, ClusterOptions
     from speechpipe.config import PipelineOptions
     from speechpipe.server.tracing import SessionTracing
     from speechpipe.session import Pipeline
@@ -155,16 +156,21 @@ async def run_server(
     webrtc: bool = True,
     stop: asyncio.Event | None = None,
     load: LoadOptions | None = None,
+    pipeline: Pipeline | None = None,
+    cluster: ClusterOptions | None = None,
     otlp_endpoint: str | None = None,
 ) -> None:
-    """Serve until ``stop`` is set or SIGINT/SIGTERM arrives; then close every session (1001)."""
+    """Serve until ``stop`` is set or SIGINT/SIGTERM arrives; then close every session (1001).
+
+    ``cluster``: join a Ray cluster as one node once the models are ready
+    (``speechpipe.cluster.node``); a drain ends the server."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    app = ServerApp(host, port, options, limits=limits, webrtc=webrtc,
-                    load=load or LoadOptions())
+    app = ServerApp(host, port, options, limits=limits, webrtc=webrtc, pipeline=pipeline,
+                    load=(load or LoadOptions()) if pipeline is None else load)
     if otlp_endpoint is not None:
         from speechpipe.server.tracing import SessionTracing
 
@@ -174,25 +180,75 @@ async def run_server(
     await app.start()
     print(f"speechpipe: listening on http://{host}:{app.server.port}/ (loading models)",
           file=sys.stderr, flush=True)
+    node: ClusterNode | None = None
+    if cluster is not None:
+        from speechpipe.cluster.node import ClusterNode
+
+        node = ClusterNode(cluster, registry=app.metrics.registry)
+        app.server.capacity = node.gate  # before the ledger answers: this node's own capacity
     try:
         loader = asyncio.create_task(app.load())
         waiter = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait({loader, waiter}, return_when=asyncio.FIRST_COMPLETED)
         if loader in done:
             loader.result()  # a model error ends the server with its message
+            if node is not None:
+                await _join_cluster(app, node)
             print("speechpipe: ready", file=sys.stderr, flush=True)
             if app.load_control is not None:
                 print(app.load_control.describe(), file=sys.stderr, flush=True)
-            await waiter
+            if node is not None:
+                drained = asyncio.create_task(node.drain_progress())
+                await asyncio.wait({waiter, drained}, return_when=asyncio.FIRST_COMPLETED)
+                drained.cancel()
+                if not waiter.done():
+                    await _close_drained(app, node)
+                waiter.cancel()
+            else:
+                await waiter
         else:
             loader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await loader
     finally:
+        if node is not None:
+            await node.stop()  # sessions still here count as lost: they may resume elsewhere
         await app.stop()
+        if node is not None:
+            with contextlib.suppress(Exception):
+                import ray
+
+                ray.shutdown()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
+
+
+async def _join_cluster(app: ServerApp, node: ClusterNode) -> None:
+    import dataclasses
+
+    if app.load_control is not None and node.options.capacity <= 0:  # calibrated
+        node.options = dataclasses.replace(node.options, capacity=app.load_control.gate.capacity)
+    await node.start()
+    cluster = node.options
+    print(f"speechpipe: joined the cluster at {cluster.address} as {cluster.name} "
+          f"(capacity {cluster.capacity})", file=sys.stderr, flush=True)
+
+
+async def _close_drained(app: ServerApp, node: ClusterNode) -> None:
+    """Drain finished (or its deadline passed): leave; close what still runs with 4021."""
+    from speechpipe.transport.protocol import CloseCode, ErrorCode, encode_error
+
+    await node.stop()
+    closed = await app.server.close_sessions(
+        CloseCode.NODE_DRAINED, ErrorCode.NODE_DRAINED,
+        lambda session: encode_error(
+            ErrorCode.NODE_DRAINED,
+            "this node was drained: reconnect with start.resume to continue elsewhere",
+            fatal=True, resume=session),
+    )
+    print(f"speechpipe: drained ({closed} sessions closed at the deadline)",
+          file=sys.stderr, flush=True)
 
 
 def _grace(text: str) -> float:
@@ -233,6 +289,21 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_security_arguments(parser)  # auth, origins, quotas, keepalive, --log-content
     add_load_arguments(parser)  # --capacity, --no-batching, ... (speechpipe.server.load_control)
+    group = parser.add_argument_group("cluster (Ray; pip install 'speechpipe[cluster]')")
+    group.add_argument("--cluster", metavar="HEAD:PORT", default=None,
+                       help="join the Ray cluster at HEAD:PORT as one node (docs/scaling.md)")
+    group.add_argument("--public-url", default=None,
+                       help="this node's /ws URL as clients reach it (sent in redirects)")
+    group.add_argument("--drain-deadline", type=float, default=120.0,
+                       help="seconds a drained node lets sessions finish (default %(default)s)")
+    group.add_argument("--cluster-lease", type=float, default=6.0,
+                       help="seconds without a heartbeat before the ledger counts a node lost "
+                            "(set by the node that creates the ledger; default %(default)s)")
+    group.add_argument("--resume-window", type=float, default=60.0,
+                       help="seconds a lost session may resume ahead of the line "
+                            "(set by the node that creates the ledger; default %(default)s)")
+    # TEST ONLY: serve scripted sessions without models (speechpipe.cluster.scripted)
+    parser.add_argument("--scripted-pipeline", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(handler=serve_main)
 
 
@@ -257,6 +328,44 @@ def serve_options(
     return options, limits, load
 
 
+def cluster_options(args: argparse.Namespace, load: LoadOptions) -> ClusterOptions | None:
+    """``--cluster`` and friends; ``SystemExit`` with one line when they do not fit."""
+    if not getattr(args, "cluster", None):
+        return None
+    from speechpipe.cluster.node import ClusterOptions, connect_ray
+
+    if not args.public_url:
+        raise SystemExit("speechpipe: --cluster needs --public-url (this node's ws:// URL)")
+    if ":" not in args.cluster:
+        raise SystemExit(f"speechpipe: --cluster wants HEAD:PORT, got {args.cluster!r}")
+    if not args.public_url.startswith(("ws://", "wss://")):
+        raise SystemExit("speechpipe: --public-url must start with ws:// or wss://")
+    try:
+        import ray  # noqa: F401  (fail before loading models when Ray is missing)
+    except ImportError:
+        connect_ray(args.cluster)  # raises SystemExit with what to install
+    from speechpipe.cluster.ledger_core import LedgerOptions
+
+    admission = load.admission
+    return ClusterOptions(
+        address=args.cluster,
+        public_url=args.public_url,
+        capacity=admission.capacity or 0,  # 0: the calibrated capacity, once loaded
+        drain_deadline_s=args.drain_deadline,
+        ledger=LedgerOptions(max_queue=admission.max_queue, max_wait_s=admission.max_wait_s,
+                             per_client=admission.per_client or 0,  # explicit only
+                             expected_session_s=admission.expected_session_s,
+                             min_retry_s=admission.min_retry_s, lease_s=args.cluster_lease,
+                             resume_window_s=args.resume_window,
+                             per_token=limits_per_token(args)),
+    )
+
+
+def limits_per_token(args: argparse.Namespace) -> int:
+    value = getattr(args, "max_sessions_per_token", None)
+    return int(value) if value else 0
+
+
 def serve_main(args: argparse.Namespace) -> int:
     options, limits, load = serve_options(args)
     otlp = getattr(args, "otlp_endpoint", None)
@@ -265,9 +374,19 @@ def serve_main(args: argparse.Namespace) -> int:
 
         check_otlp_endpoint(otlp)
         require_otel()
+    cluster = cluster_options(args, load)
+    pipeline = None
+    if getattr(args, "scripted_pipeline", False):  # TEST ONLY
+        from speechpipe.cluster.scripted import ScriptedPipeline
+
+        if load.admission.capacity is None:
+            raise SystemExit("speechpipe: --scripted-pipeline needs --capacity")
+        pipeline = ScriptedPipeline()  # type: ignore[assignment]
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run_server(args.host, args.port, options, limits=limits,
-                               webrtc=not args.no_webrtc, load=load, otlp_endpoint=otlp))
+                               webrtc=not args.no_webrtc,
+                               load=None if pipeline is not None else load,
+                               pipeline=pipeline, cluster=cluster, otlp_endpoint=otlp))
     return 0
