@@ -11,9 +11,9 @@
   to ``window_s`` for others (or until ``max_batch`` are queued); requests that queued while
   the workers were busy go into the next call at once. While other workers are idle there is
   no window and no grouping beyond what they cannot take: parallel calls on idle cores are
-  faster than one batched call (measured: batching on top of an idle core raised latency).
-- **Grouping costs latency on CPU**: the encoder does not get cheaper per item in a batch
-  (measured), only the decoder does, and every member waits for the whole call. So a bucket
+  faster than one batched call (``docs/design.md``).
+- **Grouping costs latency on CPU**: the encoder does not get cheaper per item in a batch,
+  only the decoder does, and every member waits for the whole call. So a bucket
   is grouped only when ``group_min_queue`` requests wait (a backlog of about two calls per
   worker); below that, calls run one request each.
 - **Order**: each call takes the most urgent request — priority class first (live before
@@ -26,9 +26,8 @@
   cancelled (session gone) is skipped. Finals are never replaced or withdrawn.
 - **Errors** fail only the requests that caused them (``WorkerError``); the thread goes on.
 - ``BatchOptions(enabled=False)`` runs one request per engine call: the no-batching baseline.
-- ``workers`` threads take calls concurrently (measured on 2 cores: two CTranslate2 workers
-  of one thread each serve ~1.8x the requests of one worker; one worker with two threads
-  does not help), so a batch never waits for another session's long one to finish.
+- ``workers`` threads take calls concurrently (one CTranslate2 thread each), so a batch never
+  waits for another session's long one to finish.
 
 Thread-safety: ``submit``/``replace``/``withdraw`` may be called from any thread (the event
 loop, normally); every queue change happens under one lock, and a queued entry's future is
@@ -65,10 +64,12 @@ log = logging.getLogger("speechpipe.batching")
 
 PRIORITY_LIVE = 0
 PRIORITY_REPLAY = 1
+JOIN_TIMEOUT_S = 60.0  # longest an engine call in progress may delay close()
 
 
 @dataclass(frozen=True, slots=True)
 class BatchOptions:
+    """The shared ASR worker's batching and deadlines (``--set batching.*``)."""
     enabled: bool = True  # False: one request per engine call (the no-batching baseline)
     window_s: float = 0.02  # an idle worker waits this long after the first request
     max_batch: int = 8  # requests per engine call
@@ -112,6 +113,7 @@ class BatchStats:
 
     @property
     def mean_batch(self) -> float:
+        """Requests per engine call on average."""
         return self.batched_requests / self.engine_calls if self.engine_calls else 0.0
 
 
@@ -165,6 +167,7 @@ class AsrBatcher:
         self, request: WhisperRequest, *, priority: int = PRIORITY_LIVE,
         deadline_s: float | None = None,
     ) -> concurrent.futures.Future[WhisperResult]:
+        """Queue a request from any thread; returns its future."""
         now = self._clock()
         entry = self._entry(request, priority, deadline_s, now, now, next(self._seq))
         with self._cond:
@@ -178,6 +181,7 @@ class AsrBatcher:
         self, request: WhisperRequest, *, priority: int = PRIORITY_LIVE,
         deadline_s: float | None = None,
     ) -> WhisperResult:
+        """Run a request through the shared worker and await its result."""
         return await asyncio.wrap_future(
             self.submit(request, priority=priority, deadline_s=deadline_s)
         )
@@ -218,11 +222,13 @@ class AsrBatcher:
         return True
 
     def client(self, priority: int = PRIORITY_LIVE) -> SessionAsr:
+        """A per-session view of the worker with a fixed priority."""
         return SessionAsr(self, priority)
 
     # -- state ----------------------------------------------------------------------------
     @property
     def queue_depth(self) -> int:
+        """Requests waiting now."""
         with self._cond:
             return len(self._queue)
 
@@ -248,10 +254,38 @@ class AsrBatcher:
         for future in futures:
             future.result(timeout=timeout_s)
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = JOIN_TIMEOUT_S) -> None:
+        """Stop accepting work (queued requests fail with ``WorkerError``) and join the worker
+        threads: a call in progress finishes first. Idempotent; blocking.
+
+        Joining matters at process exit: a worker thread that outlives its owner may drop the
+        last reference to the engine, so CTranslate2's destructor would run on that thread
+        during interpreter shutdown, which aborts the process (SIGABRT, "terminate called
+        without an active exception")."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+        current = threading.current_thread()
+        for thread in self._threads:
+            if thread is not current and thread.is_alive():
+                thread.join(timeout_s)
+                if thread.is_alive():
+                    log.warning("ASR worker thread %s still busy after %.0f s",
+                                thread.name, timeout_s)
+
+    @property
+    def running_threads(self) -> int:
+        return sum(thread.is_alive() for thread in self._threads)
+
+    async def aclose(self) -> None:
+        """``close()`` for async callers."""
+        self.close()
+
+    async def __aenter__(self) -> AsrBatcher:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     # -- internals ------------------------------------------------------------------------
     def _entry(
@@ -400,10 +434,12 @@ class SessionAsr:
         return asyncio.wrap_future(self.batcher.submit(request, priority=self.priority))
 
     def replace(self, old: WhisperRequest, new: WhisperRequest) -> Awaitable[WhisperResult] | None:
+        """Swap a still-queued partial for a newer request of the same utterance."""
         future = self.batcher.replace(old, new, priority=self.priority)
         return None if future is None else asyncio.wrap_future(future)
 
     def withdraw(self, old: WhisperRequest) -> bool:
+        """Drop a still-queued request."""
         return self.batcher.withdraw(old)
 
 

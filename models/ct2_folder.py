@@ -35,6 +35,7 @@ __all__ = ["ModelFamily", "MtModelInfo", "inspect_mt_model", "WHISPER_LANGUAGES"
 
 
 class ModelFamily(enum.StrEnum):
+    """The CTranslate2 MT model families speechpipe can drive."""
     MARIAN = "marian"
     NLLB = "nllb"
     M2M100 = "m2m100"
@@ -309,6 +310,8 @@ def _detect(path: Path) -> tuple[MtModelInfo, dict[str, Any]]:
             "ct2-transformers-converter --copy_files source.spm target.spm"
         )
     multi = False
+    sources: frozenset[str] | None
+    targets: frozenset[str] | None
     if family is ModelFamily.NLLB:
         sources = targets = _vocab_languages(target_vocab, _NLLB_TOKEN)
     elif family is ModelFamily.M2M100:

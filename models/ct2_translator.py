@@ -30,37 +30,9 @@ from speechpipe.models.ct2_folder import (
     _tokenizer_paths,
     _whisper_code,
 )
+from speechpipe.stages.model_api import TextMtRequest, TextMtResult
 
 __all__ = ["Ct2Options", "TextMtRequest", "TextMtResult", "Ct2TextTranslator"]
-
-
-@dataclass(frozen=True, slots=True)
-class TextMtRequest:
-    """Translate ``source_text``, forcing the output to start with ``target_prefix``."""
-
-    source_text: str
-    source_lang: str
-    target_lang: str
-    target_prefix: str = ""
-    beam_size: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class TextMtResult:
-    """``text`` is the whole translation as the tokenizer decodes it (prefix included);
-    ``continuation`` is what follows the forced prefix, without its leading space.
-
-    ``joins_prefix`` is true when the model went on *inside* the prefix's last word (the first
-    new piece has no word-boundary marker), e.g. prefix ``Hal`` + ``lo``. Token counts measure
-    the work done: source tokens encoded, prefix tokens forced, new tokens generated.
-    """
-
-    text: str
-    continuation: str
-    joins_prefix: bool = False
-    source_tokens: int = 0
-    prefix_tokens: int = 0
-    generated_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,4 +358,5 @@ class Ct2TextTranslator:
         return outcomes  # type: ignore[return-value]
 
     def translate(self, request: TextMtRequest) -> TextMtResult:
+        """Translate one request (blocking)."""
         return self.translate_batch([request])[0]

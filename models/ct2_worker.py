@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -72,9 +73,11 @@ class Ct2TranslationWorker:
 
     @property
     def model_id(self) -> str:
+        """The translator's model id."""
         return self.translator.model_id
 
     def check_languages(self, source_lang: str, target_lang: str) -> None:
+        """Raise ``LanguageError`` unless the model translates this pair."""
         self.translator.check_languages(source_lang, target_lang)
 
     def _ensure_running(self) -> None:
@@ -91,6 +94,7 @@ class Ct2TranslationWorker:
             self._task = loop.create_task(self._serve(), name="ct2-mt-worker")
 
     async def translate(self, request: TextMtRequest) -> TextMtResult:
+        """Translate one request in the next micro-batch and await it."""
         if self._closed:
             raise WorkerError("the translation worker is closed")
         self._ensure_running()
@@ -111,7 +115,7 @@ class Ct2TranslationWorker:
                 delay = self._pending[0].queued_at + self.window_s - self._loop.time()
                 if delay > 0:
                     await asyncio.sleep(delay)
-            batch = []
+            batch: list[tuple[TextMtRequest, asyncio.Future[TextMtResult]]] = []
             while self._pending and len(batch) < self.max_batch:
                 queued = self._pending.popleft()
                 if not queued.future.done():
@@ -123,6 +127,7 @@ class Ct2TranslationWorker:
             call = partial(
                 self.translator.translate_batch, [r for r, _ in batch], return_exceptions=True
             )
+            outcomes: Sequence[TextMtResult | BaseException]
             try:
                 outcomes = await self._loop.run_in_executor(self._executor, call)
             except asyncio.CancelledError:
@@ -158,12 +163,13 @@ class Ct2TranslationWorker:
                 future.set_exception(WorkerError("the translation worker is closed"))
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    def shutdown(self) -> None:
-        """Synchronous stop for process teardown (the other workers' interface)."""
+    def close(self) -> None:
+        """Synchronous stop for process teardown (sync callers; ``aclose`` also drains): queued
+        batches are cancelled and the thread is joined (a batch in progress finishes first)."""
         self._closed = True
         if self._task is not None and not self._task.done():
             self._task.cancel()
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._executor.shutdown(wait=True, cancel_futures=True)
 
     async def __aenter__(self) -> Ct2TranslationWorker:
         return self

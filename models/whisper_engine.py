@@ -1,22 +1,20 @@
 """Whisper on CTranslate2: one encode of the audio you have, several prefix-forced decodes.
 
-Measured here (DESIGN.md): encoding only the audio of the utterance (a short mel input) is
-~17x cheaper than padding to 30 s, and one encoder output serves both the source-caption
-decode (``transcribe``) and the English decode (``translate``). This module is synchronous;
+Only the audio of the utterance is encoded (a short mel input, not 30 s of padding), and one
+encoder output serves both the source-caption decode (``transcribe``) and the English decode
+(``translate``); reasons and figures in ``docs/design.md``. This module is synchronous;
 the shared worker (``models.batching.AsrBatcher``) runs it on a dedicated thread so nothing
 blocks the event loop.
 
 Batching (``run_batch``; ``run`` is a batch of one, so both give identical results):
-- Whisper's encoder has no padding mask: extra trailing silence changes the text (measured on
-  the 12 x-to-English clips cut at 2/3.5/5 s and full: 8 of 44 transcripts changed with up to
-  1 s more silence, 21 with up to 2 s; BLEU-relevant quality was unchanged). So the encode
-  length is *canonical*: audio + 1 s of silence, rounded up to a multiple of
+- Whisper's encoder has no padding mask: extra trailing silence changes the text. So the
+  encode length is *canonical*: audio + 1 s of silence, rounded up to a multiple of
   ``encode_bucket_s`` with more silence. Requests in the same bucket share one encoder call and
   their decodes share ``generate`` calls; requests in different buckets are never padded
   together.
-- CTranslate2 (4.8) requires the same number of special tokens after
-  ``<|startoftranscript|>`` in a batch; the forced text prefixes may differ in length
-  (measured: identical ids and scores batched and alone). ``max_length`` is one value per
+- CTranslate2 requires the same number of special tokens after ``<|startoftranscript|>`` in
+  a batch; the forced text prefixes may differ in length (identical ids and scores batched
+  and alone). ``max_length`` is one value per
   ``generate`` call, so it is canonical too: rounded up to ``DECODE_BUCKET_TOKENS``; the
   per-request cap is enforced by truncation, so the text is the same for any bucket.
 
@@ -34,13 +32,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
 
 from speechpipe.errors import LanguageError, ModelError
+from speechpipe.stages.model_api import DecodeResult, DecodeTask, WhisperRequest, WhisperResult
 
 __all__ = [
     "WhisperEngine",
@@ -64,55 +62,6 @@ WHISPER_LANGUAGES = (
     "gl mr pa si km sn yo so af oc ka be tg sd gu am yi lo uz fo ht ps tk nn mt sa lb my bo tl "
     "mg as tt haw ln ha ba jw su yue"
 ).split()
-
-
-@dataclass(frozen=True, slots=True)
-class DecodeTask:
-    """One decode on the shared encoder output: ``transcribe`` or ``translate`` (to English),
-    continuing ``prefix`` (the committed text, forced)."""
-
-    task: str
-    prefix: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class WhisperRequest:
-    audio: NDArray[np.float32]  # 16 kHz mono, the utterance so far
-    language: str | None  # None: detect
-    tasks: tuple[DecodeTask, ...]
-    beam_size: int = 1
-    tokens_per_second: float = 7.0
-    max_new_tokens: int | None = None  # cap for partial decodes (they only need the next words)
-    no_speech_threshold: float = 0.6
-    logprob_threshold: float = -1.0
-    partial: bool = False  # a tentative update: a shared worker may supersede it, never a final
-    word_times: tuple[str, ...] = ()  # tasks whose continuation words get aligned end times
-
-
-@dataclass(frozen=True, slots=True)
-class DecodeResult:
-    task: str
-    continuation: str  # text after the forced prefix
-    avg_logprob: float
-    no_speech_prob: float
-    glued: str = ""  # leading text with no space before it (e.g. "," after the prefix)
-    suppressed: bool = False  # dropped by the no-speech guard
-    cut: bool = False  # shortened by the loop guard
-    truncated: bool = False  # stopped by the length cap, not by the model
-    # per continuation word (``continuation.split()``): where in the audio it ends, seconds
-    # from the request's audio start (Whisper's alignment heads); empty when not asked for
-    word_ends: tuple[float, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class WhisperResult:
-    language: str
-    language_prob: float
-    decodes: tuple[DecodeResult, ...]
-    encode_s: float
-    decode_s: float
-    timings: dict[str, float] = field(default_factory=dict)
-    batch_requests: int = 1  # requests that shared this request's encoder bucket in the call
 
 
 def cut_repetition(
@@ -181,6 +130,7 @@ class WhisperEngine:
 
     # -- pieces -------------------------------------------------------------------------
     def check_language(self, language: str) -> None:
+        """Raise ``LanguageError`` unless Whisper knows ``code``."""
         if language not in self.languages:
             raise LanguageError(
                 f"unknown source language {language!r}; Whisper knows: "
@@ -204,6 +154,7 @@ class WhisperEngine:
         return np.ascontiguousarray(features[None, :, :frames], dtype=np.float32)
 
     def encode(self, audio: NDArray[np.float32]):  # -> ctranslate2.StorageView
+        """Encode 16 kHz audio (canonical length) with Whisper's encoder."""
         import ctranslate2
 
         mel = ctranslate2.StorageView.from_array(self.mel(audio))
@@ -218,6 +169,7 @@ class WhisperEngine:
         return np.array(output, dtype=np.float32)  # a copy: the StorageView is freed after
 
     def detect_language(self, encoder_output) -> tuple[str, float]:
+        """The most likely language of an encoded utterance and its probability."""
         results = self.model.model.detect_language(encoder_output)[0]
         token, prob = results[0]
         return token[2:-2], float(prob)
@@ -247,9 +199,9 @@ class WhisperEngine:
     def max_length(prompt_length: int, new_tokens: int) -> int:
         """``max_length`` for a generate call (canonical: one bucket per DECODE_BUCKET_TOKENS).
 
-        Measured with CTranslate2 4.8: a sequence (forced prefix included) stops at
-        max_length // 2 tokens. Ask generously; the cap is enforced by truncation, so the
-        text is right whatever the library's convention."""
+        Asks generously (CTranslate2 has stopped a sequence, forced prefix included, at
+        ``max_length // 2`` tokens); the cap is enforced by truncation, so the text is right
+        whatever the library's convention."""
         wanted = prompt_length + new_tokens
         bucketed = -(-wanted // DECODE_BUCKET_TOKENS) * DECODE_BUCKET_TOKENS
         return min(448, 2 * bucketed + 2)
@@ -430,6 +382,11 @@ class WhisperEngine:
             cut=was_cut,
             truncated=hit_cap,
         )
+
+    def release(self) -> None:
+        """Drop the model (CTranslate2 joins its own threads in its destructor). Call on the
+        main thread once no worker thread uses the engine; the engine is unusable after."""
+        self.model = None
 
     def warm_up(self) -> None:
         """A single request, then a batch of two in one bucket (both code paths)."""

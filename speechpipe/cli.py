@@ -12,13 +12,23 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from speechpipe import __version__
 from speechpipe.errors import InputError, SpeechpipeError
 
+if TYPE_CHECKING:
+    from speechpipe.config import PipelineOptions
+    from speechpipe.session import Pipeline
+    from speechpipe.stages.request import SessionRequest
+
 __all__ = ["main", "build_parser"]
 
 log = logging.getLogger("speechpipe")
+
+# ``--set`` groups (``speechpipe.config.GROUPS``; a test keeps these lists equal to it)
+PIPELINE_GROUPS = "pipeline, vad, asr, phrases, catch_up, batching, text_mt"
+SERVER_GROUPS = "limits, quotas, load, admission, degrade"
 
 
 def _add_session_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,11 +50,12 @@ def _add_session_arguments(parser: argparse.ArgumentParser) -> None:
                         help="extra folder with Piper .onnx + .onnx.json voices")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="GROUP.FIELD=VALUE",
-                        help="override a pipeline option, e.g. asr.step_s=1.0 or "
-                             "phrases.first_words=3 (groups: vad, asr, phrases)")
+                        help="override an option (repeatable), e.g. asr.step_s=1.0; groups: "
+                             f"{PIPELINE_GROUPS}; `speechpipe config` lists every option")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``speechpipe`` argument parser with every subcommand."""
     parser = argparse.ArgumentParser(
         prog="speechpipe", description="Streaming speech-to-speech translation."
     )
@@ -59,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_session_arguments(translate)
 
     evaluate = commands.add_parser("eval", help="evaluate on a manifest of clips")
-    evaluate.add_argument("manifest", help="JSON-lines manifest (DESIGN.md format)")
+    evaluate.add_argument("manifest",
+                          help="JSON-lines manifest (file, lang, transcript, translation_en)")
     evaluate.add_argument("--report", default=None, help="write per-clip and aggregate JSON")
     evaluate.add_argument("--limit", type=int, default=None, help="first N matching clips")
     evaluate.add_argument("--category", action="append", default=None,
@@ -76,11 +88,19 @@ def build_parser() -> argparse.ArgumentParser:
                                "same run, and compare (repeatable: one variant each)")
     _add_session_arguments(evaluate)
 
+    config = commands.add_parser(
+        "config", help="print the effective configuration tree (serve's arguments apply)"
+    )
+    config.add_argument("--format", choices=("toml", "json"), default="toml")
     _register_optional(commands)
+    from speechpipe.server.serve import add_serve_arguments
+
+    add_serve_arguments(config)  # the tree `serve` would run with these arguments
+    config.set_defaults(handler=cmd_config)
     return parser
 
 
-def _register_optional(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _register_optional(commands: argparse._SubParsersAction) -> None:
     """Subcommands owned by other modules; each registers itself if present."""
     try:
         from speechpipe.server.serve import add_serve_arguments
@@ -112,8 +132,8 @@ def _register_optional(commands: argparse._SubParsersAction) -> None:  # type: i
     cluster_cli.register(commands)
 
 
-def _request(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from speechpipe.transport.session_api import SessionRequest
+def _request(args: argparse.Namespace) -> SessionRequest:
+    from speechpipe.stages.request import SessionRequest
 
     return SessionRequest(
         source_lang=args.source_lang,
@@ -127,35 +147,50 @@ def _request(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     )
 
 
-def _options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _options(args: argparse.Namespace) -> PipelineOptions:
     from speechpipe.config import PipelineOptions, with_overrides
 
     options = PipelineOptions(asr_model=args.asr_model, voice_dirs=tuple(args.voices_dir))
     return with_overrides(options, args.overrides)
 
 
-def _load_pipeline(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from speechpipe.session import Pipeline
+def _load_pipeline(args: argparse.Namespace) -> Pipeline:
+    """A loaded, checked and warmed pipeline; closed again (threads joined) if any step
+    fails or is interrupted, so no worker thread outlives it."""
+    from speechpipe.session import Pipeline, apply_process_limits
 
-    pipeline = Pipeline.load(_options(args))
-    pipeline.resolve(_request(args))  # fail fast on a bad language / voice, before any work
-    pipeline.warm_up()  # as a server does before it says ready: no cold first decode
+    options = _options(args)
+    apply_process_limits(options)
+    pipeline = Pipeline.load(options)
+    try:
+        pipeline.resolve(_request(args))  # fail fast on a bad language / voice, before work
+        pipeline.warm_up()  # as a server does before it says ready: no cold first decode
+    except BaseException:
+        pipeline.close()
+        raise
     return pipeline
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
-    from speechpipe.translate_file import translate_file
-    from speechpipe.transport.file_replay import read_audio
+    """``speechpipe translate``: one file in, translated speech (and trace) out."""
+    from speechpipe.file_translation import translate_file
+    from speechpipe.session import check_output_rate
+    from speechpipe.transport.file_output import SpeechFileWriter, check_output_path
+    from speechpipe.transport.file_replay import probe_audio
 
-    read_audio(args.input)  # a bad file fails before the models load
+    # Every bad input and output fails here, before the models load.
+    source = probe_audio(args.input)
+    check_output_rate(args.output_rate)
+    if args.trace:
+        check_output_path(args.trace)
     out = Path(args.out)
-    if out.parent and not out.parent.exists():
-        raise InputError(f"{out.parent}: output folder does not exist")
-    pipeline = _load_pipeline(args)
+    writer = SpeechFileWriter(out, args.output_rate)  # opens (a temporary file) already
     try:
-        run = translate_file(pipeline, args.input, out, _request(args), args.trace)
+        with _load_pipeline(args) as pipeline:  # leaving joins the workers, releases models
+            run = translate_file(source, writer, _request(args), pipeline=pipeline,
+                                 trace_path=args.trace)
     finally:
-        pipeline.close()
+        writer.discard()  # a no-op once committed
     scores = run.scores
 
     def fmt(value: float | None) -> str:
@@ -171,13 +206,24 @@ def cmd_translate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config(args: argparse.Namespace) -> int:
+    """``speechpipe config``: the effective tree (defaults, flags, ``--set``) as TOML/JSON."""
+    from speechpipe.config import render_config
+    from speechpipe.server.serve import serve_config
+
+    print(render_config(serve_config(args), args.format), end="")
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
+    """``speechpipe eval``: score the clips of a manifest."""
     from speechpipe.evaluation.evaluate import run_eval
 
     return run_eval(args, _options(args), _request(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

@@ -1,25 +1,45 @@
-"""Every default in one place: the options a pipeline is built with."""
+"""Every default in one place: one tree of frozen dataclasses.
+
+``Config`` holds ``pipeline`` (``PipelineOptions``: what every session is built with) and
+``server`` (``ServerOptions``: the server's limits and quotas, admission and the degrade
+ladder). Every scalar leaf can be set with ``--set GROUP.FIELD=VALUE``; ``GROUPS`` names the
+groups and where they sit in the tree; ``speechpipe config`` prints the effective tree.
+Defaults live only in the dataclasses: command-line flags default to ``None`` and, when
+given, write into the tree.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import types
+import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from speechpipe.errors import InputError
 from speechpipe.models.batching import BatchOptions
+from speechpipe.server.load_control import LoadOptions
 from speechpipe.stages.asr import AsrOptions
 from speechpipe.stages.phrases import PhraseOptions
+from speechpipe.stages.text_mt import TextMtOptions
 from speechpipe.stages.tts import CatchUpOptions
 from speechpipe.stages.vad import VadOptions
+from speechpipe.transport.websocket_server import ServerLimits
 
-__all__ = ["PipelineOptions", "with_overrides"]
+__all__ = [
+    "Config", "PipelineOptions", "ServerOptions", "GROUPS", "apply_overrides", "with_overrides",
+    "config_dict", "render_config",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class PipelineOptions:
+    """What the models are loaded with and every session is built with."""
+
     asr_model: str = "whisper-base"  # a bundled name, or a CTranslate2 Whisper folder
-    asr_threads: int = 1  # measured: 1 thread costs less CPU and was as fast on 2 shared cores
+    asr_threads: int = 1  # CTranslate2 threads per ASR worker (docs/design.md)
     asr_encode_bucket_s: float = 1.0  # encode lengths are multiples of this (batching)
     voice_dirs: tuple[str, ...] = ()
     phrase_cache_items: int = 512  # per voice; ~1 s of audio each
@@ -33,41 +53,200 @@ class PipelineOptions:
     input_capacity_frames: int = 1500  # 30 s of 20 ms frames before audio is coalesced
     fast_input_capacity_frames: int = 5  # --pace fast: the producer waits, every step decodes
     batching: BatchOptions = field(default_factory=BatchOptions)  # the shared ASR worker
+    text_mt: TextMtOptions = field(default_factory=TextMtOptions)  # --mt ct2:MODEL sessions
+    # numpy BLAS threads for the whole process, set by the CLI and server entry points before
+    # they load the models (``apply_process_limits``); None leaves the process as it is.
+    # ``Pipeline.load`` itself never changes process-wide settings.
+    blas_threads: int | None = 1
 
 
-def with_overrides(options: PipelineOptions, overrides: Iterable[str]) -> PipelineOptions:
-    """Apply ``group.field=value`` overrides (``--set``), converting to the field's type."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerOptions:
+    """``speechpipe serve``: connection limits and quotas, admission and the degrade ladder."""
+
+    limits: ServerLimits = field(default_factory=ServerLimits)  # quotas: limits.quotas
+    load: LoadOptions = field(default_factory=LoadOptions)  # admission, degrade: load.*
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The whole tree: ``pipeline`` and ``server``."""
+
+    pipeline: PipelineOptions = field(default_factory=PipelineOptions)
+    server: ServerOptions = field(default_factory=ServerOptions)
+
+
+# ``--set`` group -> where it sits in ``Config``
+GROUPS: dict[str, tuple[str, ...]] = {
+    "pipeline": ("pipeline",),
+    "vad": ("pipeline", "vad"),
+    "asr": ("pipeline", "asr"),
+    "phrases": ("pipeline", "phrases"),
+    "catch_up": ("pipeline", "catch_up"),
+    "batching": ("pipeline", "batching"),
+    "text_mt": ("pipeline", "text_mt"),
+    "limits": ("server", "limits"),
+    "quotas": ("server", "limits", "quotas"),
+    "load": ("server", "load"),
+    "admission": ("server", "load", "admission"),
+    "degrade": ("server", "load", "degrade"),
+}
+SERVER_GROUPS = frozenset(g for g, path in GROUPS.items() if path[0] == "server")
+_SCALARS = (bool, int, float, str)
+
+
+def _get(config: Any, path: tuple[str, ...]) -> Any:
+    for name in path:
+        config = getattr(config, name)
+    return config
+
+
+def _put(config: Any, path: tuple[str, ...], value: Any) -> Any:
+    if not path:
+        return value
+    head, rest = path[0], path[1:]
+    return dataclasses.replace(config, **{head: _put(getattr(config, head), rest, value)})
+
+
+def _scalar_kinds(hint: Any) -> tuple[tuple[type, ...], bool] | None:
+    """The scalar types a hint allows and whether it allows None; None if not scalar."""
+    if typing.get_origin(hint) is typing.Literal:
+        return tuple({type(a) for a in typing.get_args(hint)}), False
+    union = isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+    args = typing.get_args(hint) if union else (hint,)
+    optional = type(None) in args
+    kinds = tuple(a for a in args if a is not type(None))
+    if not kinds or not all(k in _SCALARS for k in kinds):
+        return None
+    return kinds, optional
+
+
+def _parse_scalar(raw: str, kinds: tuple[type, ...], optional: bool) -> object:
+    text = raw.strip()
+    if optional and text.lower() in ("none", "off", "null"):
+        return None
+    for kind in kinds:
+        if kind is bool:
+            if text.lower() in ("true", "1", "yes", "on"):
+                return True
+            if text.lower() in ("false", "0", "no", "off"):
+                return False
+            continue
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    names = " or ".join(k.__name__ for k in kinds) + (" or none" if optional else "")
+    raise ValueError(f"{raw!r} is not a {names}")
+
+
+Parser = typing.Callable[[str], object]
+
+
+def _parser(hint: Any) -> Parser | None:
+    """How ``--set`` reads a value of this type: scalars, and tuples of scalars written
+    comma-separated (``catch_up.speeds=1.1,1.2``); None for anything else."""
+    scalar = _scalar_kinds(hint)
+    if scalar is not None:
+        return lambda raw: _parse_scalar(raw, *scalar)
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is tuple and len(args) == 2 and args[1] is Ellipsis:
+        item = _scalar_kinds(args[0])
+        if item is not None:
+            return lambda raw: tuple(
+                _parse_scalar(part, *item) for part in raw.split(",") if part.strip()
+            )
+    return None
+
+
+def settable_fields(section: Any) -> dict[str, Parser]:
+    """The fields of one group that ``--set`` can change: name -> value parser."""
+    hints = typing.get_type_hints(type(section))
+    out = {}
+    for f in dataclasses.fields(section):
+        parser = _parser(hints[f.name])
+        if parser is not None:
+            out[f.name] = parser
+    return out
+
+
+def apply_overrides(config: Config, overrides: Iterable[str]) -> Config:
+    """Apply ``GROUP.FIELD=VALUE`` overrides (``--set``) to the tree, converting each value
+    to the field's type; a bad key or value raises ``InputError`` naming what is accepted."""
     for item in overrides:
         key, sep, raw = item.partition("=")
         group, _, name = key.strip().partition(".")
-        groups = ("vad", "asr", "phrases", "catch_up", "batching", "pipeline")
-        if not sep or group not in groups or not name:
-            raise InputError(
-                f"--set {item!r}: expected GROUP.FIELD=VALUE ({', '.join(groups)})"
-            )
-        section = options if group == "pipeline" else getattr(options, group)
-        fields = {f.name: f for f in dataclasses.fields(section)}
+        if not sep or group not in GROUPS or not name:
+            raise InputError(f"--set {item!r}: expected GROUP.FIELD=VALUE ({', '.join(GROUPS)})")
+        path = GROUPS[group]
+        section = _get(config, path)
+        fields = settable_fields(section)
         if name not in fields:
+            everything = {f.name for f in dataclasses.fields(section)}
+            if name in everything:
+                raise InputError(f"--set {item!r}: {name} is not a single value")
             raise InputError(f"--set {item!r}: {group} has no option {name!r} "
                              f"(has: {', '.join(sorted(fields))})")
-        if dataclasses.is_dataclass(current := getattr(section, name)) or isinstance(
-            current, tuple
-        ):
-            raise InputError(f"--set {item!r}: {name} is not a single value")
-        current = getattr(section, name)
         try:
-            if current is None:
-                value: object = float(raw)
-            elif isinstance(current, bool):
-                if raw.lower() not in ("true", "false", "1", "0"):
-                    raise ValueError(raw)
-                value = raw.lower() in ("true", "1")
-            else:
-                value = type(current)(raw)
-            section = dataclasses.replace(section, **{name: value})
+            value = fields[name](raw)
+            config = _put(config, path, dataclasses.replace(section, **{name: value}))
         except (TypeError, ValueError) as exc:
             raise InputError(f"--set {item!r}: {exc}") from None
-        options = section if group == "pipeline" else dataclasses.replace(
-            options, **{group: section}
-        )
-    return options
+    return config
+
+
+def with_overrides(options: PipelineOptions, overrides: Iterable[str]) -> PipelineOptions:
+    """``apply_overrides`` for commands without a server (translate, eval): pipeline groups."""
+    overrides = list(overrides)
+    for item in overrides:
+        group = item.partition("=")[0].strip().partition(".")[0]
+        if group in SERVER_GROUPS:
+            raise InputError(f"--set {item!r}: {group} options apply to `speechpipe serve` only")
+    return apply_overrides(Config(pipeline=options), overrides).pipeline
+
+
+def config_dict(config: Any) -> dict[str, Any]:
+    """The tree as nested dicts of its settable leaves (JSON- and TOML-ready)."""
+    out: dict[str, Any] = {}
+    fields = settable_fields(config)
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            out[f.name] = config_dict(value)
+        elif f.name in fields:
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return json.dumps(str(value), ensure_ascii=False)
+
+
+def _toml_table(prefix: str, tree: dict[str, Any], lines: list[str]) -> None:
+    leaves = {k: v for k, v in tree.items() if not isinstance(v, dict)}
+    if prefix:
+        lines.append(f"\n[{prefix}]")
+    for key, value in leaves.items():
+        lines.append(f"# {key} = none" if value is None else f"{key} = {_toml_value(value)}")
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            _toml_table(f"{prefix}.{key}" if prefix else key, value, lines)
+
+
+def render_config(config: Config, fmt: str = "toml") -> str:
+    """The effective tree as TOML (None values appear as comments) or JSON."""
+    tree = config_dict(config)
+    if fmt == "json":
+        return json.dumps(tree, indent=2, ensure_ascii=False)
+    lines: list[str] = ["# speechpipe configuration; set a leaf with --set GROUP.FIELD=VALUE",
+                        "# groups: " + ", ".join(f"{g} = {'.'.join(p)}" for g, p in GROUPS.items())]
+    _toml_table("", tree, lines)
+    return "\n".join(lines).strip() + "\n"

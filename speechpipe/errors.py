@@ -12,6 +12,7 @@
     │   └── AdmissionError          over capacity (carries a retry hint)
     │       └── SessionRedirect     cluster: admitted on another node (URL + ticket)
     ├── WorkerError                 a model worker failed on one request (recoverable)
+    ├── OutputError                 an output file could not be written (disk full, device)
     └── Superseded                  a queued partial decode was replaced by a newer request
                                     for the same utterance: not an error, the caller skips it
 
@@ -33,6 +34,7 @@ __all__ = [
     "AdmissionError",
     "SessionRedirect",
     "WorkerError",
+    "OutputError",
     "Superseded",
 ]
 
@@ -44,26 +46,32 @@ class SpeechpipeError(Exception):
 
 
 class InputError(SpeechpipeError):
+    """Bad input from the user or a client (exit code 2 at the CLI)."""
     code = "bad_input"
 
 
 class AudioInputError(InputError):
+    """Audio that cannot be read or used."""
     code = "bad_audio"
 
 
 class LanguageError(InputError):
+    """A language that the models or the voices do not support."""
     code = "unsupported_language"
 
 
 class ModelError(SpeechpipeError):
+    """A model that cannot be found, assembled or loaded."""
     code = "model_error"
 
 
 class VoiceError(ModelError):
+    """A Piper voice that cannot be found or loaded."""
     code = "no_voice"
 
 
 class SessionError(SpeechpipeError):
+    """A session that cannot start or go on (carries a protocol error ``code``)."""
     code = "session_error"
 
     def __init__(self, message: str, *, code: str | None = None) -> None:
@@ -73,6 +81,7 @@ class SessionError(SpeechpipeError):
 
 
 class AdmissionError(SessionError):
+    """A session refused by admission control (carries ``retry_after_s``)."""
     code = "over_capacity"
 
     def __init__(self, message: str, *, retry_after_s: float) -> None:
@@ -93,7 +102,12 @@ class SessionRedirect(AdmissionError):
 
 
 class WorkerError(SpeechpipeError):
+    """A shared model worker failed a request (only that request fails)."""
     code = "worker_error"
+
+
+class OutputError(SpeechpipeError):
+    code = "output_error"
 
 
 class Superseded(SpeechpipeError):

@@ -51,7 +51,7 @@ _TOKENIZER_FILES = (
 )
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``models list|add|convert`` to the ``speechpipe`` command's subparsers."""
     models = subparsers.add_parser("models", help="list, add and convert models and voices")
     sub = models.add_subparsers(dest="models_command", required=True)
@@ -99,6 +99,7 @@ def _handles_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[[argpar
 
 @_handles_errors
 def cmd_models_add(args: argparse.Namespace) -> int:
+    """``speechpipe models add``: register an MT folder or install a Piper voice."""
     path = Path(args.path).expanduser()
     if args.name is not None and not _NAME.match(args.name):
         raise InputError(f"bad name {args.name!r}: use letters, digits, '.', '_' and '-'")
@@ -184,6 +185,7 @@ def _add_voice(path: Path, name: str | None, replace: bool) -> int:
 
 @_handles_errors
 def cmd_models_list(args: argparse.Namespace) -> int:
+    """``speechpipe models list``: the ASR model, MT models and voices."""
     from speechpipe.voices.registry import list_voices
 
     asr = _asr_models()
@@ -191,7 +193,7 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     for name, entry in sorted(registered_mt_models().items()):
         path = Path(str(entry.get("path", "")))
         mt.append({"name": name, **entry, "present": path.is_dir()})
-    voices = [
+    voices: list[dict[str, Any]] = [
         {
             "name": v.name, "locale": v.locale, "lang": v.lang, "sample_rate": v.sample_rate,
             "size_bytes": _size(v.model_path), "source": v.source, "path": str(v.model_path),
@@ -233,6 +235,7 @@ def _asr_models() -> list[dict[str, Any]]:
 
 @_handles_errors
 def cmd_models_convert(args: argparse.Namespace) -> int:
+    """``speechpipe models convert``: a Hugging Face MT model to CTranslate2."""
     src = Path(args.hf_model_dir).expanduser()
     out = Path(args.out).expanduser()
     if not (src / "config.json").is_file():

@@ -18,13 +18,14 @@ import asyncio
 import contextlib
 import logging
 import threading
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from speechpipe.config import PipelineOptions
-from speechpipe.errors import InputError, LanguageError, SessionError
+from speechpipe.errors import InputError, LanguageError, SessionError, WorkerError
 from speechpipe.models.batching import PRIORITY_LIVE, PRIORITY_REPLAY, AsrBatcher
 from speechpipe.models.ct2_translator import Ct2TextTranslator
 from speechpipe.models.ct2_worker import Ct2TranslationWorker
@@ -37,21 +38,30 @@ from speechpipe.stages.channels import Channel, ChannelClosed, Overflow
 from speechpipe.stages.clock import BasisStreamClock, StreamClock, WallStreamClock
 from speechpipe.stages.frames import AudioFrame, OutputEvent, TextHypothesis
 from speechpipe.stages.mt import SpeechTranslationPassthrough
+from speechpipe.stages.request import SessionRequest
 from speechpipe.stages.text_mt import TextMtStage
 from speechpipe.stages.translation_memory import TranslationMemory
 from speechpipe.stages.tts import TtsStage
 from speechpipe.stages.vad import LabeledAudio, VadStage, merge_labeled
-from speechpipe.transport.session_api import SessionRequest
 from speechpipe.voices.piper_engine import PiperOptions, PiperSynthesizer
 from speechpipe.voices.registry import VoiceInfo, resolve_voice
 from speechpipe.voices.tts_worker import TtsWorker
 
-__all__ = ["Pipeline", "PipelineSession", "ResolvedRequest"]
+__all__ = [
+    "Pipeline", "PipelineSession", "ResolvedRequest", "apply_process_limits", "check_output_rate",
+    "limit_blas_threads",
+]
 
 log = logging.getLogger("speechpipe.session")
 
 MIN_OUTPUT_RATE = 8_000
 MAX_OUTPUT_RATE = 48_000
+
+
+def check_output_rate(rate: int) -> None:
+    if not MIN_OUTPUT_RATE <= rate <= MAX_OUTPUT_RATE:
+        raise InputError(f"output sample rate {rate} outside "
+                         f"{MIN_OUTPUT_RATE}..{MAX_OUTPUT_RATE} Hz")
 
 
 def _merge_frames(first: AudioFrame, second: AudioFrame) -> AudioFrame:
@@ -60,6 +70,7 @@ def _merge_frames(first: AudioFrame, second: AudioFrame) -> AudioFrame:
 
 @dataclass(frozen=True, slots=True)
 class ResolvedRequest:
+    """A validated request: languages, voice, ASR options and the text-MT worker."""
     request: SessionRequest
     source_lang: str | None  # None: detect per utterance
     voice: VoiceInfo
@@ -68,16 +79,17 @@ class ResolvedRequest:
 
 
 def limit_blas_threads(threads: int = 1) -> None:
-    """Cap numpy's BLAS thread pool for the whole process.
-
-    Whisper's log-mel features (``faster_whisper.FeatureExtractor``: a filter-bank matmul)
-    run on every decode in the ASR worker threads. OpenBLAS gives each such call its own pool
-    of one thread per core, which then competes with the other ASR worker, Piper and the
-    event loop. Measured here (2 cores, two ASR calls at once, separate processes): 228 ms
-    per call with the default pool, 161 ms with one BLAS thread (154 ms alone)."""
+    """Cap numpy's BLAS thread pool for the whole process (why: ``docs/design.md``)."""
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=threads, user_api="blas")
+
+
+def apply_process_limits(options: PipelineOptions) -> None:
+    """Apply the options' process-wide limits (BLAS threads). Called by the entry points
+    (CLI, server) that own their process; a library host decides for itself."""
+    if options.blas_threads is not None:
+        limit_blas_threads(options.blas_threads)
 
 
 class Pipeline:
@@ -96,11 +108,12 @@ class Pipeline:
         self._text_mt_lock = threading.Lock()
         self.mt_memory = TranslationMemory(options.translation_memory_items)
         self.sessions_started = 0
+        self._closed = False  # stop_workers() ran: no new workers
 
     @classmethod
     def load(cls, options: PipelineOptions | None = None) -> Pipeline:
+        """Load the models (blocking); ``options`` default to ``PipelineOptions()``."""
         options = options or PipelineOptions()
-        limit_blas_threads()
         model_dir = resolve_whisper_model(options.asr_model)
         engine = WhisperEngine(model_dir, cpu_threads=options.asr_threads,
                                num_workers=options.batching.workers,
@@ -108,17 +121,76 @@ class Pipeline:
         return cls(options, engine)
 
     def warm_up(self) -> None:
+        """Run one inference through each model so the first session is not slow (blocking)."""
         self.engine.warm_up()  # includes a batched inference
         self.whisper.warm_up()  # and one through the shared worker's thread
         voice = resolve_voice(None, "en", self.options.voice_dirs)
-        self._tts_worker(voice).warm_up()
+        self.tts_worker(voice).warm_up()
+
+    def stop_workers(self) -> None:
+        """Stop accepting work and join every worker thread (ASR, TTS, text MT); calls in
+        progress finish first. Blocking, idempotent; any thread may call it."""
+        self._closed = True
+        self.whisper.close()
+        with self._tts_lock:
+            tts_workers = list(self._tts.values())
+        for worker in tts_workers:
+            worker.close()
+        with self._text_mt_lock:
+            mt_workers = list(self._text_mt.values())
+        for mt_worker in mt_workers:
+            mt_worker.close()
+
+    def release_models(self) -> None:
+        """Drop this pipeline's references to the loaded models, after ``stop_workers``.
+
+        Call it on the main thread: the last reference decides which thread runs a model's
+        native destructor, and CTranslate2's aborts the process when that is a worker thread
+        at interpreter shutdown."""
+        self.engine.release()
+        with self._tts_lock:
+            self._tts.clear()
+            self._phrase_caches.clear()
+        with self._text_mt_lock:
+            self._text_mt.clear()
 
     def close(self) -> None:
-        self.whisper.close()
-        for worker in self._tts.values():
-            worker.shutdown()
-        for mt_worker in self._text_mt.values():
-            mt_worker.shutdown()
+        """Stop and join the workers, then release the models (on the calling thread:
+        the main one, in the CLI). Safe to call twice. A Ctrl-C during the teardown does
+        not cut it short (a worker left running would abort the process at exit); it is
+        raised once the teardown is done."""
+        interrupted: KeyboardInterrupt | None = None
+        for _ in range(3):  # a user pressing Ctrl-C again and again still gets out
+            try:
+                self.stop_workers()
+                break
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+        self.release_models()
+        if interrupted is not None:
+            raise interrupted
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise WorkerError("the pipeline is shut down")
+
+    async def aclose(self) -> None:
+        """``close`` for an event loop: the workers are joined off the loop, the models are
+        released on the loop's thread (the main one in every speechpipe command)."""
+        await asyncio.to_thread(self.stop_workers)
+        self.release_models()
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Pipeline:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     # -- requests ------------------------------------------------------------------------
     def resolve(self, request: SessionRequest) -> ResolvedRequest:
@@ -139,11 +211,7 @@ class Pipeline:
             text_mt.check_languages(source, target)
         else:
             raise InputError(f"unknown MT backend {request.mt!r} (use whisper or ct2:MODEL)")
-        if not MIN_OUTPUT_RATE <= request.output_sample_rate <= MAX_OUTPUT_RATE:
-            raise InputError(
-                f"output sample rate {request.output_sample_rate} outside "
-                f"{MIN_OUTPUT_RATE}..{MAX_OUTPUT_RATE} Hz"
-            )
+        check_output_rate(request.output_sample_rate)
         voice = resolve_voice(request.voice, target, self.options.voice_dirs)
         asr = self.options.asr
         if request.mode == "fast":
@@ -160,16 +228,19 @@ class Pipeline:
         with self._text_mt_lock:
             worker = self._text_mt.get(str(path))
             if worker is None:
+                self._check_open()
                 translator = Ct2TextTranslator(path, model_id=str(path),
                                                intra_threads=self.options.mt_threads)
                 worker = Ct2TranslationWorker(translator)
                 self._text_mt[str(path)] = worker
             return worker
 
-    def _tts_worker(self, voice: VoiceInfo) -> TtsWorker:
+    def tts_worker(self, voice: VoiceInfo) -> TtsWorker:
+        """The shared TTS worker for ``voice`` (loaded on first use; blocking)."""
         with self._tts_lock:
             worker = self._tts.get(voice.name)
             if worker is None:
+                self._check_open()
                 piper_options = PiperOptions(length_scale=self.options.tts_length_scale)
                 worker = TtsWorker(PiperSynthesizer(voice, piper_options), voice.name)
                 self._tts[voice.name] = worker
@@ -177,10 +248,12 @@ class Pipeline:
             return worker
 
     def phrase_cache(self, voice: VoiceInfo) -> LruCache[tuple[str, int, float], np.ndarray]:
-        self._tts_worker(voice)
+        """The shared cache of synthesized phrases for ``voice``."""
+        self.tts_worker(voice)
         return self._phrase_caches[voice.name]
 
     def session(self, request: SessionRequest) -> PipelineSession:
+        """A new session for ``request`` (a ``LiveSession``); use it with ``async with``."""
         return PipelineSession(self, request)
 
 
@@ -205,12 +278,13 @@ class PipelineSession:
         self._next_pts = 0
         self.vad: VadStage | None = None
         self.asr: AsrStage | None = None
+        self.ladder: SessionLadder | None = None  # set on entry; the degrade ladder reads it
 
     async def __aenter__(self) -> PipelineSession:
         pipeline = self.pipeline
         self.resolved = resolved = await asyncio.to_thread(pipeline.resolve, self.request)
         options = pipeline.options
-        tts_worker = await asyncio.to_thread(pipeline._tts_worker, resolved.voice)
+        tts_worker = await asyncio.to_thread(pipeline.tts_worker, resolved.voice)
         cache = pipeline.phrase_cache(resolved.voice)
         rate = self.request.output_sample_rate
 
@@ -269,6 +343,7 @@ class PipelineSession:
                 clock=self.clock,
                 memory=pipeline.mt_memory,
                 forward_source=True,
+                options=options.text_mt,
             )
 
             async def run_mt() -> None:
@@ -308,6 +383,7 @@ class PipelineSession:
 
     # -- LiveSession -----------------------------------------------------------------------
     async def push(self, frame: AudioFrame) -> None:
+        """Queue 16 kHz mono int16 audio; frames must be contiguous (``pts`` increasing)."""
         if frame.pts != self._next_pts:
             raise SessionError(
                 f"audio is not contiguous: expected pts {self._next_pts}, got {frame.pts}",
@@ -318,13 +394,20 @@ class PipelineSession:
         await self.input.put(frame)
 
     def flush(self) -> None:
+        """End the current utterance now, as if the speaker paused."""
         assert self.vad is not None
         self.vad.request_flush()
         with contextlib.suppress(asyncio.QueueFull):
             self.input.put_nowait(AudioFrame(np.zeros(0, np.int16), self._next_pts))
 
     async def finish(self) -> None:
+        """No more audio: the stages drain and ``events()`` ends after the last event."""
         self.input.close()
+
+    def set_max_utterance_s(self, seconds: float) -> None:
+        """Change the VAD's forced-cut length from now on (the server's degrade ladder)."""
+        if self.vad is not None:
+            self.vad.set_max_utterance_s(seconds)
 
     def post(self, event: OutputEvent) -> bool:
         """Add an event from outside the stages (e.g. a ``status``); False if it cannot be
@@ -335,6 +418,7 @@ class PipelineSession:
             return False
         return True
 
-    async def events(self):  # type: ignore[no-untyped-def]
+    async def events(self) -> AsyncIterator[OutputEvent]:
+        """Events in the order produced; ends after ``finish`` has drained the stages."""
         async for event in self._events:
             yield event

@@ -24,10 +24,12 @@ _PUNCT = re.compile(r"[^\w']+", re.UNICODE)
 
 
 def normalize_word(word: str) -> str:
+    """A word as agreement compares it: lowercase, without punctuation."""
     return _PUNCT.sub("", word.casefold())
 
 
 def split_words(text: str) -> list[str]:
+    """Split text into words."""
     return text.split()
 
 
@@ -47,10 +49,12 @@ class LocalAgreement:
 
     @property
     def committed_text(self) -> str:
+        """The committed words as text."""
         return " ".join(self.committed)
 
     @property
     def tentative_text(self) -> str:
+        """The not yet committed words as text."""
         return " ".join(self.tentative)
 
     def update(self, continuation: Sequence[str]) -> list[str]:
@@ -109,6 +113,7 @@ class LocalAgreement:
         return words
 
     def reset(self) -> None:
+        """Forget everything (a new utterance)."""
         self.committed = []
         self.tentative = []
         self._history.clear()

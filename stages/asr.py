@@ -32,12 +32,6 @@ from typing import Protocol
 import numpy as np
 
 from speechpipe.errors import SpeechpipeError, Superseded
-from speechpipe.models.whisper_engine import (
-    DecodeResult,
-    DecodeTask,
-    WhisperRequest,
-    WhisperResult,
-)
 from speechpipe.stages.agreement import LocalAgreement
 from speechpipe.stages.channels import Channel, ChannelClosed
 from speechpipe.stages.clock import StreamClock
@@ -48,6 +42,12 @@ from speechpipe.stages.frames import (
     StageTiming,
     TextHypothesis,
     VadEvent,
+)
+from speechpipe.stages.model_api import (
+    DecodeResult,
+    DecodeTask,
+    WhisperRequest,
+    WhisperResult,
 )
 from speechpipe.stages.vad import LabeledAudio
 

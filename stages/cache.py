@@ -13,6 +13,8 @@ V = TypeVar("V")
 
 
 class LruCache(Generic[K, V]):
+    """A bounded least-recently-used cache."""
+
     def __init__(self, max_items: int) -> None:
         if max_items < 1:
             raise ValueError("max_items must be >= 1")
@@ -28,6 +30,7 @@ class LruCache(Generic[K, V]):
         return key in self._items
 
     def get(self, key: K) -> V | None:
+        """The cached value, or None (marks it recently used)."""
         try:
             value = self._items[key]
         except KeyError:
@@ -38,6 +41,7 @@ class LruCache(Generic[K, V]):
         return value
 
     def put(self, key: K, value: V) -> None:
+        """Store a value, evicting the least recently used beyond capacity."""
         self._items[key] = value
         self._items.move_to_end(key)
         while len(self._items) > self.max_items:

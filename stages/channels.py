@@ -28,12 +28,15 @@ class ChannelClosed(Exception):
 
 
 class Overflow(enum.Enum):
+    """What ``put`` does when a channel is full: block, drop the oldest, or coalesce."""
     BLOCK = "block"
     COALESCE = "coalesce"
     LATEST = "latest"
 
 
 class Channel(Generic[T]):
+    """A bounded async queue between two stages with a named overflow policy."""
+
     def __init__(
         self,
         capacity: int,
@@ -63,6 +66,7 @@ class Channel(Generic[T]):
 
     @property
     def closed(self) -> bool:
+        """True once ``close`` was called."""
         return self._closed
 
     def _update(self) -> None:
@@ -76,6 +80,7 @@ class Channel(Generic[T]):
             self._writable.clear()
 
     async def put(self, item: T) -> None:
+        """Queue an item under the channel's overflow policy."""
         if self._closed:
             raise ChannelClosed(self.name)
         if self.policy is Overflow.BLOCK:
@@ -107,6 +112,7 @@ class Channel(Generic[T]):
         self._update()
 
     async def get(self) -> T:
+        """The next item; raises ``ChannelClosed`` once closed and drained."""
         while not self._items:
             if self._closed:
                 raise ChannelClosed(self.name)
@@ -125,6 +131,7 @@ class Channel(Generic[T]):
         return batch
 
     def close(self) -> None:
+        """No more items: readers drain what is queued, then see ``ChannelClosed``."""
         self._closed = True
         self._update()
 

@@ -23,6 +23,8 @@ __all__ = ["StreamClock", "WallStreamClock", "BasisStreamClock"]
 
 
 class StreamClock(Protocol):
+    """Stamps events with the stream position they belong to."""
+
     def begin(self) -> None:
         """The stream starts now (the first audio frame arrived); later calls do nothing."""
         ...
@@ -35,30 +37,40 @@ class StreamClock(Protocol):
 
 
 class WallStreamClock:
+    """Real-time pace: the stream position is the wall-clock time since the first audio."""
+
     def __init__(self, start: float | None = None) -> None:
         self.start = start
 
     def begin(self) -> None:
+        """The stream starts now (later calls do nothing)."""
         if self.start is None:
             self.start = time.monotonic()
 
     def wall_seconds(self) -> float:
+        """Seconds since the stream started."""
         return 0.0 if self.start is None else time.monotonic() - self.start
 
     def stamp(self, basis_pts: int) -> int:
+        """Now, in stream samples since the start (never before ``basis_pts``)."""
         return max(basis_pts, int(self.wall_seconds() * STREAM_RATE))
 
 
 class BasisStreamClock:
+    """Fast pace: the stream position is the audio a result was based on."""
+
     def __init__(self) -> None:
         self.start: float | None = None
 
     def begin(self) -> None:
+        """The stream starts now (later calls do nothing)."""
         if self.start is None:
             self.start = time.monotonic()
 
     def wall_seconds(self) -> float:
+        """Seconds since the stream started."""
         return 0.0 if self.start is None else time.monotonic() - self.start
 
     def stamp(self, basis_pts: int) -> int:
+        """``basis_pts``: the audio the result was based on."""
         return basis_pts

@@ -37,6 +37,7 @@ FRAME_SAMPLES = 320
 
 
 def samples_to_seconds(samples: int) -> float:
+    """Stream samples to seconds."""
     return samples / STREAM_RATE
 
 
@@ -49,6 +50,7 @@ class AudioFrame:
 
     @property
     def end(self) -> int:
+        """The stream position just after the frame."""
         return self.pts + len(self.samples)
 
 
@@ -100,6 +102,7 @@ class TextHypothesis:
 
     @property
     def text(self) -> str:
+        """Committed and tentative text together."""
         return " ".join(part for part in (self.committed, self.tentative) if part)
 
 
@@ -116,11 +119,13 @@ class SpeechChunk:
 
     @property
     def duration(self) -> float:
+        """Seconds of speech."""
         return len(self.samples) / self.sample_rate
 
 
 @dataclass(frozen=True, slots=True)
 class UtteranceEnd:
+    """An utterance is over: its final source and target text."""
     utterance: int
     stream_pts: int
     source_text: str

@@ -22,6 +22,7 @@ class SpeechTranslationPassthrough:
     """The MT stage for Whisper speech translation: hypotheses pass through unchanged."""
 
     async def run(self, inbox: Channel[TextHypothesis], outbox: Channel[TextHypothesis]) -> None:
+        """Forward Whisper's translation hypotheses from ``source`` to ``target``."""
         try:
             async for hypothesis in inbox:
                 await outbox.put(hypothesis)

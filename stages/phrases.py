@@ -27,6 +27,7 @@ _CLAUSE_END = (",", ".", ";", ":", "?", "!", "…")
 
 @dataclass(frozen=True, slots=True)
 class PhraseOptions:
+    """When committed text becomes a spoken phrase (``--set phrases.*``)."""
     first_words: int = 2
     max_words: int = 5
     min_words_at_punctuation: int = 1
@@ -52,7 +53,8 @@ class PhraseSegmenter:
 
     def feed(self, committed: str, final: bool = False, *, now_s: float = 0.0,
              queued_until_s: float = 0.0) -> list[str]:
-        """Phrases ready to speak (``now_s``/``queued_until_s`` are for the other policy)."""
+        """Add newly committed words; returns the phrases ready to speak (``now_s`` and
+        ``queued_until_s`` are for the just-in-time policy)."""
         words = committed.split()
         if len(words) < self._spoken:  # committed text never shrinks; be safe anyway
             self._spoken = len(words)

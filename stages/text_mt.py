@@ -45,11 +45,11 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from speechpipe.errors import SpeechpipeError
-from speechpipe.models.ct2_translator import TextMtRequest, TextMtResult
 from speechpipe.stages.agreement import LocalAgreement, normalize_word
 from speechpipe.stages.channels import Channel, ChannelClosed
 from speechpipe.stages.clock import StreamClock
 from speechpipe.stages.frames import ErrorEvent, OutputEvent, StageTiming, TextHypothesis
+from speechpipe.stages.model_api import TextMtRequest, TextMtResult
 from speechpipe.stages.translation_memory import TranslationMemory
 
 __all__ = [
@@ -71,6 +71,7 @@ Translate = Callable[[TextMtRequest], Awaitable[TextMtResult]]
 
 @dataclass(frozen=True, slots=True)
 class TextMtOptions:
+    """The incremental text-MT policy (``--set text_mt.*``)."""
     agreement: int = 2
     """LocalAgreement-n over target continuations."""
     beam_size: int = 1
@@ -140,14 +141,17 @@ class IncrementalTextTranslation:
 
     @property
     def committed(self) -> str:
+        """The committed target text."""
         return " ".join([*self._closed, *self._agreement.committed])
 
     @property
     def tentative(self) -> str:
+        """The tentative target text."""
         return self._agreement.tentative_text
 
     @property
     def final(self) -> bool:
+        """True once the utterance's translation is complete."""
         return self._final
 
     def update(

@@ -22,6 +22,7 @@ MemoryKey = tuple[str, str, str, str]
 
 
 def normalize_segment(text: str) -> str:
+    """A source segment as the memory keys it."""
     return " ".join(unicodedata.normalize("NFKC", text).split())
 
 
@@ -44,6 +45,7 @@ class TranslationMemory:
 
     @staticmethod
     def key(model_id: str, source_lang: str, target_lang: str, source: str) -> MemoryKey:
+        """The memory key: model, language pair and normalized source segment."""
         return (model_id, source_lang, target_lang, normalize_segment(source))
 
     def get(
@@ -83,5 +85,6 @@ class TranslationMemory:
                 self.evictions += 1
 
     def clear(self) -> None:
+        """Forget every entry."""
         with self._lock:
             self._entries.clear()

@@ -50,6 +50,7 @@ class CatchUpOptions:
 
 
 def catch_up_speed(backlog_s: float, options: CatchUpOptions) -> float:
+    """The speaking rate for a backlog of ``backlog_s`` seconds."""
     speed = 1.0
     for threshold, step_speed in zip(options.backlog_s, options.speeds, strict=True):
         if backlog_s >= threshold:
@@ -58,6 +59,8 @@ def catch_up_speed(backlog_s: float, options: CatchUpOptions) -> float:
 
 
 class TtsStage:
+    """Speaks committed target text in phrases, on the stream's timeline."""
+
     def __init__(
         self,
         speak: Speak,
@@ -77,6 +80,7 @@ class TtsStage:
         self._last_target: dict[int, TextHypothesis] = {}  # newest per open utterance
 
     async def run(self, inbox: Channel[TextHypothesis], events: Channel[OutputEvent]) -> None:
+        """Speak the target hypotheses from ``inbox`` as ``SpeechChunk`` events."""
         while True:
             wake_in = self._wake_in()
             try:

@@ -22,6 +22,7 @@ __all__ = ["VadOptions", "VadCore", "VadStage", "LabeledAudio", "merge_labeled"]
 
 @dataclass(frozen=True, slots=True)
 class VadOptions:
+    """Speech start, pause, end and forced-cut settings (``--set vad.*``)."""
     aggressiveness: int = 2  # webrtcvad 0 (lenient) .. 3 (strict)
     start_window_ms: int = 200  # speech starts when ...
     start_ratio: float = 0.6  # ... this share of the window is voiced
@@ -50,6 +51,7 @@ class LabeledAudio:
 
     @property
     def end(self) -> int:
+        """The stream position just after the audio."""
         return self.pts + len(self.samples)
 
 
@@ -82,7 +84,10 @@ class VadCore:
 
         self._classify = classify
         frame_ms = FRAME_SAMPLES * 1000 // STREAM_RATE
-        self._window = deque(maxlen=max(1, options.start_window_ms // frame_ms))
+        # (voiced, pts) of the last frames, for the start decision
+        self._window: deque[tuple[bool, int]] = deque(
+            maxlen=max(1, options.start_window_ms // frame_ms)
+        )
         self._pause_frames = max(1, options.pause_ms // frame_ms)
         self._hangover_frames = max(1, options.hangover_ms // frame_ms)
         self._max_samples = int(options.max_utterance_s * STREAM_RATE)
@@ -163,9 +168,15 @@ class VadStage:
         self._flush_requested = False
 
     def request_flush(self) -> None:
+        """End the current utterance at the next frame."""
         self._flush_requested = True
 
+    def set_max_utterance_s(self, seconds: float) -> None:
+        """Change the forced-cut length from now on."""
+        self.core.set_max_utterance_s(seconds)
+
     async def run(self, inbox: Channel[AudioFrame], outbox: Channel[LabeledAudio]) -> None:
+        """Label audio from ``inbox`` as speech or not, with VAD events, into ``outbox``."""
         try:
             while True:
                 try:

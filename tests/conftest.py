@@ -25,9 +25,12 @@ from tests.netguard import *  # noqa: F403  (socket guard: hooks, local_traffic_
 @pytest.fixture(scope="session")
 def pipeline():
     """The real models (Whisper base int8 + Piper joe), loaded and warmed once."""
-    from speechpipe.session import Pipeline
+    from speechpipe.config import PipelineOptions
+    from speechpipe.session import Pipeline, apply_process_limits
 
-    loaded = Pipeline.load()
+    options = PipelineOptions()
+    apply_process_limits(options)  # as the CLI and the server do
+    loaded = Pipeline.load(options)
     loaded.warm_up()
     yield loaded
     loaded.close()

@@ -27,7 +27,7 @@ from websockets.exceptions import ConnectionClosed
 
 from speechpipe.stages.channels import Channel
 from speechpipe.stages.frames import AudioFrame, OutputEvent, TextHypothesis, UtteranceEnd
-from speechpipe.transport.session_api import SessionRequest
+from speechpipe.stages.request import SessionRequest
 
 # --- sample folders ----------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import secrets
 import time
 import urllib.parse
@@ -50,6 +51,7 @@ AUDIENCE = "speechpipe"  # tokens for another service signed with the same secre
 ALGORITHM = "HS256"
 MIN_SECRET_BYTES = 32  # RFC 7518 3.2: an HS256 key at least as long as the hash
 MAX_TOKEN_CHARS = 4096  # longer is not a token we issued; refused before any parsing
+MAX_TTL_S = 366 * 24 * 3600  # a token that outlives a year is a secret, not a session grant
 
 
 class AuthError(InputError):
@@ -73,6 +75,8 @@ class Identity:
 
 
 class TokenVerifier(Protocol):
+    """Checks a session token; returns the identity it grants."""
+
     def verify(self, token: str | None) -> Identity:
         """The token's identity, or ``AuthError``."""
         ...
@@ -109,8 +113,10 @@ class TokenAuthority:
         return "TokenAuthority(secret=<hidden>)"
 
     def issue(self, *, ttl_s: float, subject: str = "", now: float | None = None) -> str:
-        if ttl_s <= 0:
-            raise InputError("a token's time to live must be positive")
+        """A signed token for ``subject`` valid for ``ttl_s`` seconds."""
+        if not (math.isfinite(ttl_s) and 0 < ttl_s <= MAX_TTL_S):
+            raise InputError(f"a token's time to live must be a number of seconds above 0 and "
+                             f"at most {MAX_TTL_S} (one year); got {ttl_s}")
         issued = int(time.time() if now is None else now)
         claims: dict[str, Any] = {
             "aud": AUDIENCE,
@@ -123,6 +129,7 @@ class TokenAuthority:
         return str(_jwt().encode(claims, self._key, algorithm=ALGORITHM))
 
     def verify(self, token: str | None) -> Identity:
+        """The identity a valid token grants; raises ``AuthError`` otherwise."""
         if not token:
             raise AuthError("a session token is required")
         if len(token) > MAX_TOKEN_CHARS:
@@ -157,6 +164,7 @@ class StaticToken:
         return "StaticToken(<hidden>)"
 
     def verify(self, token: str | None) -> Identity:
+        """The identity for the one shared token; raises ``AuthError`` otherwise."""
         if not token:
             raise AuthError("a session token is required")
         if not hmac.compare_digest(self._token, token.encode()):
@@ -211,6 +219,7 @@ class OriginPolicy:
                 parse_origin(origin)
 
     def allows(self, origin: str | None, host: str | None) -> bool:
+        """True when a page from ``origin`` may open sessions on ``host``."""
         if origin is None:
             return True
         parsed = parse_origin(origin)

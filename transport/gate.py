@@ -59,6 +59,8 @@ def _refuse(status: int, message: str, extra: Iterable[tuple[str, str]] = ()) ->
 
 
 class AccessGate:
+    """Who may open a session: origin, token and connection quotas."""
+
     def __init__(
         self,
         *,
@@ -96,6 +98,7 @@ class AccessGate:
 
     # -- step 1: the HTTP handshake ---------------------------------------------------------
     def check_upgrade(self, remote_address: object, request: Request) -> Response | None:
+        """None to accept a WebSocket upgrade, else the HTTP refusal."""
         headers = request.headers
         try:
             origin_ok = self.origins.allows(
@@ -167,6 +170,7 @@ class AccessGate:
         admission.token_counted = True
 
     def release(self, admission: Admission | None) -> None:
+        """Give back what an admitted connection held."""
         if admission is None:
             return
         if admission.ip_counted:

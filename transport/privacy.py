@@ -27,7 +27,7 @@ CONTENT_LOGGERS = ("piper",)
 """Third-party loggers that log spoken or recognized text at DEBUG."""
 
 
-class ContentFreeLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+class ContentFreeLogger(logging.LoggerAdapter):
     """A logger whose DEBUG level is always off (websockets' frame and header dumps)."""
 
     def __init__(self, logger: logging.Logger) -> None:

@@ -37,7 +37,7 @@ from speechpipe.stages.frames import (
     UtteranceEnd,
     VadEvent,
 )
-from speechpipe.transport.session_api import SessionRequest
+from speechpipe.stages.request import SessionRequest
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -150,6 +150,7 @@ class ProtocolError(InputError):
 
     @property
     def fatal(self) -> bool:
+        """True when the server closes the connection after this error."""
         return self.close_code is not None
 
 
@@ -158,6 +159,7 @@ class ProtocolError(InputError):
 
 @dataclass(frozen=True, slots=True)
 class Start:
+    """A client's ``start`` message: the session request and the audio format."""
     request: SessionRequest
     sample_rate: int
     format: str = "pcm_s16le"
@@ -168,16 +170,19 @@ class Start:
 
 @dataclass(frozen=True, slots=True)
 class Flush:
+    """A client's ``flush`` message: end the utterance now."""
     pass
 
 
 @dataclass(frozen=True, slots=True)
 class Stop:
+    """A client's ``stop`` message: no more audio."""
     pass
 
 
 @dataclass(frozen=True, slots=True)
 class Offer:
+    """A client's WebRTC ``offer``."""
     sdp: str
 
 
@@ -345,10 +350,12 @@ def _t(pts: int) -> float:
 
 
 def dumps(message: dict[str, Any]) -> str:
+    """Compact JSON for one event."""
     return json.dumps(message, ensure_ascii=False, separators=(",", ":"))
 
 
 def encode_started(session: str, start: Start, *, output_sample_rate: int) -> dict[str, Any]:
+    """The ``started`` event for a session."""
     req = start.request
     return {
         "type": "started",
@@ -367,6 +374,7 @@ def encode_error(
     code: str, message: str, *, fatal: bool = False, utterance: int | None = None,
     stream_pts: int | None = None, **extra: Any,
 ) -> dict[str, Any]:
+    """An ``error`` event (``fatal``: the server closes afterwards)."""
     out: dict[str, Any] = {"type": "error", "code": code, "message": message, "fatal": fatal}
     if utterance is not None:
         out["utterance"] = utterance
@@ -377,10 +385,12 @@ def encode_error(
 
 
 def encode_answer(sdp: str) -> dict[str, Any]:
+    """The WebRTC ``answer`` event."""
     return {"type": "answer", "sdp": sdp, "sdp_type": "answer"}
 
 
 def encode_end(stream_pts: int) -> dict[str, Any]:
+    """The ``end`` event: the session finished."""
     return {"type": "end", "stream_t": _t(stream_pts)}
 
 
@@ -477,15 +487,18 @@ class InputResampler:
 
     @property
     def received_seconds(self) -> float:
+        """Seconds of client audio received so far."""
         return self.received / self.sample_rate
 
     def feed(self, samples: NDArray[np.int16]) -> list[AudioFrame]:
+        """Client audio in; 16 kHz mono int16 out."""
         self.received += len(samples)
         if self._stream is not None:
             samples = self._stream.resample_chunk(samples)
         return list(self._chunk(samples))
 
     def finish(self) -> list[AudioFrame]:
+        """The resampler's remaining output."""
         tail = np.zeros(0, dtype=np.int16)
         if self._stream is not None:
             tail = self._stream.resample_chunk(np.zeros(0, dtype=np.int16), last=True)
@@ -514,6 +527,7 @@ class OutputResampler:
         self.sample_rate = sample_rate
 
     def convert(self, chunk: SpeechChunk) -> NDArray[np.int16]:
+        """Translated speech at the client's sample rate."""
         if chunk.sample_rate == self.sample_rate or len(chunk.samples) == 0:
             return np.asarray(chunk.samples, dtype=np.int16)
         import soxr
@@ -554,6 +568,7 @@ class RealtimeGuard:
         return self.lead(now) <= self.max_lead_s
 
     def lead(self, now: float) -> float:
+        """How far the client's audio runs ahead of the wall clock, in seconds."""
         if self._t0 is None:
             return 0.0
         return self._seconds - (now - self._t0)

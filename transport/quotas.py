@@ -101,6 +101,7 @@ class TokenBucket:
     _last: float | None = None
 
     def take(self, now: float, cost: float = 1.0) -> bool:
+        """Take ``cost`` tokens at ``now``; False when there are not enough."""
         if self._tokens is None or self._last is None:
             self._tokens, self._last = float(self.burst), now
         self._tokens = min(float(self.burst), self._tokens + max(0.0, now - self._last) * self.rate)
@@ -112,6 +113,7 @@ class TokenBucket:
 
 
 class Deadline(enum.Enum):
+    """Which session timer is due."""
     IDLE = "idle"  # nothing from the client for max_idle_s
     EXPIRE = "expire"  # the session reached max_session_s: finish it
     GRACE_OVER = "grace_over"  # it has not finished within expire_grace_s: close it
@@ -174,9 +176,11 @@ class SessionTimers:
     pace: AudioPace | None = None  # set with session_start, unless the rule is off
 
     def touch(self, now: float) -> None:
+        """The client was active at ``now``."""
         self.last_active = now
 
     def begin(self, now: float) -> None:
+        """The session started at ``now`` (its length counts from here)."""
         self.session_start = self.last_active = now
         q = self.quotas
         if q.audio_window_s is not None and q.min_audio_ratio > 0:
@@ -200,6 +204,7 @@ class SessionTimers:
         return min(pending, key=lambda p: p[0]) if pending else None
 
     def due(self, now: float, *, stopping: bool) -> Deadline | None:
+        """The deadline that has passed at ``now``, if any."""
         nxt = self.next_deadline(stopping=stopping)
         if nxt is not None and now >= nxt[0]:
             return nxt[1]
@@ -214,9 +219,11 @@ class SessionCounter:
         self.counts: dict[str, int] = {}
 
     def full(self, key: str | None) -> bool:
+        """True when ``key`` holds its limit of sessions."""
         return key is not None and self.limit is not None and self.counts.get(key, 0) >= self.limit
 
     def acquire(self, key: str | None) -> bool:
+        """Count one more session for ``key``; False when full."""
         if key is None:
             return True
         if self.full(key):
@@ -225,6 +232,7 @@ class SessionCounter:
         return True
 
     def release(self, key: str | None) -> None:
+        """Count one session less for ``key``."""
         if key is None or key not in self.counts:
             return
         self.counts[key] -= 1
@@ -268,9 +276,11 @@ class QuotaGuard:
 
     @property
     def expired(self) -> bool:
+        """True once the session length was reached."""
         return self.timers.expired_at is not None
 
     def begin_session(self) -> None:
+        """The session started now."""
         self.timers.begin(self.clock())
 
     def audio(self, seconds: float) -> None:

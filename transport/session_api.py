@@ -21,31 +21,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 from speechpipe.stages.frames import AudioFrame, OutputEvent
+from speechpipe.stages.request import SessionRequest
 
 __all__ = ["SessionRequest", "LiveSession", "SessionFactory"]
 
 
-@dataclass(frozen=True, slots=True)
-class SessionRequest:
-    """What a client asks for. Validation (languages, voice, rates) happens in the factory,
-    which raises ``speechpipe.errors.InputError`` subclasses for a bad request."""
-
-    source_lang: str = "auto"
-    target_lang: str = "en"
-    voice: str | None = None
-    output_sample_rate: int = 16_000
-    mode: Literal["balanced", "fast", "quality"] = "balanced"
-    mt: str = "whisper"
-    priority: Literal["live", "replay"] = "live"
-    pace: Literal["realtime", "fast"] = "realtime"
-    client_id: str = ""
-
-
 class LiveSession(Protocol):
+    """What a transport drives: push audio, flush, finish, read events."""
+
     async def push(self, frame: AudioFrame) -> None:
         """Queue 16 kHz mono int16 audio. Frames must be contiguous (``pts`` increasing)."""
 

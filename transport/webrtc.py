@@ -188,7 +188,7 @@ class WebRtcPeer:
         # No ICE servers: aiortc would otherwise ask a public STUN server.
         self.pc = pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
 
-        @pc.on("track")  # type: ignore[misc]
+        @pc.on("track")
         def on_track(track: Any) -> None:
             if track.kind == "audio" and not self._remote.done():
                 self._remote.set_result(track)
@@ -197,7 +197,7 @@ class WebRtcPeer:
                 self._drains.add(task)
                 task.add_done_callback(self._drains.discard)
 
-        @pc.on("connectionstatechange")  # type: ignore[misc]
+        @pc.on("connectionstatechange")
         def on_state() -> None:
             state = pc.connectionState
             if state == "connected":

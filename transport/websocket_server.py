@@ -504,6 +504,8 @@ class _Connection:
                             ProtocolError(ErrorCode.NOT_STARTED, "send 'start' before audio")
                         )
                         continue
+                    # the session length runs from ``begin_session``, after ``start``
+                    assert not isinstance(message, Expired)
                     try:
                         parsed = parse_text(message)
                     except ProtocolError as exc:

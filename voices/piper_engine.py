@@ -59,6 +59,7 @@ class PiperSynthesizer:
 
     @property
     def sample_rate(self) -> int:
+        """The voice's native sample rate."""
         return int(self._piper.config.sample_rate)
 
     def synthesize(self, text: str, speed: float = 1.0) -> NDArray[np.int16]:

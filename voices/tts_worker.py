@@ -30,6 +30,7 @@ def trim_silence(samples: NDArray[np.int16], rate: int) -> NDArray[np.int16]:
 
 
 def resample_int16(samples: NDArray[np.int16], rate_in: int, rate_out: int) -> NDArray[np.int16]:
+    """Resample int16 audio with soxr (HQ)."""
     if rate_in == rate_out or not len(samples):
         return samples
     out = soxr.resample(samples.astype(np.float32) / 32768.0, rate_in, rate_out, quality="HQ")
@@ -37,6 +38,10 @@ def resample_int16(samples: NDArray[np.int16], rate_in: int, rate_out: int) -> N
 
 
 class TtsWorker:
+    """Synthesizes phrases for many sessions on one dedicated thread (one voice).
+
+    Close with ``aclose()`` (or ``async with``); ``close()`` is the same for sync callers."""
+
     def __init__(self, synthesizer: PiperSynthesizer, name: str) -> None:
         self.synthesizer = synthesizer
         self.name = name
@@ -44,6 +49,7 @@ class TtsWorker:
 
     @property
     def sample_rate(self) -> int:
+        """The voice's native sample rate."""
         return self.synthesizer.sample_rate
 
     def _synthesize(self, text: str, rate: int, speed: float) -> NDArray[np.int16]:
@@ -51,6 +57,7 @@ class TtsWorker:
         return resample_int16(speech, self.sample_rate, rate)
 
     async def synthesize(self, text: str, rate: int, speed: float = 1.0) -> NDArray[np.int16]:
+        """Speak ``text`` at ``rate`` Hz and ``speed`` on the worker's thread."""
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(
@@ -62,7 +69,19 @@ class TtsWorker:
             raise WorkerError(f"tts {self.name} failed: {type(exc).__name__}: {exc}") from exc
 
     def warm_up(self) -> None:
+        """Synthesize one short phrase (blocking)."""
         self._synthesize("Hello.", self.sample_rate, 1.0)
 
-    def shutdown(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+    def close(self) -> None:
+        """Cancel queued syntheses and join the thread (one in progress finishes first)."""
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    async def aclose(self) -> None:
+        """``close()`` for async callers."""
+        self.close()
+
+    async def __aenter__(self) -> TtsWorker:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

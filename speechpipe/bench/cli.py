@@ -7,7 +7,8 @@ import argparse
 __all__ = ["register"]
 
 
-def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add ``bench load|soak|mt`` to the command's subparsers."""
     bench = commands.add_parser("bench", help="load and latency benchmarks")
     kinds = bench.add_subparsers(dest="bench_kind", required=True)
     mt = kinds.add_parser("mt", help="incremental text MT: work per update vs utterance length")

@@ -23,9 +23,9 @@ degrade-ladder levels the server ran at while it lasted (sampled every 2 s from 
 per variant), run in the same bench, levels alternating, against the defaults.
 *Sessions held at real time* is the largest level that holds. Without ``--url`` the bench
 starts the server itself (a subprocess on 127.0.0.1, port chosen by the OS), once with
-batching and once with ``--no-batching``, in the same run, and prints the ratio. Everything
-is bounded: at most ``--max-sessions`` clients, each session ``--duration`` seconds of audio, a
-hard time limit per level; the bench stops by itself.
+batching and once with ``--set batching.enabled=false``, in the same run, and prints the
+ratio. Everything is bounded: at most ``--max-sessions`` clients, each session ``--duration``
+seconds of audio, a hard time limit per level; the bench stops by itself.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ from typing import Any
 
 import numpy as np
 
+from speechpipe.evaluation.scores import percentile
+
 __all__ = ["run_load_bench", "register_load", "ClientRun", "commit_latencies", "utterance_offsets",
            "percentile", "LevelReport", "ListenerRule", "ladder_summary"]
 
@@ -62,6 +64,7 @@ _OUTPUT_RATES = itertools.count(16_000)
 # -- what one client saw ----------------------------------------------------------------------
 @dataclass
 class ClientRun:
+    """Everything one client saw, with arrival times on its stream clock."""
     index: int
     events: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
     audio: list[tuple[float, dict[str, Any]]] = field(default_factory=list)  # (arrival, header)
@@ -75,13 +78,8 @@ class ClientRun:
     error: str = ""
 
     def of(self, kind: str) -> list[dict[str, Any]]:
+        """The events of one type, in arrival order."""
         return [e for _, e in self.events if e.get("type") == kind]
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return math.nan
-    return float(np.percentile(np.asarray(values, dtype=float), q))
 
 
 def commit_latencies(events: Sequence[dict[str, Any]], side: str) -> list[float]:
@@ -118,6 +116,7 @@ def utterance_offsets(run: ClientRun) -> tuple[list[float], list[float]]:
 # -- clips ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Clip:
+    """One recording of the playlist, int16 at 16 kHz."""
     id: str
     lang: str
     audio: np.ndarray  # int16 at 16 kHz
@@ -187,6 +186,7 @@ def playlist(clips: Sequence[Clip], index: int, seconds: float,
 async def run_client(url: str, index: int, audio: np.ndarray, lang: str, *,
                      frame_ms: int = 20, tail_s: float = 2.0, timeout_s: float = 180.0,
                      output_rate: int = 16_000) -> ClientRun:
+    """One client: stream its playlist at real time and record every event."""
     from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed
 
@@ -296,9 +296,11 @@ class ServerProcess:
 
     @property
     def url(self) -> str:
+        """The server's WebSocket URL."""
         return f"ws://127.0.0.1:{self.port}/ws"
 
     def cpu_seconds(self) -> float:
+        """CPU seconds the server process has used so far."""
         assert self.proc is not None
         try:
             fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -355,6 +357,7 @@ def ladder_summary(samples: Sequence[float]) -> str:
 
 @dataclass
 class LevelReport:
+    """The figures of one configuration at one session count."""
     label: str
     sessions: int
     started: int = 0
@@ -393,6 +396,7 @@ class LevelReport:
                 and percentile(self.start_offsets, 50) <= rule.start_offset_p50)
 
     def row(self) -> dict[str, Any]:
+        """The level's figures as one table row."""
         def p(values: list[float], q: float) -> float:
             return round(percentile(values, q), 2)
         return {
@@ -431,6 +435,7 @@ def _self_cpu() -> float:
 async def run_level(url: str, clips: Sequence[Clip], sessions: int, *, label: str,
                     duration_s: float, server: ServerProcess | None = None,
                     stagger_s: float = 0.25, frame_ms: int = 20) -> LevelReport:
+    """Run N clients against one server; returns the level's figures."""
     report = LevelReport(label, sessions)
     before = await asyncio.to_thread(scrape, url)  # the server may share this event loop
     cpu0 = server.cpu_seconds() if server else math.nan
@@ -548,6 +553,7 @@ async def run_load_bench(
     report_path: str | None = None,
     frame_ms: int = 20,
 ) -> dict[str, Any]:
+    """Run ``bench load`` (levels, configurations) and print the figures."""
     manifest = find_manifest(clips_manifest)
     clips = load_clips(manifest)
     print(f"clips: {len(clips)} from {manifest} "
@@ -562,7 +568,7 @@ async def run_load_bench(
           f"{rule.start_offset_p50} s (commit p95 reported; {target_p95} s for reference)",
           flush=True)
     levels = _levels(sessions, ramp, steps, max_sessions)
-    configs = [("batching", []), ("no-batching", ["--no-batching"])]
+    configs = [("batching", []), ("no-batching", ["--set", "batching.enabled=false"])]
     if url is not None:
         configs = [("server", [])]
     elif batching == "on":
@@ -647,6 +653,7 @@ async def run_load_bench(
 
 
 def iter_steps(text: str) -> Iterator[int]:
+    """Session counts from a comma-separated list."""
     for part in text.split(","):
         if part.strip():
             yield int(part)

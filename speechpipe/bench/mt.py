@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from speechpipe.evaluation.scores import percentile
 from speechpipe.models.ct2_translator import Ct2TextTranslator, TextMtRequest
 from speechpipe.stages.text_mt import IncrementalTextTranslation, TextMtOptions
 
@@ -59,12 +60,6 @@ def _source_words(count: int) -> list[str]:
     return words[:count]
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
-    return ordered[index]
-
-
 def _exponent(xs: Sequence[float], ys: Sequence[float]) -> float:
     """Least-squares slope of log(y) against log(x): 1 = linear, 2 = quadratic."""
     pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys, strict=True) if x > 0 and y > 0]
@@ -95,7 +90,7 @@ def _replay(
         "words": len(words),
         "updates": len(cuts),
         "latency_median_ms": 1000 * statistics.median(latencies),
-        "latency_p95_ms": 1000 * _percentile(latencies, 0.95),
+        "latency_p95_ms": 1000 * percentile(latencies, 95),
         "tokens_per_update_mean": statistics.fmean(work),
         "tokens_per_update_max": max(work),
         "tokens_total": sum(work),

@@ -51,6 +51,7 @@ SAMPLES_DIR = Path(__file__).resolve().parents[2] / "samples"
 
 @dataclass
 class SoakReport:
+    """What a soak measured: RSS and descriptor samples, sessions and close codes."""
     minutes: float
     sessions: Counter[str] = field(default_factory=Counter)
     close_codes: Counter[str] = field(default_factory=Counter)
@@ -69,6 +70,7 @@ class SoakReport:
     pool_threads_added: list[str] = field(default_factory=list)  # bounded pools growing
 
     def as_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data."""
         return {
             "minutes": self.minutes,
             "sessions": dict(self.sessions),
@@ -93,12 +95,14 @@ class SoakReport:
 
 
 def rss_mb() -> float:
+    """This process's resident memory in MB."""
     with open("/proc/self/statm") as f:
         pages = int(f.read().split()[1])
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def fds() -> dict[str, str]:
+    """Open file descriptors of this process."""
     out: dict[str, str] = {}
     for fd in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):
@@ -122,6 +126,7 @@ def malloc_trim() -> bool:
 
 
 def snapshot() -> dict[str, Any]:
+    """One sample of this process: memory, descriptors and threads."""
     return {
         "rss_mb": round(rss_mb(), 1),
         "py_blocks_k": round(sys.getallocatedblocks() / 1000, 1),  # Python's own heap
@@ -146,6 +151,7 @@ def slope_per_minute(points: list[tuple[float, float]]) -> float | None:
 
 
 def load_clips(folder: Path) -> list[tuple[str, np.ndarray]]:
+    """The clips of ``folder/manifest.jsonl`` as (language, int16 16 kHz audio)."""
     from speechpipe.errors import InputError
     from speechpipe.transport.file_replay import read_audio
 
@@ -184,7 +190,8 @@ class _Client:
             else:
                 code = await self._websocket(behaviour, lang, audio)
         except (ConnectionClosed, InvalidStatus, OSError, TimeoutError) as exc:
-            code = type(exc).__name__
+            self.report.close_codes[type(exc).__name__] += 1
+            return
         self.report.close_codes[str(code)] += 1
 
     def _note(self, message: str | bytes) -> None:
@@ -250,7 +257,7 @@ class _Client:
         mic = make_clip_track(np.concatenate([audio, np.zeros(16000, np.int16)]), pc)
         pc.addTrack(mic)
 
-        @pc.on("track")  # type: ignore[misc]
+        @pc.on("track")
         def on_track(track: Any) -> None:
             drains.append(asyncio.ensure_future(_drain(track)))
 
@@ -368,15 +375,19 @@ async def run_soak(
     progress: bool = True,
     trim: bool = False,
 ) -> SoakReport:
+    """Run the soak against an in-process server; returns its report."""
     from speechpipe.transport.quotas import Quotas
     from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
 
     clips = load_clips(clips_dir)
     own_pipeline = pipeline is None
     if own_pipeline:
-        from speechpipe.session import Pipeline
+        from speechpipe.config import PipelineOptions
+        from speechpipe.session import Pipeline, apply_process_limits
 
-        pipeline = await asyncio.to_thread(Pipeline.load)
+        options = PipelineOptions()
+        apply_process_limits(options)
+        pipeline = await asyncio.to_thread(Pipeline.load, options)
         await asyncio.to_thread(pipeline.warm_up)
     report = SoakReport(minutes=minutes)
     limits = ServerLimits(quotas=Quotas(max_sessions_per_ip=None))
@@ -445,7 +456,7 @@ async def run_soak(
             report.leaked_threads = [n for n in added if n not in report.pool_threads_added]
     finally:
         if own_pipeline:
-            await asyncio.to_thread(pipeline.close)
+            await pipeline.aclose()
     after = [s for s in report.samples if s["t"] >= report.warmup_s]
     report.rss_slope_mb_per_min = slope_per_minute([(s["t"], s["rss_mb"]) for s in after])
     report.py_blocks_slope_k_per_min = slope_per_minute(
@@ -471,6 +482,7 @@ async def _quiesce(server: Any, within: float = 30.0) -> None:
 
 
 def print_report(report: SoakReport) -> None:
+    """Print a soak report."""
     rss = [s["rss_mb"] for s in report.samples]
     after = [s for s in report.samples if s["t"] >= report.warmup_s]
     total = sum(report.sessions.values())
@@ -496,7 +508,8 @@ def print_report(report: SoakReport) -> None:
           f"(default executor threads added, bounded: {len(report.pool_threads_added)})")
 
 
-def register_soak(kinds: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register_soak(kinds: argparse._SubParsersAction) -> None:
+    """Add ``bench soak`` to the bench subparsers."""
     soak = kinds.add_parser("soak", help="session churn for M minutes: RSS slope, leaked "
                                          "tasks and file descriptors")
     soak.add_argument("--minutes", type=float, default=10.0, help="how long to churn")

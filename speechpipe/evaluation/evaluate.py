@@ -34,11 +34,11 @@ from speechpipe.evaluation.scores import (
     sentence_bleu,
     wer,
 )
-from speechpipe.session import Pipeline
+from speechpipe.file_translation import translate_audio
+from speechpipe.session import Pipeline, apply_process_limits
 from speechpipe.stages.frames import FRAME_SAMPLES, STREAM_RATE
-from speechpipe.translate_file import translate_audio
+from speechpipe.stages.request import SessionRequest
 from speechpipe.transport.file_replay import read_audio
-from speechpipe.transport.session_api import SessionRequest
 
 __all__ = ["run_eval", "load_manifest", "evaluate_clips", "words_in_non_speech",
            "transcribe_speech", "listener_figures"]
@@ -311,6 +311,7 @@ def run_eval(args: argparse.Namespace, options: PipelineOptions, request: Sessio
 
         for text in args.compare:
             with_overrides(options, parse_variant(text)[1])
+    apply_process_limits(options)
     pipeline = Pipeline.load(options)
     try:
         pipeline.resolve(request)

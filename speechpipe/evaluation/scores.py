@@ -13,12 +13,13 @@ both after lowercasing and stripping punctuation (the references are normalized 
 
 from __future__ import annotations
 
+import math
 import re
-import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 __all__ = [
+    "percentile",
     "normalize_text",
     "speech_span",
     "latency_scores",
@@ -36,6 +37,7 @@ _NON_WORD = re.compile(r"[^\w\s']+", re.UNICODE)
 
 
 def normalize_text(text: str) -> str:
+    """Lowercase, strip punctuation and collapse spaces (how references are compared)."""
     text = _NON_WORD.sub(" ", text.casefold()).replace("'", "")
     return " ".join(text.split())
 
@@ -120,6 +122,7 @@ def latency_scores(
     source_duration: float,
     reference_words: int | None = None,
 ) -> dict[str, float | None]:
+    """StartOffset, EndOffset, AL, LAAL and flicker of one trace."""
     span = speech_span(records)
     audio = [r for r in records if r["event"] == "tts.audio"]
     commits = [r for r in records if r["event"] == "mt.commit" and r["committed"]]
@@ -178,6 +181,7 @@ def end_offset_split(records: Sequence[dict[str, Any]]) -> dict[str, float | Non
 
 
 def wer(reference: str, hypothesis: str) -> float | None:
+    """Word error rate of ``hypothesis`` against ``reference`` (normalized)."""
     import jiwer
 
     ref = normalize_text(reference)
@@ -187,6 +191,7 @@ def wer(reference: str, hypothesis: str) -> float | None:
 
 
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float | None:
+    """Corpus BLEU (sacrebleu) over normalized texts."""
     import sacrebleu
 
     if not hypotheses:
@@ -199,6 +204,7 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float |
 
 
 def sentence_bleu(hypothesis: str, reference: str) -> float:
+    """Sentence BLEU (sacrebleu) of one normalized pair."""
     import sacrebleu
 
     return float(
@@ -207,10 +213,21 @@ def sentence_bleu(hypothesis: str, reference: str) -> float:
 
 
 def percentiles(values: Iterable[float]) -> dict[str, float] | None:
+    """p50, p95 and p99 of ``values``."""
     data = sorted(values)
     if not data:
         return None
-    if len(data) == 1:
-        return {"p50": data[0], "p95": data[0], "p99": data[0], "n": 1}
-    q = statistics.quantiles(data, n=100, method="inclusive")
-    return {"p50": statistics.median(data), "p95": q[94], "p99": q[98], "n": len(data)}
+    return {"p50": percentile(data, 50), "p95": percentile(data, 95),
+            "p99": percentile(data, 99), "n": len(data)}
+
+
+def percentile(values: Iterable[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) with linear interpolation between closest ranks (the
+    one definition every figure of speechpipe uses); nan for no values."""
+    data = sorted(values)
+    if not data:
+        return math.nan
+    position = (len(data) - 1) * q / 100.0
+    low = math.floor(position)
+    high = min(low + 1, len(data) - 1)
+    return data[low] + (data[high] - data[low]) * (position - low)

@@ -1,4 +1,4 @@
-"""The trace: session events as JSON-lines records (the contract in DESIGN.md).
+"""The trace: session events as JSON-lines records (the contract in the README, "Usage").
 
 Every record has ``event``, ``stream_t`` (seconds of input consumed when it was emitted),
 ``wall_t`` (seconds since the stream started) and ``utterance``, plus the event's payload.
@@ -11,7 +11,7 @@ stream time it was produced, or right after the previous chunk.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -38,19 +38,27 @@ def _sec(pts: int) -> float:
 class TraceBuilder:
     """Turns session events into trace records and lays translated speech on a timeline."""
 
-    def __init__(self, output_rate: int) -> None:
+    def __init__(
+        self, output_rate: int, on_speech: Callable[[float, np.ndarray], None] | None = None,
+    ) -> None:
+        """``on_speech(start_s, samples)``: where laid chunks go (in time order) instead of
+        being kept for ``render`` (a file writer, for inputs of any length)."""
         self.output_rate = output_rate
         self.records: list[dict[str, Any]] = []
         self.chunks: list[tuple[float, np.ndarray]] = []  # (laid start seconds, samples)
+        self._on_speech = on_speech or (lambda start, samples: self.chunks.append(
+            (start, samples)))
         self._committed: dict[tuple[str, int], str] = {}
         self._laid_end = 0.0
 
     def add_all(self, events: Iterable[ReplayEvent]) -> TraceBuilder:
+        """Add every event; returns the builder."""
         for item in events:
             self.add(item)
         return self
 
     def add(self, item: ReplayEvent) -> dict[str, Any]:
+        """Add one event as trace records."""
         event = item.event
         base: dict[str, Any] = {"wall_t": round(item.wall_t, 4)}
         if isinstance(event, VadEvent):
@@ -73,7 +81,7 @@ class TraceBuilder:
             produced = event.stream_pts / STREAM_RATE
             start = max(produced, self._laid_end)
             self._laid_end = start + event.duration
-            self.chunks.append((start, event.samples))
+            self._on_speech(start, event.samples)
             record = {"event": "tts.audio", "stream_t": _sec(event.stream_pts),
                       "utterance": event.utterance, "text": event.text,
                       "audio_start": round(start, 4), "audio_dur": round(event.duration, 4),
@@ -95,10 +103,13 @@ class TraceBuilder:
         self.records.append(record)
         return record
 
+    def output_samples(self, input_samples: int) -> int:
+        """Length of the rendered timeline: the input's, or the speech's if it runs longer."""
+        return int(max([input_samples / STREAM_RATE, self._laid_end]) * self.output_rate) + 1
+
     def render(self, input_samples: int) -> np.ndarray:
         """The translated speech on the input's timeline (at least as long as the input)."""
-        length = int(max([input_samples / STREAM_RATE, self._laid_end]) * self.output_rate) + 1
-        out = np.zeros(length, np.int16)
+        out = np.zeros(self.output_samples(input_samples), np.int16)
         for start, samples in self.chunks:
             i = int(round(start * self.output_rate))
             out[i : i + len(samples)] = samples[: len(out) - i]
@@ -106,11 +117,13 @@ class TraceBuilder:
 
 
 def write_trace(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
+    """Write trace records as JSON lines."""
     with open(path, "w", encoding="utf-8") as fh:
         for record in records:
             fh.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
 def read_trace(path: str | Path) -> list[dict[str, Any]]:
+    """Read a JSON-lines trace."""
     with open(path, encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]

@@ -49,6 +49,7 @@ def _is_loopback(client: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class AdmissionOptions:
+    """Capacity, the waiting line and its estimates (``--set admission.*``)."""
     capacity: int | None = None  # None: calibrate at start-up
     max_queue: int = 16  # sessions waiting in line
     max_wait_s: float = 60.0  # refuse when the estimated wait is longer
@@ -65,6 +66,7 @@ class AdmissionOptions:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """What admission decided for one session: admitted, queued or refused."""
     kind: Literal["admitted", "queued", "refused"]
     position: int = 0  # 1-based place in line when queued
     wait_s: float = 0.0  # estimated wait (queued) or the retry hint (refused)
@@ -134,6 +136,7 @@ class AdmissionCore:
         return max(1, math.ceil(self.capacity / 2))
 
     def status(self, ticket: int, now: float) -> Decision:
+        """Where ``ticket`` stands now: admitted, or queued with its position and wait."""
         if ticket in self.active:
             return Decision("admitted")
         for position, waiting in enumerate(self.waiting, start=1):
@@ -154,6 +157,7 @@ class AdmissionCore:
         return self.promote(now)
 
     def promote(self, now: float) -> list[int]:
+        """Admit waiting sessions while slots are free; returns the admitted."""
         admitted = []
         while self.waiting and len(self.active) < self.capacity:
             ticket = next(iter(self.waiting))
@@ -164,12 +168,14 @@ class AdmissionCore:
         return admitted
 
     def set_capacity(self, capacity: int, now: float) -> list[int]:
+        """Change the capacity (e.g. after calibration); waiting sessions may be admitted."""
         self.capacity = max(1, capacity)
         return self.promote(now)
 
     # -- estimates ------------------------------------------------------------------------
     @property
     def expected_session_s(self) -> float:
+        """The session length the wait estimate assumes (learned from ended sessions)."""
         return self._mean_s
 
     def estimated_wait(self, position: int, now: float) -> float:
@@ -225,16 +231,19 @@ class AdmissionGate:
 
     @property
     def capacity(self) -> int:
+        """Sessions held at once."""
         return self.core.capacity
 
     def set_capacity(self, capacity: int) -> None:
+        """Change the capacity and admit whoever now fits."""
         self.core.set_capacity(capacity, self._clock())
         self._wake()
 
     @contextlib.asynccontextmanager
     async def slot(self, client: str, notify: Notify, *, token: str = "", ticket: str = "",
                    resume: str = "") -> AsyncIterator[None]:
-        """(``token``, ``ticket``, ``resume`` matter in cluster mode only; ignored here.)"""
+        """Hold a capacity slot for one session (waiting in line with status events);
+        ``token``, ``ticket`` and ``resume`` matter in cluster mode only."""
         del token, ticket, resume
         ticket_id = next(self._ids)
         core = self.core

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from speechpipe.stages.asr import AsrOptions
 
@@ -60,6 +61,7 @@ FAST_MODE_MESSAGE = "fast mode: translation may be less accurate"
 
 @dataclass(frozen=True, slots=True)
 class LoadSample:
+    """One load measurement: ASR latency, event-loop lag and sessions vs capacity."""
     asr_latency_s: float = 0.0  # ASR turnaround: queue wait + compute (recent p90)
     loop_lag_s: float = 0.0  # event-loop lag (a timer's lateness)
     load_ratio: float = 0.0  # active sessions / capacity
@@ -67,6 +69,7 @@ class LoadSample:
 
 @dataclass(frozen=True, slots=True)
 class DegradeOptions:
+    """When the ladder steps up and down (``--set degrade.*``)."""
     up_latency_s: float = 1.0  # overloaded: ASR results take longer than this ...
     up_lag_s: float = 0.25  # ... or the event loop lags more than this
     up_load_ratio: float = 1.2  # ... or sessions exceed capacity by this factor
@@ -96,21 +99,25 @@ class DegradeController:
         self.transitions = 0
 
     def overloaded(self, sample: LoadSample) -> bool:
+        """True when any load signal is over its up threshold."""
         o = self.options
         return (sample.asr_latency_s > o.up_latency_s or sample.loop_lag_s > o.up_lag_s
                 or sample.load_ratio > o.up_load_ratio)
 
     def severe(self, sample: LoadSample) -> bool:
+        """True when a load signal is over ``severe_factor`` times its threshold."""
         o, k = self.options, self.options.severe_factor
         return (sample.asr_latency_s > k * o.up_latency_s or sample.loop_lag_s > k * o.up_lag_s
                 or sample.load_ratio > k * o.up_load_ratio)
 
     def calm(self, sample: LoadSample) -> bool:
+        """True when every load signal is under its down threshold."""
         o = self.options
         return (sample.asr_latency_s < o.down_latency_s and sample.loop_lag_s < o.down_lag_s
                 and sample.load_ratio < o.down_load_ratio)
 
     def update(self, sample: LoadSample, now: float) -> int:
+        """Feed one load sample; returns the (possibly changed) level."""
         o = self.options
         if self.overloaded(sample):
             self._calm_since = None
@@ -141,7 +148,7 @@ class DegradeController:
 
 def degrade_asr(base: AsrOptions, level: int) -> AsrOptions:
     """The ASR options of a session on ``level`` (cumulative steps, see the table above)."""
-    changes: dict[str, object] = {}
+    changes: dict[str, Any] = {}
     if level >= 1:
         changes["step_s"] = max(base.step_s, 1.5)
     if level >= 2:
@@ -155,13 +162,13 @@ def degrade_asr(base: AsrOptions, level: int) -> AsrOptions:
     names = {f.name for f in dataclasses.fields(base)}
     if step is not None and "early_step_s" in names:
         # the first words keep a cadence of at most 1 s: they are what the listener waits for
-        # (measured at 8 sessions, two runs each: StartOffset p50 3.9/3.7 s against 4.3/4.2 s
-        # when they slowed to the step, commit p95 1.37/1.43 against 1.54/1.52 s)
+        # (docs/design.md)
         changes["early_step_s"] = max(getattr(base, "early_step_s"), min(step, 1.0))  # noqa: B009
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    return dataclasses.replace(base, **changes)
 
 
 def degrade_max_utterance(base_s: float, level: int) -> float:
+    """The VAD's forced-cut length on ``level``."""
     return min(base_s, 8.0) if level >= 4 else base_s
 
 
@@ -196,9 +203,11 @@ class SessionLadder:
         self._cache: dict[int, AsrOptions] = {}
 
     def level(self) -> int:
+        """The session's effective level: the server's, at least the session's floor."""
         return max(self.floor, min(self.state.level, MAX_LEVEL))
 
     def current(self) -> AsrOptions:
+        """The ASR options for the session's current level."""
         level = self.level()
         options = self._cache.get(level)
         if options is None:

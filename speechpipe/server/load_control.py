@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import math
 import os
@@ -51,6 +50,7 @@ log = logging.getLogger("speechpipe.load")
 
 @dataclass(frozen=True, slots=True)
 class LoadOptions:
+    """Admission, the degrade ladder and load sampling (``--set load.*``)."""
     admission: AdmissionOptions = field(default_factory=AdmissionOptions)
     degrade: DegradeOptions = field(default_factory=DegradeOptions)
     degrade_enabled: bool = True
@@ -60,6 +60,7 @@ class LoadOptions:
 
 @dataclass(frozen=True, slots=True)
 class CapacityEstimate:
+    """The start-up calibration's estimate of sessions held at real time."""
     sessions: int
     asr_s_per_session_s: float  # ASR worker seconds per second of one live session
     tts_s_per_session_s: float
@@ -76,9 +77,8 @@ def calibrate_capacity(pipeline: Pipeline, *, batch: int = 4, audio_s: float = 4
     every level-2 step (alone; a batch of ``batch`` is timed too but not credited, see below),
     plus 25 % for pause/final decodes, and Piper's real-time factor times ``speech_duty``.
     The ASR workers get 70 % of one core each (at most one per core); all stages together
-    get 70 % of the cores. A conservative model (measured here: 5, against 8-9 held by
-    ``speechpipe bench load`` on the ladder's bottom rungs): measure and configure
-    ``--capacity``."""
+    get 70 % of the cores. A conservative model (``docs/design.md``): measure with
+    ``speechpipe bench load`` and configure ``--capacity``."""
     import numpy as np
 
     from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest
@@ -89,7 +89,7 @@ def calibrate_capacity(pipeline: Pipeline, *, batch: int = 4, audio_s: float = 4
     options = pipeline.options
     asr_options = degrade_asr(options.asr, 2)
     voice = resolve_voice(None, "en", options.voice_dirs)
-    synthesizer = pipeline._tts_worker(voice).synthesizer
+    synthesizer = pipeline.tts_worker(voice).synthesizer
     text = ("The committee will meet again next week to discuss the budget and the new "
             "schedule for the river project.")
     t0 = time.perf_counter()
@@ -110,10 +110,8 @@ def calibrate_capacity(pipeline: Pipeline, *, batch: int = 4, audio_s: float = 4
         singles.append(time.perf_counter() - t0)
     single = min(singles)
     # Batching is not credited: a batch of identical requests shares one encode bucket, which
-    # live sessions rarely do (measured with ``speechpipe bench load``: mean batch ~1.1 and
-    # no throughput gain on 2 cores), so crediting it overestimated the capacity (before the
-    # BLAS fix: 6 admitted sessions at commit p95 1.9 s against 5 at 1.42 s without
-    # batching). The batched call is still timed, for the log.
+    # live sessions rarely do, so crediting it overestimates the capacity (docs/design.md).
+    # The batched call is still timed, for the log.
     per_request = single
     batched = 0.0
     if options.batching.enabled and options.batching.max_batch > 1:
@@ -177,10 +175,12 @@ class LoadControl:
             self._task = asyncio.create_task(self._monitor(), name="load-control")
 
     def describe(self) -> str:
+        """One line for the log: capacity and how it was found."""
         how = "configured" if self.estimate is None else "calibrated at start-up"
         return f"speechpipe: capacity {self.gate.capacity} sessions ({how})"
 
     async def stop(self) -> None:
+        """Stop sampling the load."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -193,6 +193,7 @@ class LoadControl:
 
     # -- BatchObserver (the ASR worker's thread) --------------------------------------------
     def batch_done(self, requests: int, waits: list[float], seconds: float) -> None:
+        """The ASR worker finished a batch (feeds the latency signal)."""
         now = time.monotonic()
         for wait in waits:
             self._turnarounds.append((now, wait + seconds))
@@ -200,6 +201,7 @@ class LoadControl:
             self.metrics.batch_done(requests, waits, seconds)
 
     def dropped(self, reason: str) -> None:
+        """The ASR worker dropped a queued request without computing it."""
         if self.metrics is not None:
             self.metrics.dropped(reason)
 
@@ -217,6 +219,7 @@ class LoadControl:
                 log.exception("load control tick failed")
 
     def sample(self, loop_lag_s: float, now: float) -> LoadSample:
+        """The load at ``now``: ASR turnaround, event-loop lag, sessions vs capacity."""
         assert self.pipeline is not None
         batcher = self.pipeline.whisper
         window = self.options.latency_window_s
@@ -249,14 +252,13 @@ class LoadControl:
         assert self.pipeline is not None
         base_max = self.pipeline.options.vad.max_utterance_s
         for session in list(self.pipeline.live_sessions):
-            ladder = getattr(session, "ladder", None)
+            ladder = session.ladder
             if ladder is None:
                 continue
             level = ladder.level()
             if level == ladder.announced:
                 continue
-            if session.vad is not None:
-                session.vad.core.set_max_utterance_s(degrade_max_utterance(base_max, level))
+            session.set_max_utterance_s(degrade_max_utterance(base_max, level))
             if level > ladder.floor or ladder.announced > ladder.floor:
                 status, message, detail = level_status(level)
                 stream_pts = session.clock.stamp(0) if session.clock.wall_seconds() else 0
@@ -284,58 +286,40 @@ class LoadControl:
 
 # -- CLI --------------------------------------------------------------------------------------
 def add_load_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("peak load (capacity, batching, degrade ladder)")
-    defaults = AdmissionOptions()  # an instance: a slots dataclass has no class-level defaults
+    """Shorthand flags for the most used admission settings (each writes one leaf of the
+    configuration tree; defaults live in ``AdmissionOptions``/``LoadOptions`` only). Batching
+    and the rest: ``--set batching.FIELD=...``, ``--set admission.FIELD=...``."""
+    group = parser.add_argument_group("peak load (admission, degrade ladder)")
+    defaults = AdmissionOptions()  # for the help text only
     group.add_argument("--capacity", type=int, default=None,
                        help="sessions held at once; more wait in line or are refused "
-                            "(default: estimated at start-up by a short calibration)")
-    group.add_argument("--max-queue", type=int, default=defaults.max_queue,
-                       help="sessions that may wait for a slot (default %(default)s)")
-    group.add_argument("--max-queue-wait", type=float, default=defaults.max_wait_s,
+                            "(default: estimated at start-up by a short calibration; "
+                            "admission.capacity)")
+    group.add_argument("--max-queue", type=int, default=None,
+                       help=f"sessions that may wait for a slot (default {defaults.max_queue}; "
+                            "admission.max_queue)")
+    group.add_argument("--max-queue-wait", type=float, default=None,
                        help="refuse (1013) when the estimated wait is longer, in seconds "
-                            "(default %(default)s)")
+                            f"(default {defaults.max_wait_s}; admission.max_wait_s)")
     group.add_argument("--per-client-sessions", type=int, default=None,
                        help="capacity slots (active + waiting) per client address; 0 = no "
                             "limit (default: half the capacity, rounded up, for addresses "
-                            "other than loopback)")
-    group.add_argument("--no-batching", action="store_true",
-                       help="one ASR request per model call (the baseline for bench load)")
-    group.add_argument("--batch-window-ms", type=float, default=None,
-                       help="how long an idle ASR worker waits for more requests")
-    group.add_argument("--max-batch", type=int, default=None, help="ASR requests per call")
-    group.add_argument("--asr-workers", type=int, default=None,
-                       help="ASR calls running at once (CTranslate2 workers, 1 thread each)")
-    group.add_argument("--encode-bucket", type=float, default=None,
-                       help="seconds: encode lengths are multiples of this; longer buckets "
-                            "batch more requests together and encode more silence")
+                            "other than loopback; admission.per_client)")
     group.add_argument("--no-degrade", action="store_true",
-                       help="never step down the degrade ladder")
+                       help="never step down the degrade ladder (load.degrade_enabled=false)")
 
 
 def load_options_from_args(
     args: argparse.Namespace, options: PipelineOptions
 ) -> tuple[PipelineOptions, LoadOptions]:
-    batching = options.batching
-    changes: dict[str, object] = {}
-    if getattr(args, "no_batching", False):
-        changes["enabled"] = False
-    if getattr(args, "batch_window_ms", None) is not None:
-        changes["window_s"] = args.batch_window_ms / 1000.0
-    if getattr(args, "max_batch", None) is not None:
-        changes["max_batch"] = args.max_batch
-    if getattr(args, "asr_workers", None) is not None:
-        changes["workers"] = args.asr_workers
-    if changes:
-        options = dataclasses.replace(options, batching=dataclasses.replace(batching, **changes))
-    if getattr(args, "encode_bucket", None) is not None:
-        options = dataclasses.replace(options, asr_encode_bucket_s=args.encode_bucket)
-    defaults = AdmissionOptions()
-    admission = AdmissionOptions(
-        capacity=getattr(args, "capacity", None),
-        max_queue=getattr(args, "max_queue", defaults.max_queue),
-        max_wait_s=getattr(args, "max_queue_wait", defaults.max_wait_s),
-        per_client=getattr(args, "per_client_sessions", None),
-    )
+    """The load options the shorthand flags give (unset flags keep the defaults)."""
+    given = {
+        "capacity": getattr(args, "capacity", None),
+        "max_queue": getattr(args, "max_queue", None),
+        "max_wait_s": getattr(args, "max_queue_wait", None),
+        "per_client": getattr(args, "per_client_sessions", None),
+    }
+    admission = AdmissionOptions(**{k: v for k, v in given.items() if v is not None})
     load = LoadOptions(admission=admission,
                        degrade_enabled=not getattr(args, "no_degrade", False))
     return options, load

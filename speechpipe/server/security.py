@@ -18,8 +18,12 @@ import ipaddress
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from speechpipe.errors import InputError
+
+if TYPE_CHECKING:
+    from speechpipe.transport.websocket_server import ServerLimits
 
 __all__ = [
     "SECRET_ENV",
@@ -110,7 +114,7 @@ def resolve_secret(args: argparse.Namespace) -> str | None:
     return getattr(args, "auth_secret", None) or os.environ.get(SECRET_ENV) or None
 
 
-def security_limits(args: argparse.Namespace, limits):  # type: ignore[no-untyped-def]
+def security_limits(args: argparse.Namespace, limits: ServerLimits) -> ServerLimits:
     """``limits`` (a ``ServerLimits``) with the security flags of ``args`` applied."""
     from speechpipe.transport.auth import TokenAuthority
     from speechpipe.transport.quotas import Quotas
@@ -172,7 +176,8 @@ def _is_loopback(host: str) -> bool:
 # --------------------------------------------------------------------------- speechpipe token
 
 
-def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add ``speechpipe token`` to the command's subparsers."""
     token = commands.add_parser(
         "token", help="issue a signed session token for a server run with --auth-secret"
     )
@@ -189,6 +194,7 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
 
 
 def cmd_token(args: argparse.Namespace) -> int:
+    """``speechpipe token``: issue a session token (or a new secret)."""
     from speechpipe.transport.auth import TokenAuthority, new_secret
 
     if args.new_secret:

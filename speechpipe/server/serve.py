@@ -27,12 +27,13 @@ from speechpipe.server.load_control import (
 )
 from speechpipe.server.metrics import ServerMetrics
 from speechpipe.server.observe import ObservedSession
-from speechpipe.transport.session_api import LiveSession, SessionRequest
+from speechpipe.stages.request import SessionRequest
+from speechpipe.transport.session_api import LiveSession
 from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
 
 if TYPE_CHECKING:
     from speechpipe.cluster.node import ClusterNode, ClusterOptions
-    from speechpipe.config import PipelineOptions
+    from speechpipe.config import Config, PipelineOptions
     from speechpipe.server.tracing import SessionTracing
     from speechpipe.session import Pipeline
 
@@ -63,6 +64,8 @@ class ServerApp:
         self.tracing = tracing  # OpenTelemetry session traces (server.tracing); None: off
         self.pipeline: Pipeline | None = pipeline
         self._ready = False
+        self._loading: asyncio.Future[None] | None = None  # the load + warm-up thread
+        self._stopping = False
         self._voices: tuple[float, list[dict[str, object]]] | None = None  # (scanned at, list)
         # admission control + degrade ladder (speechpipe.server.load_control); None: neither
         self.load_control = None if load is None else LoadControl(load, self.metrics.load)
@@ -81,6 +84,7 @@ class ServerApp:
 
     @property
     def ready(self) -> bool:
+        """True once the models are loaded and warmed."""
         return self._ready
 
     def voices(self) -> list[dict[str, object]]:
@@ -102,22 +106,22 @@ class ServerApp:
         return self._voices[1]
 
     def session(self, request: SessionRequest) -> AbstractAsyncContextManager[LiveSession]:
+        """A session for ``request`` (refused while the models load)."""
         if self.pipeline is None or not self._ready:
             raise SessionError("models are still loading", code="not_ready")
         return ObservedSession(self.pipeline.session(request), self.metrics.listener, request,
                                self.tracing)
 
     async def start(self) -> None:
+        """Listen; returns once the port is bound (models load separately)."""
         await self.server.start()
 
     async def load(self) -> None:
         """Load (unless given) and warm the models off the event loop, then turn ready."""
         started = time.monotonic()
-        if self.pipeline is None:
-            from speechpipe.session import Pipeline
-
-            self.pipeline = await asyncio.to_thread(Pipeline.load, self.options)
-        await asyncio.to_thread(self.pipeline.warm_up)
+        self._loading = asyncio.ensure_future(asyncio.to_thread(self._load_blocking))
+        await asyncio.shield(self._loading)  # a thread cannot be cancelled: stop() awaits it
+        assert self.pipeline is not None
         if self.load_control is not None:
             await self.load_control.start(self.pipeline)  # capacity (maybe calibrated)
         else:
@@ -126,7 +130,21 @@ class ServerApp:
         self.metrics.set_ready(True)
         log.info("models ready in %.1f s", time.monotonic() - started)
 
+    def _load_blocking(self) -> None:
+        if self.pipeline is None:
+            from speechpipe.config import PipelineOptions
+            from speechpipe.session import Pipeline, apply_process_limits
+
+            options = self.options or PipelineOptions()
+            apply_process_limits(options)  # the server owns its process
+            self.pipeline = Pipeline.load(options)
+        if not self._stopping:  # no warm-up for a server that is already going away
+            self.pipeline.warm_up()
+
     async def stop(self, *, close_pipeline: bool = True) -> None:
+        """Stop serving; then (``close_pipeline``) wait out a load still running, join the
+        pipeline's workers and release its models on this thread."""
+        self._stopping = True
         self._ready = False
         self.metrics.set_ready(False)
         if self.load_control is not None:
@@ -134,11 +152,21 @@ class ServerApp:
         await self.server.stop()
         if self.tracing is not None:  # flushes what is queued, bounded by the export timeout
             await asyncio.to_thread(self.tracing.shutdown)
-        if close_pipeline and self.pipeline is not None:
-            await asyncio.to_thread(self.pipeline.close)
+        if not close_pipeline:
+            return
+        loading = self._loading
+        if loading is not None and not loading.done():
+            if self.pipeline is not None:  # a warm-up in progress then fails at once
+                await asyncio.to_thread(self.pipeline.stop_workers)
+            await asyncio.wait([loading])
+        if loading is not None and loading.done() and not loading.cancelled():
+            loading.exception()  # load() reported it already, if anyone was waiting
+        if self.pipeline is not None:
+            await self.pipeline.aclose()
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[ServerApp]:
+        """``start`` and ``load``, then ``stop`` on exit."""
         await self.start()
         try:
             await self.load()
@@ -259,6 +287,7 @@ def _grace(text: str) -> float:
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``speechpipe serve``'s arguments to ``parser``."""
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any)")
     parser.add_argument("--asr-model", default="whisper-base",
@@ -267,10 +296,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="extra folder with Piper .onnx + .onnx.json voices")
     parser.add_argument("--token", default=None,
                         help="require this token in every 'start' message")
-    parser.add_argument("--start-timeout", type=float, default=30.0,
-                        help="seconds a connection may wait before sending 'start'")
-    parser.add_argument("--webrtc-timeout", type=float, default=15.0,
-                        help="seconds for a WebRTC peer's ICE + DTLS to complete")
+    parser.add_argument("--start-timeout", type=float, default=None,
+                        help="seconds a connection may wait before sending 'start' "
+                             "(limits.start_timeout_s)")
+    parser.add_argument("--webrtc-timeout", type=float, default=None,
+                        help="seconds for a WebRTC peer's ICE + DTLS to complete "
+                             "(limits.webrtc_connect_timeout_s)")
     parser.add_argument("--no-webrtc", action="store_true", help="refuse WebRTC offers")
     parser.add_argument("--shutdown-grace", type=_grace, default=ServerLimits().shutdown_grace_s,
                         metavar="S",
@@ -283,12 +314,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                              "needs speechpipe[otel])")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="GROUP.FIELD=VALUE",
-                        help="override a pipeline option for every session, e.g. "
-                             "asr.step_s=1.5 or batching.group_min_queue=2")
+                        help="override an option (repeatable), e.g. asr.step_s=1.5 or "
+                             "admission.max_queue=8; groups: pipeline, vad, asr, phrases, "
+                             "catch_up, batching, text_mt, limits, quotas, load, admission, "
+                             "degrade; `speechpipe config` lists every option")
     from speechpipe.server.security import add_security_arguments
 
     add_security_arguments(parser)  # auth, origins, quotas, keepalive, --log-content
-    add_load_arguments(parser)  # --capacity, --no-batching, ... (speechpipe.server.load_control)
+    add_load_arguments(parser)  # --capacity, --max-queue, ... (speechpipe.server.load_control)
     group = parser.add_argument_group("cluster (Ray; pip install 'speechpipe[cluster]')")
     group.add_argument("--cluster", metavar="HEAD:PORT", default=None,
                        help="join the Ray cluster at HEAD:PORT as one node (docs/scaling.md)")
@@ -307,25 +340,34 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(handler=serve_main)
 
 
+def serve_config(args: argparse.Namespace) -> Config:
+    """``serve``'s configuration tree: the defaults, then the flags, then ``--set``."""
+    from speechpipe.config import Config, PipelineOptions, ServerOptions, apply_overrides
+    from speechpipe.server.security import security_limits
+
+    options = PipelineOptions(
+        asr_model=getattr(args, "asr_model", None) or "whisper-base",
+        voice_dirs=tuple(getattr(args, "voices_dir", ()) or ()),
+    )
+    given = {
+        "token": getattr(args, "token", None),
+        "start_timeout_s": getattr(args, "start_timeout", None),
+        "webrtc_connect_timeout_s": getattr(args, "webrtc_timeout", None),
+        "shutdown_grace_s": getattr(args, "shutdown_grace", None),
+    }
+    limits = security_limits(args, ServerLimits(**{k: v for k, v in given.items()
+                                                   if v is not None}))
+    options, load = load_options_from_args(args, options)
+    config = Config(options, ServerOptions(limits=limits, load=load))
+    return apply_overrides(config, getattr(args, "overrides", ()) or ())
+
+
 def serve_options(
     args: argparse.Namespace,
 ) -> tuple[PipelineOptions, ServerLimits, LoadOptions]:
-    """The pipeline options (``--set`` applied), server limits and load options of ``serve``."""
-    from speechpipe.config import PipelineOptions, with_overrides
-    from speechpipe.server.security import security_limits
-
-    options = with_overrides(PipelineOptions(
-        asr_model=getattr(args, "asr_model", "whisper-base"),
-        voice_dirs=tuple(getattr(args, "voices_dir", ()) or ()),
-    ), getattr(args, "overrides", ()) or ())
-    limits = security_limits(args, ServerLimits(
-        token=args.token,
-        start_timeout_s=args.start_timeout,
-        webrtc_connect_timeout_s=args.webrtc_timeout,
-        shutdown_grace_s=getattr(args, "shutdown_grace", ServerLimits().shutdown_grace_s),
-    ))
-    options, load = load_options_from_args(args, options)
-    return options, limits, load
+    """The pipeline options, server limits and load options of ``serve`` (``serve_config``)."""
+    config = serve_config(args)
+    return config.pipeline, config.server.limits, config.server.load
 
 
 def cluster_options(args: argparse.Namespace, load: LoadOptions) -> ClusterOptions | None:
@@ -367,6 +409,7 @@ def limits_per_token(args: argparse.Namespace) -> int:
 
 
 def serve_main(args: argparse.Namespace) -> int:
+    """``speechpipe serve``: run until SIGINT/SIGTERM."""
     options, limits, load = serve_options(args)
     otlp = getattr(args, "otlp_endpoint", None)
     if otlp is not None:  # a bad URL or a missing extra fails now, with one line
@@ -375,7 +418,7 @@ def serve_main(args: argparse.Namespace) -> int:
         check_otlp_endpoint(otlp)
         require_otel()
     cluster = cluster_options(args, load)
-    pipeline = None
+    pipeline: Pipeline | None = None
     if getattr(args, "scripted_pipeline", False):  # TEST ONLY
         from speechpipe.cluster.scripted import ScriptedPipeline
 

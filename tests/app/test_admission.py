@@ -102,12 +102,16 @@ async def test_gate_sends_queued_then_admitted_and_refuses_with_a_retry_hint():
 def test_cli_flags_reach_the_options():
     parser = argparse.ArgumentParser()
     add_load_arguments(parser)
-    args = parser.parse_args(["--capacity", "3", "--no-batching", "--max-queue", "2",
-                              "--per-client-sessions", "1", "--batch-window-ms", "40"])
+    args = parser.parse_args(["--capacity", "3", "--max-queue", "2",
+                              "--per-client-sessions", "1", "--no-degrade"])
     options, load = load_options_from_args(args, PipelineOptions())
-    assert options.batching.enabled is False and options.batching.window_s == pytest.approx(0.04)
+    assert options == PipelineOptions()
     assert load.admission.capacity == 3 and load.admission.max_queue == 2
     assert load.admission.per_client == 1
+    assert load.degrade_enabled is False
+    # unset flags keep the dataclass defaults (one place for every default)
+    _, default = load_options_from_args(parser.parse_args([]), PipelineOptions())
+    assert default == LoadOptions()
 
 
 # -- a real server, real pipeline ---------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -99,13 +100,18 @@ def test_serve_applies_set_overrides_and_load_flags():
 
     args = build_parser().parse_args([
         "serve", "--set", "asr.step_s=1.5", "--set", "batching.group_min_queue=2",
-        "--no-batching", "--capacity", "3",
+        "--set", "batching.enabled=false", "--capacity", "3", "--set", "admission.max_queue=5",
+        "--set", "quotas.max_idle_s=off", "--set", "degrade.down_after_s=20",
+        "--set", "limits.start_timeout_s=7", "--set", "text_mt.beam_size=2",
     ])
-    options, _, load = serve_options(args)
+    options, limits, load = serve_options(args)
     assert options.asr.step_s == 1.5
     assert options.batching.group_min_queue == 2
     assert options.batching.enabled is False
-    assert load.admission.capacity == 3
+    assert options.text_mt.beam_size == 2
+    assert load.admission.capacity == 3 and load.admission.max_queue == 5
+    assert load.degrade.down_after_s == 20.0
+    assert limits.quotas.max_idle_s is None and limits.start_timeout_s == 7.0
 
 
 def test_serve_default_admission_options_are_numbers():
@@ -118,3 +124,116 @@ def test_serve_default_admission_options_are_numbers():
     _, _, load = serve_options(build_parser().parse_args(["serve"]))
     assert load.admission.max_queue == AdmissionOptions().max_queue == 16
     assert load.admission.max_wait_s == AdmissionOptions().max_wait_s
+
+
+# -- issue 10.8: a header that lies about the sample rate ----------------------------------
+
+def test_input_rate_below_8_khz_is_refused_before_any_work(tmp_path):
+    """A 32 KB WAV whose header says 1 Hz used to become 16,000 s of audio (3.4 GB RSS)."""
+    noise = (np.random.default_rng(0).standard_normal(16_000) * 3000).astype(np.int16)
+    sf.write(tmp_path / "one_hz.wav", noise, 1)
+    assert (tmp_path / "one_hz.wav").stat().st_size < 40_000
+    result = speechpipe("translate", "one_hz.wav", "--out", "o.wav", tmp_path=tmp_path)
+    assert_one_line_error(result, "one_hz.wav", "sample rate 1 Hz", "8000 Hz")
+    assert result.returncode == 2
+    assert not (tmp_path / "o.wav").exists()
+    sf.write(tmp_path / "rate_7999.wav", noise, 7_999)
+    result = speechpipe("translate", "rate_7999.wav", "--out", "o.wav", tmp_path=tmp_path)
+    assert_one_line_error(result, "sample rate 7999 Hz")
+
+
+def test_float_file_with_nan_is_refused_before_the_models_load(tmp_path):
+    audio = np.zeros(48_000, np.float32)
+    audio[30_000] = np.nan
+    sf.write(tmp_path / "nan.wav", audio, 48_000, subtype="FLOAT")
+    result = speechpipe("translate", "nan.wav", "--out", "o.wav", tmp_path=tmp_path)
+    assert_one_line_error(result, "nan.wav", "NaN")
+    assert result.returncode == 2
+
+
+# -- issue 10.9: --out and --trace are checked before the translation runs -----------------
+
+@pytest.mark.parametrize(("out", "needle"), [
+    ("o.txt", "'.txt' is not an audio format"),
+    ("noext", "has no audio file extension"),
+    ("folder", "is a folder"),
+    ("folder.wav", "is a folder"),
+    ("/dev/full", "has no audio file extension"),
+    ("missing/o.wav", "output folder does not exist"),
+])
+def test_bad_output_path_fails_at_once(tmp_path, out, needle):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder.wav").mkdir()
+    clip = OWN_SAMPLES / "wav" / "es_gato.wav"
+    result = speechpipe("translate", str(clip), "--out", out, tmp_path=tmp_path)
+    assert_one_line_error(result, needle)
+    assert result.returncode == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "folder.wav"]
+
+
+def test_output_that_cannot_be_opened_fails_at_once(tmp_path):
+    (tmp_path / "full.wav").symlink_to("/dev/full")  # right extension, a device that refuses
+    clip = OWN_SAMPLES / "wav" / "es_gato.wav"
+    result = speechpipe("translate", str(clip), "--out", "full.wav", tmp_path=tmp_path)
+    assert_one_line_error(result, "full.wav", "cannot write an audio file here")
+    assert result.returncode == 2
+
+
+def test_bad_trace_path_fails_at_once(tmp_path):
+    clip = OWN_SAMPLES / "wav" / "es_gato.wav"
+    result = speechpipe("translate", str(clip), "--out", "o.wav", "--trace", "nope/t.jsonl",
+                        tmp_path=tmp_path)
+    assert_one_line_error(result, "nope", "output folder does not exist")
+    assert not any(tmp_path.iterdir())
+
+
+def test_bad_output_rate_fails_at_once(tmp_path):
+    clip = OWN_SAMPLES / "wav" / "es_gato.wav"
+    result = speechpipe("translate", str(clip), "--out", "o.wav", "--output-rate", "0",
+                        tmp_path=tmp_path)
+    assert_one_line_error(result, "output sample rate 0")
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_write_failure_during_the_run_is_one_line(tmp_path):
+    """A failure only the write can show (the disk fills up; here a file size limit, which
+    Python turns into EFBIG): one line, a non-zero exit, no partial file."""
+    import resource
+
+    def limit_file_size() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (60_000, 60_000))
+
+    clip = OWN_SAMPLES / "wav" / "es_gato.wav"  # ~300 KB of output at 22.05 kHz
+    result = subprocess.run(
+        [sys.executable, "-m", "speechpipe", "translate", str(clip), "--out", "o.wav",
+         "--pace", "fast"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path, preexec_fn=limit_file_size,
+    )
+    assert_one_line_error(result, "o.wav", "writing the translated speech failed")
+    assert result.returncode == 1
+    assert not any(tmp_path.iterdir())  # neither o.wav nor its temporary file
+
+
+# -- issue 10.10: token lifetimes -----------------------------------------------------------
+
+@pytest.mark.parametrize("ttl", ["nan", "inf", "-inf", "-5", "0", "1e30"])
+def test_token_ttl_must_be_a_sane_number_of_seconds(tmp_path, ttl):
+    result = subprocess.run(
+        [sys.executable, "-m", "speechpipe", "token", f"--ttl={ttl}"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        env={**os.environ, "SPEECHPIPE_AUTH_SECRET": "s" * 40},
+    )
+    assert_one_line_error(result, "time to live")
+    assert result.returncode == 2
+    assert not result.stdout
+
+
+def test_token_with_a_sane_ttl_is_issued(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "speechpipe", "token", "--ttl", "90"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        env={**os.environ, "SPEECHPIPE_AUTH_SECRET": "s" * 40},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count(".") == 2  # a JWT: header.claims.signature

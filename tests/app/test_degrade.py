@@ -27,7 +27,7 @@ from speechpipe.stages.asr import AsrOptions, AsrStage
 from speechpipe.stages.channels import Channel
 from speechpipe.stages.clock import BasisStreamClock
 from speechpipe.stages.frames import STREAM_RATE, StatusEvent, VadEvent
-from speechpipe.stages.vad import LabeledAudio, VadCore
+from speechpipe.stages.vad import LabeledAudio
 
 OVER = LoadSample(asr_latency_s=1.5)
 CALM = LoadSample(asr_latency_s=0.2, loop_lag_s=0.01, load_ratio=0.5)
@@ -120,20 +120,18 @@ class FakeWorker:
 
 
 @dataclass
-class FakeVad:
-    core: VadCore = field(default_factory=lambda: VadCore(classify=lambda frame: False))
-
-
-@dataclass
 class FakeSession:
     ladder: SessionLadder
-    vad: FakeVad = field(default_factory=FakeVad)
+    max_utterance_s: list[float] = field(default_factory=list)  # every cut length set
     clock: BasisStreamClock = field(default_factory=BasisStreamClock)
     posted: list[StatusEvent] = field(default_factory=list)
 
     def post(self, event: StatusEvent) -> bool:
         self.posted.append(event)
         return True
+
+    def set_max_utterance_s(self, seconds: float) -> None:
+        self.max_utterance_s.append(seconds)
 
 
 @dataclass
@@ -168,7 +166,8 @@ def test_sessions_hear_degraded_then_normal_and_fast_clients_hear_nothing_at_the
     # the fast client was told when the server went beyond its own floor, and back to it
     assert [e.detail["level"] for e in fast.posted] == [3, 4, 3, 2]
     assert fast.posted[-1].status == "degraded"
-    assert balanced.vad.core._max_samples == int(15.0 * STREAM_RATE)  # restored after level 4
+    assert min(balanced.max_utterance_s) < 15.0  # shortened on the way up the ladder
+    assert balanced.max_utterance_s[-1] == 15.0  # restored after level 4
 
 
 # -- the ASR stage reads its options per decode ---------------------------------------------

@@ -8,10 +8,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from speechpipe.evaluation.scores import end_offset_split, latency_scores
-from speechpipe.models.whisper_engine import DecodeResult, WhisperResult
 from speechpipe.stages.agreement import LocalAgreement
 from speechpipe.stages.asr import AsrOptions, UtteranceDecoder, align_commit_count
 from speechpipe.stages.frames import STREAM_RATE
+from speechpipe.stages.model_api import DecodeResult, WhisperResult
 from speechpipe.stages.phrases import JustInTimeSegmenter, PhraseOptions, make_segmenter
 
 JIT = PhraseOptions(cut="just_in_time", lead_s=1.0, max_wait_words=12)

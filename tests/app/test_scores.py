@@ -67,3 +67,24 @@ def test_latency_scores_from_a_scripted_trace():
 def test_wer_normalizes_both_sides():
     assert wer("así el principito", "Así, el principito.") == 0.0
     assert wer("a b c d", "a b x d") == pytest.approx(0.25)
+
+
+def test_one_percentile_definition_for_every_figure():
+    """eval, bench load and bench mt report percentiles with one definition (numpy's linear)."""
+    import math
+
+    import numpy as np
+
+    from speechpipe.bench import load
+    from speechpipe.evaluation.scores import percentile, percentiles
+
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 7, 100):
+        values = list(rng.exponential(size=n))
+        for q in (0, 50, 95, 99, 100):
+            assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
+        summary = percentiles(values)
+        assert summary is not None
+        assert summary["p95"] == pytest.approx(float(np.percentile(values, 95)))
+    assert load.percentile is percentile
+    assert math.isnan(percentile([], 95)) and percentiles([]) is None

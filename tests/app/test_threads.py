@@ -1,7 +1,8 @@
-"""Process-wide thread pools the pipeline sets up before loading models."""
+"""Process-wide thread pools: set by the entry points from the options, never by a library call."""
 
 from __future__ import annotations
 
+import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from speechpipe.session import limit_blas_threads
@@ -15,3 +16,32 @@ def test_numpy_blas_runs_on_one_thread_after_the_limit():
         assert {p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"} != {1}
         limit_blas_threads()
         assert {p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"} == {1}
+
+
+def blas_threads() -> set[int]:
+    return {p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"}
+
+
+def test_process_limits_come_from_the_options():
+    from speechpipe.config import PipelineOptions
+    from speechpipe.session import apply_process_limits
+
+    with threadpool_limits(limits=None):
+        threadpool_limits(limits=2, user_api="blas")
+        apply_process_limits(PipelineOptions(blas_threads=None))
+        assert blas_threads() == {2}
+        apply_process_limits(PipelineOptions())  # the default: one BLAS thread
+        assert blas_threads() == {1}
+
+
+@pytest.mark.slow
+def test_loading_the_pipeline_leaves_the_host_process_alone():
+    from speechpipe.session import Pipeline
+
+    with threadpool_limits(limits=None):
+        threadpool_limits(limits=2, user_api="blas")
+        pipeline = Pipeline.load()
+        try:
+            assert blas_threads() == {2}
+        finally:
+            pipeline.close()

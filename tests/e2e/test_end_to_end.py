@@ -7,9 +7,9 @@ import pytest
 import soundfile as sf
 
 from speechpipe.evaluation.scores import normalize_text, speech_span
-from speechpipe.translate_file import translate_audio
+from speechpipe.file_translation import translate_audio
+from speechpipe.stages.request import SessionRequest
 from speechpipe.transport.file_replay import read_audio
-from speechpipe.transport.session_api import SessionRequest
 from tests.helpers import OWN_SAMPLES, shared_clip, shared_manifest_row
 
 pytestmark = pytest.mark.slow

@@ -47,6 +47,9 @@ from speechpipe.transport.quotas import check_sdp_size
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 
+# thousands of generated inputs per property: part of the full run (CI), not the fast tier
+pytestmark = pytest.mark.slow
+
 EXAMPLES = {
     "text": 3000,
     "json": 1500,

@@ -25,8 +25,8 @@ from speechpipe.stages.frames import (
     UtteranceEnd,
     VadEvent,
 )
+from speechpipe.stages.request import SessionRequest
 from speechpipe.transport.protocol import MAX_MESSAGE_BYTES, CloseCode
-from speechpipe.transport.session_api import SessionRequest
 from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")  # the loop the fixtures run in

@@ -1,0 +1,103 @@
+"""What the stages need from the models: the request and result types of ASR and text MT.
+
+The stages (``asr.py``, ``text_mt.py``) build requests and read results; the engines in
+``speechpipe.models`` (``whisper_engine.py``, ``ct2_translator.py``) accept and return them.
+Defining them here keeps imports flowing downward: models import stages, never the reverse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = [
+    "DecodeTask",
+    "WhisperRequest",
+    "DecodeResult",
+    "WhisperResult",
+    "TextMtRequest",
+    "TextMtResult",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeTask:
+    """One decode on the shared encoder output: ``transcribe`` or ``translate`` (to English),
+    continuing ``prefix`` (the committed text, forced)."""
+
+    task: str
+    prefix: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class WhisperRequest:
+    """One ASR request: the utterance's audio and the decodes to run on it."""
+    audio: NDArray[np.float32]  # 16 kHz mono, the utterance so far
+    language: str | None  # None: detect
+    tasks: tuple[DecodeTask, ...]
+    beam_size: int = 1
+    tokens_per_second: float = 7.0
+    max_new_tokens: int | None = None  # cap for partial decodes (they only need the next words)
+    no_speech_threshold: float = 0.6
+    logprob_threshold: float = -1.0
+    partial: bool = False  # a tentative update: a shared worker may supersede it, never a final
+    word_times: tuple[str, ...] = ()  # tasks whose continuation words get aligned end times
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeResult:
+    """One decode's continuation and its confidence figures."""
+    task: str
+    continuation: str  # text after the forced prefix
+    avg_logprob: float
+    no_speech_prob: float
+    glued: str = ""  # leading text with no space before it (e.g. "," after the prefix)
+    suppressed: bool = False  # dropped by the no-speech guard
+    cut: bool = False  # shortened by the loop guard
+    truncated: bool = False  # stopped by the length cap, not by the model
+    # per continuation word (``continuation.split()``): where in the audio it ends, seconds
+    # from the request's audio start (Whisper's alignment heads); empty when not asked for
+    word_ends: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WhisperResult:
+    """The detected language and every decode of one request, with timings."""
+    language: str
+    language_prob: float
+    decodes: tuple[DecodeResult, ...]
+    encode_s: float
+    decode_s: float
+    timings: dict[str, float] = field(default_factory=dict)
+    batch_requests: int = 1  # requests that shared this request's encoder bucket in the call
+
+
+@dataclass(frozen=True, slots=True)
+class TextMtRequest:
+    """Translate ``source_text``, forcing the output to start with ``target_prefix``."""
+
+    source_text: str
+    source_lang: str
+    target_lang: str
+    target_prefix: str = ""
+    beam_size: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class TextMtResult:
+    """``text`` is the whole translation as the tokenizer decodes it (prefix included);
+    ``continuation`` is what follows the forced prefix, without its leading space.
+
+    ``joins_prefix`` is true when the model went on *inside* the prefix's last word (the first
+    new piece has no word-boundary marker), e.g. prefix ``Hal`` + ``lo``. Token counts measure
+    the work done: source tokens encoded, prefix tokens forced, new tokens generated.
+    """
+
+    text: str
+    continuation: str
+    joins_prefix: bool = False
+    source_tokens: int = 0
+    prefix_tokens: int = 0
+    generated_tokens: int = 0

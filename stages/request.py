@@ -1,0 +1,28 @@
+"""``SessionRequest``: what a client asks a session for (languages, voice, rates, mode).
+
+It is the common vocabulary of the transports that receive requests, the pipeline that serves
+them and library users; it lives in the lowest layer so all of them can import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["SessionRequest"]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRequest:
+    """What a client asks for. Validation (languages, voice, rates) happens in the factory,
+    which raises ``speechpipe.errors.InputError`` subclasses for a bad request."""
+
+    source_lang: str = "auto"
+    target_lang: str = "en"
+    voice: str | None = None
+    output_sample_rate: int = 16_000
+    mode: Literal["balanced", "fast", "quality"] = "balanced"
+    mt: str = "whisper"
+    priority: Literal["live", "replay"] = "live"
+    pace: Literal["realtime", "fast"] = "realtime"
+    client_id: str = ""

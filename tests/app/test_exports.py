@@ -1,0 +1,77 @@
+"""The public API: ``speechpipe`` exports a fixed set of names, lazily."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import speechpipe
+
+EXPORTED = {
+    "__version__",
+    "Pipeline",
+    "PipelineSession",
+    "PipelineOptions",
+    "SessionRequest",
+    "translate_file",
+    "TranslationRun",
+    "AudioFrame",
+    "OutputEvent",
+    "VadEvent",
+    "TextHypothesis",
+    "SpeechChunk",
+    "UtteranceEnd",
+    "StatusEvent",
+    "ErrorEvent",
+    "STREAM_RATE",
+    "SpeechpipeError",
+}
+
+
+def test_exported_names_are_the_documented_ones() -> None:
+    assert set(speechpipe.__all__) == EXPORTED
+    assert len(speechpipe.__all__) == len(EXPORTED)  # no duplicates
+    assert set(speechpipe._EXPORTS) == EXPORTED - {"__version__"}
+
+
+def test_every_exported_name_resolves_to_its_defining_object() -> None:
+    from speechpipe.config import PipelineOptions
+    from speechpipe.file_translation import translate_file
+    from speechpipe.session import Pipeline
+    from speechpipe.stages.frames import OutputEvent, TextHypothesis
+    from speechpipe.stages.request import SessionRequest
+
+    for name in speechpipe.__all__:
+        assert getattr(speechpipe, name) is not None, name
+    assert speechpipe.Pipeline is Pipeline
+    assert speechpipe.PipelineOptions is PipelineOptions
+    assert speechpipe.SessionRequest is SessionRequest
+    assert speechpipe.translate_file is translate_file
+    assert speechpipe.TextHypothesis is TextHypothesis
+    assert speechpipe.OutputEvent is OutputEvent
+    assert set(dir(speechpipe)) >= EXPORTED
+
+
+def test_unknown_name_is_an_attribute_error() -> None:
+    try:
+        speechpipe.NoSuchThing  # noqa: B018
+    except AttributeError as exc:
+        assert "NoSuchThing" in str(exc)
+    else:
+        raise AssertionError("speechpipe.NoSuchThing resolved")
+
+
+def test_import_speechpipe_is_cheap() -> None:
+    """``import speechpipe`` loads no model library (nor numpy); ``speechpipe.Pipeline`` does
+    load the pipeline's modules."""
+    heavy = ("faster_whisper", "ctranslate2", "onnxruntime", "piper", "numpy", "av", "aiortc")
+    code = (
+        "import sys, speechpipe\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {heavy!r}))\n"
+        "speechpipe.Pipeline\n"
+        "print('speechpipe.session' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, after = out.stdout.splitlines()
+    assert before == "[]"
+    assert after == "True"

@@ -1,0 +1,38 @@
+"""The README's "Library use" example, extracted from README.md and run as written."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+def library_example() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Library use", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 1, "the Library use section has one python example"
+    return blocks[0]
+
+
+def test_readme_library_example_translates_a_real_clip(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code = library_example()
+    assert "samples/wav/es_gato.wav" in code
+    monkeypatch.chdir(ROOT)  # the example names the clip relative to the repository
+    exec(compile(code, str(ROOT / "README.md"), "exec"), {"__name__": "__main__"})
+    out = capsys.readouterr().out
+    utterances = re.findall(r"^'(.*)' -> '(.*)'$", out, re.M)
+    assert utterances, out
+    source = " ".join(s for s, _ in utterances).lower()
+    target = " ".join(t for _, t in utterances).lower()
+    assert "gato" in source and "casa" in source, source
+    assert "cat" in target and "house" in target, target
+    speech_s = float(re.search(r"^([\d.]+) s of translated speech$", out, re.M).group(1))
+    assert speech_s > 1.0
