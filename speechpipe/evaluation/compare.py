@@ -19,7 +19,7 @@ from speechpipe.config import PipelineOptions, with_overrides
 from speechpipe.errors import InputError
 from speechpipe.evaluation.evaluate import _aggregate, evaluate_clips, print_report
 from speechpipe.session import Pipeline
-from speechpipe.transport.session_api import SessionRequest
+from speechpipe.stages.request import SessionRequest
 
 __all__ = ["parse_variant", "variant_pipelines", "compare_variants", "print_comparison"]
 

@@ -8,9 +8,9 @@ import pytest
 from speechpipe.evaluation.compare import variant_pipelines
 from speechpipe.evaluation.evaluate import listener_figures, transcribe_speech
 from speechpipe.evaluation.scores import latency_scores, sentence_bleu
-from speechpipe.translate_file import translate_audio
+from speechpipe.file_translation import translate_audio
+from speechpipe.stages.request import SessionRequest
 from speechpipe.transport.file_replay import read_audio
-from speechpipe.transport.session_api import SessionRequest
 from tests.helpers import shared_clip, shared_manifest_row
 
 pytestmark = pytest.mark.slow
