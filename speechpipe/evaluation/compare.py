@@ -115,10 +115,10 @@ def print_comparison(report: dict[str, Any], out=sys.stdout) -> None:  # type: i
         print_report(variant, out=out)
     labels = list(report["variants"])
     print("\n== same run, medians over clips (seconds; BLEU corpus)", file=out)
-    print(f"{'variant':<44}" + "".join(f"{name:>9}" for name, _ in SUMMARY), file=out)
+    print(f"{'variant':<44}" + "".join(f"{name:>10}" for name, _ in SUMMARY), file=out)
     for label in labels:
         a = report["variants"][label]["aggregate"]
-        print(f"{label[:43]:<44}" + "".join(f"{_num(a.get(key)):>9}" for _, key in SUMMARY),
+        print(f"{label[:43]:<44}" + "".join(f"{_num(a.get(key)):>10}" for _, key in SUMMARY),
               file=out)
     if len(labels) > 1:
         print(f"\nper-clip speech EndOffset (s)\n{'clip':<28}"

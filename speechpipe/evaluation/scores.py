@@ -171,12 +171,12 @@ def end_offset_split(records: Sequence[dict[str, Any]]) -> dict[str, float | Non
     after = [r for r in audio if r["stream_t"] > speech_end]
     laid_end = max(r["audio_start"] + r["audio_dur"] for r in audio)
     queued = max([0.0] + [r["audio_start"] + r["audio_dur"] - speech_end for r in before])
-    unsynthesized = sum(r["audio_dur"] for r in after)
+    unsynthesized = sum((r["audio_dur"] for r in after), 0.0)
     end_offset = laid_end - speech_end
     out["queued_at_end"] = queued
     out["unsynthesized_at_end"] = unsynthesized
     out["silence_after_end"] = max(0.0, end_offset - queued - unsynthesized)
-    out["synthesis_after_end"] = sum((r.get("timings") or {}).get("tts", 0.0) for r in after)
+    out["synthesis_after_end"] = sum(((r.get("timings") or {}).get("tts", 0.0) for r in after), 0.0)
     return out
 
 
