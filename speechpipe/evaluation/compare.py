@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import sys
 from dataclasses import replace
-from typing import Any
+from typing import Any, TextIO
 
 from speechpipe.config import PipelineOptions, with_overrides
 from speechpipe.errors import InputError
@@ -103,7 +103,7 @@ def _num(value: Any) -> str:
     return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
-def print_comparison(report: dict[str, Any], out=sys.stdout) -> None:  # type: ignore[no-untyped-def]
+def print_comparison(report: dict[str, Any], out: TextIO = sys.stdout) -> None:
     import os
     import shlex
 
