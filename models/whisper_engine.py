@@ -307,9 +307,12 @@ class WhisperEngine:
                 ids = [i for i in tokens[:new_tokens] if i < self.eot]
                 avg_logprob = float(output.scores[0]) / max(1, len(full)) if output.scores else 0.0
                 generated[member] = (ids, avg_logprob, float(output.no_speech_prob), hit_cap)
+        t3 = time.perf_counter()
         decodes: list[list[DecodeResult]] = [[] for _ in requests]
         for member, (row, task, _, _, _) in enumerate(items):
             decodes[row].append(self._decode_result(requests[row], task, *generated[member]))
+        aligned = self._align_words(requests, encoded, languages, items, generated, decodes)
+        t4 = time.perf_counter()
         recover_s = [0.0] * len(requests)
         for row, request in enumerate(requests):
             if request.recover_coverage:
@@ -318,7 +321,6 @@ class WhisperEngine:
                     request, encoded[row], languages[row][0], decodes[row])
                 if any(d.recovered for d in decodes[row]):  # an extra decode ran
                     recover_s[row] = time.perf_counter() - t_recover
-        t3 = time.perf_counter()
         return [
             WhisperResult(
                 language=languages[row][0],
@@ -326,13 +328,68 @@ class WhisperEngine:
                 decodes=tuple(decodes[row]),
                 encode_s=t1 - t0,
                 decode_s=t3 - t2,
-                timings={"asr.encode": t1 - t0, "asr.langid": t2 - t1,
-                         "asr.decode": t3 - t2 - recover_s[row],
+                timings={"asr.encode": t1 - t0, "asr.langid": t2 - t1, "asr.decode": t3 - t2,
+                         **({"asr.align": t4 - t3} if aligned else {}),
                          **({"asr.recover": recover_s[row]} if recover_s[row] else {})},
                 batch_requests=len(requests),
             )
             for row in range(len(requests))
         ]
+
+    def _align_words(
+        self, requests: Sequence[WhisperRequest], encoded: NDArray[np.float32],
+        languages: list[tuple[str, float]],
+        items: list[tuple[int, DecodeTask, list[int], int, int]],
+        generated: dict[int, tuple[list[int], float, float, bool]],
+        decodes: list[list[DecodeResult]],
+    ) -> bool:
+        """Add ``word_ends`` to the decodes whose request asked for them: one ``align`` call
+        (cross-attention of the alignment heads, DTW) per language and task. Returns whether
+        anything was aligned."""
+        import dataclasses
+
+        import ctranslate2
+
+        wanted: dict[tuple[str, str], list[int]] = {}
+        for member, (row, task, _, _, _) in enumerate(items):
+            if task.task in requests[row].word_times and generated[member][0]:
+                wanted.setdefault((languages[row][0], task.task), []).append(member)
+        for (language, task_name), members in wanted.items():
+            rows = [items[m][0] for m in members]
+            start = [self._tok["<|startoftranscript|>"],
+                     self.tokenizer.token_to_id(f"<|{language}|>"), self._tok[f"<|{task_name}|>"]]
+            texts = [items[m][2][4:] + generated[m][0] for m in members]  # prefix + new tokens
+            frames = [max(2, len(requests[r].audio) // 160) for r in rows]  # mel frames, 100/s
+            memory = ctranslate2.StorageView.from_array(np.ascontiguousarray(encoded[rows]))
+            results = self.model.model.align(memory, start, texts, frames)
+            for member, text, result in zip(members, texts, results, strict=True):
+                row, task, _, n_prefix, _ = items[member]
+                token_start: dict[int, float] = {}
+                for text_index, time_index in result.alignments:
+                    token_start.setdefault(int(text_index), int(time_index) / 50.0)
+                ends = self._word_ends(text, n_prefix, token_start)
+                index = [d.task for d in decodes[row]].index(task.task)
+                decode = decodes[row][index]
+                words = decode.continuation.split()
+                if len(ends) >= len(words):  # cut or suppressed decodes keep a prefix
+                    decodes[row][index] = dataclasses.replace(
+                        decode, word_ends=tuple(ends[: len(words)]))
+        return bool(wanted)
+
+    def _word_ends(self, text: list[int], n_prefix: int,
+                   token_start: dict[int, float]) -> list[float]:
+        """End time of each continuation word: where the token after its last one starts
+        (the end-of-text token for the last word). A word starts at a token with a leading
+        space; tokens before the first such one are glued to the prefix."""
+        starts = [i for i in range(n_prefix, len(text))
+                  if (self.tokenizer.id_to_token(text[i]) or "").startswith("\u0120")
+                  or (i == 0 and n_prefix == 0)]
+        ends = []
+        last = max(token_start.values(), default=0.0)
+        for k in range(len(starts)):
+            following = starts[k + 1] if k + 1 < len(starts) else len(text)
+            ends.append(token_start.get(following, last))
+        return ends
 
     def _decode_result(
         self, request: WhisperRequest, task: DecodeTask, ids: list[int], avg_logprob: float,

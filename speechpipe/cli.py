@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--detect-language", action="store_true",
                           help="let Whisper detect each clip's language instead of the "
                                "manifest's 'lang'")
+    evaluate.add_argument("--compare", action="append", default=[],
+                          metavar="GROUP.FIELD=VALUE[,...]",
+                          help="also run each clip with these overrides, interleaved in the "
+                               "same run, and compare (repeatable: one variant each)")
     _add_session_arguments(evaluate)
 
     config = commands.add_parser(

@@ -79,6 +79,19 @@ class LocalAgreement:
         self.tentative = words[len(newly):]
         return newly
 
+    def commit_tentative(self, count: int) -> list[str]:
+        """Commit the first ``count`` tentative words on another policy's say (e.g. the
+        alignment of one decode); older hypotheses that disagree with them are dropped."""
+        words = self.tentative[:max(0, count)]
+        if not words:
+            return []
+        self.committed.extend(words)
+        self.tentative = self.tentative[len(words):]
+        kept = [h[len(words):] for h in self._history
+                if _common_prefix_length([h, words]) >= len(words)]
+        self._history = deque(kept, maxlen=self.n + self.lookback)
+        return words
+
     def glue(self, fragment: str) -> bool:
         """Attach punctuation the decoder put right after the last committed word.
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -51,12 +51,17 @@ from speechpipe.stages.frames import (
     TextHypothesis,
     VadEvent,
 )
-from speechpipe.stages.model_api import DecodeTask, WhisperRequest, WhisperResult
+from speechpipe.stages.model_api import (
+    DecodeResult,
+    DecodeTask,
+    WhisperRequest,
+    WhisperResult,
+)
 from speechpipe.stages.vad import LabeledAudio
 
 __all__ = [
     "AsrOptions", "AsrOptionsProvider", "FixedOptions", "QueuedDecodes", "UtteranceDecoder",
-    "AsrStage", "Recognize",
+    "AsrStage", "Recognize", "align_commit_count",
 ]
 
 Recognize = Callable[[WhisperRequest], Awaitable[WhisperResult]]
@@ -98,6 +103,15 @@ class AsrOptions:
     min_utterance_voiced_s: float = 0.5  # shorter "utterances" are treated as noise
     partial_max_new_tokens: int = 16  # partials only need the next few words
     source_partials: bool = True  # False: partials decode the translation only (degrade)
+    # what commits the translation between pauses: "agreement" (LocalAgreement only) or
+    # "align" (also the words a single decode's alignment puts this far before its audio end)
+    commit_policy: str = "agreement"
+    align_margin_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.commit_policy not in ("agreement", "align"):
+            raise ValueError(
+                f"asr.commit_policy must be agreement or align, not {self.commit_policy!r}")
 
 
 class AsrOptionsProvider(Protocol):
@@ -218,7 +232,15 @@ class UtteranceDecoder:
             tokens_per_second=self.options.tokens_per_second,
             max_new_tokens=cap,
             partial=kind == "partial",
+            word_times=self._word_times(kind),
         ))
+
+    def _word_times(self, kind: str) -> tuple[str, ...]:
+        """Tasks whose words need alignment times: the translation's partials under the
+        ``align`` commit policy (see ``align_commit_count``)."""
+        if self.options.commit_policy == "align" and self.translate and kind == "partial":
+            return ("translate",)
+        return ()
 
     def apply(self, result: WhisperResult, kind: str, basis_pts: int) -> list[tuple[str, str, str]]:
         """Feed a decode result; return (side, committed, tentative) for each changed side."""
@@ -247,6 +269,7 @@ class UtteranceDecoder:
                 agreement.tentative = words  # language still uncertain: show, never commit
             else:
                 agreement.update(words)
+                self._commit_aligned(agreement, decode, words, basis_pts)
             after = (agreement.committed_text, agreement.tentative_text)
             if after != before or kind == "final":
                 side = "source" if decode.task == "transcribe" else "target"
@@ -295,6 +318,20 @@ class UtteranceDecoder:
         return classify_utterance(self.source.committed_text, self.target.committed_text,
                                   self.faithfulness.min_ratio, self.faithfulness.min_source_words)
 
+    def _commit_aligned(
+        self, agreement: LocalAgreement, decode: DecodeResult, words: list[str], basis_pts: int
+    ) -> None:
+        """``align`` policy: after LocalAgreement, also commit the words that this single
+        decode aligned at least ``align_margin_s`` before the end of its audio."""
+        if self.options.commit_policy != "align" or decode.task != "translate":
+            return
+        heard_s = (basis_pts - self.start_pts) / STREAM_RATE
+        stable = align_commit_count(decode.word_ends[: len(words)], heard_s,
+                                    self.options.align_margin_s)
+        already = len(words) - len(agreement.tentative)  # committed by agreement just now
+        if stable > already:
+            agreement.commit_tentative(stable - already)
+
     def commit_last(self, pause: bool = False) -> list[tuple[str, str, str]]:
         """Commit the last hypothesis without decoding (it already heard all the speech).
         At a pause the translation keeps its tentative words unless configured otherwise."""
@@ -307,6 +344,18 @@ class UtteranceDecoder:
             out.append((side, agreement.committed_text, ""))
         self.pause_pending = False
         return out
+
+
+def align_commit_count(word_ends: Sequence[float], heard_s: float, margin_s: float) -> int:
+    """How many leading words to commit: those whose aligned end lies at least ``margin_s``
+    before the end of the audio heard (AlignAtt's rule on words: what the model attends to
+    near the end of the audio may still change). Stops at the first word too close."""
+    count = 0
+    for end in word_ends:
+        if end > heard_s - margin_s:
+            break
+        count += 1
+    return count
 
 
 @dataclass(eq=False)

@@ -49,6 +49,7 @@ class WhisperRequest:
     coverage_min_ratio: float = MIN_RATIO  # target/source words below this: left out
     coverage_min_words: int = MIN_SOURCE_WORDS  # shorter captions are never judged
     max_recoveries: int = 2  # extra translate decodes per request at most
+    word_times: tuple[str, ...] = ()  # tasks whose continuation words get aligned end times
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,9 @@ class DecodeResult:
     guarded: bool = False  # words dropped by the commit guard (stages.faithfulness)
     recovered: int = 0  # extra decodes that translated audio the first decode left out
     coverage_short: bool = False  # still much shorter than the captions after recovery
+    # per continuation word (``continuation.split()``): where in the audio it ends, seconds
+    # from the request's audio start (Whisper's alignment heads); empty when not asked for
+    word_ends: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ The stage only segments and stamps; synthesis (Piper, cached, resampled) is the 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -14,8 +15,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from speechpipe.errors import SpeechpipeError
-from speechpipe.stages.channels import Channel
-from speechpipe.stages.clock import StreamClock
+from speechpipe.stages.channels import Channel, ChannelClosed
+from speechpipe.stages.clock import StreamClock, WallStreamClock
 from speechpipe.stages.frames import (
     STREAM_RATE,
     ErrorEvent,
@@ -25,7 +26,12 @@ from speechpipe.stages.frames import (
     TextHypothesis,
     UtteranceEnd,
 )
-from speechpipe.stages.phrases import PhraseOptions, PhraseSegmenter
+from speechpipe.stages.phrases import (
+    JustInTimeSegmenter,
+    PhraseOptions,
+    PhraseSegmenter,
+    make_segmenter,
+)
 
 __all__ = ["TtsStage", "Speak", "CatchUpOptions", "catch_up_speed"]
 
@@ -69,22 +75,65 @@ class TtsStage:
         self.phrase_options = phrase_options or PhraseOptions()
         self.catch_up = catch_up or CatchUpOptions()
         self._queued_until = 0.0  # stream seconds where the speech sent so far ends
-        self._segmenters: dict[int, PhraseSegmenter] = {}
+        self._segmenters: dict[int, PhraseSegmenter | JustInTimeSegmenter] = {}
         self._source_text: dict[int, str] = {}
+        self._last_target: dict[int, TextHypothesis] = {}  # newest per open utterance
 
     async def run(self, inbox: Channel[TextHypothesis], events: Channel[OutputEvent]) -> None:
         """Speak the target hypotheses from ``inbox`` as ``SpeechChunk`` events."""
-        async for hypothesis in inbox:
+        while True:
+            wake_in = self._wake_in()
+            try:
+                if wake_in is None:
+                    hypothesis = await inbox.get()
+                else:  # Channel.get is cancel-safe: a timeout loses no hypothesis
+                    hypothesis = await asyncio.wait_for(inbox.get(), wake_in)
+            except ChannelClosed:
+                return
+            except TimeoutError:
+                await self._wake(events)
+                continue
             if hypothesis.side == "source":
                 if hypothesis.final:
                     self._source_text[hypothesis.utterance] = hypothesis.committed
                 continue
             await self._on_target(hypothesis, events)
 
+    def _wake_in(self) -> float | None:
+        """Live sessions: seconds until held words must be cut (the queued speech is about to
+        run out), or None when no words are held. Hypotheses can be seconds apart under load,
+        so the just-in-time cut cannot wait for the next one. Replays paced by the basis
+        clock have no wall-clock stream time: their cuts happen as hypotheses arrive."""
+        if not isinstance(self.clock, WallStreamClock):
+            return None
+        held = [u for u, s in self._segmenters.items()
+                if isinstance(s, JustInTimeSegmenter) and s.held and u in self._last_target]
+        if not held:
+            return None
+        now_s = self.clock.stamp(0) / STREAM_RATE
+        due = self._queued_until - self.phrase_options.lead_s - now_s
+        if due < -0.05:  # fed since the cut point and still held (``no_end_words``): wait
+            return None
+        return max(0.01, due + 0.01)
+
+    async def _wake(self, events: Channel[OutputEvent]) -> None:
+        """Feed the held utterances' last hypotheses again, at the current stream time."""
+        for utterance, segmenter in list(self._segmenters.items()):
+            if isinstance(segmenter, JustInTimeSegmenter) and segmenter.held:
+                hyp = self._last_target.get(utterance)
+                if hyp is not None:
+                    await self._on_target(hyp, events)
+
     async def _on_target(self, hyp: TextHypothesis, events: Channel[OutputEvent]) -> None:
-        segmenter = self._segmenters.setdefault(hyp.utterance, PhraseSegmenter(self.phrase_options))
+        self._last_target[hyp.utterance] = hyp
+        segmenter = self._segmenters.get(hyp.utterance)
+        if segmenter is None:
+            segmenter = self._segmenters[hyp.utterance] = make_segmenter(self.phrase_options)
         emitted_at = time.monotonic()
-        for phrase in segmenter.feed(hyp.committed, final=hyp.final):
+        now_s = self.clock.stamp(hyp.stream_pts) / STREAM_RATE
+        phrases = segmenter.feed(hyp.committed, final=hyp.final, now_s=now_s,
+                                 queued_until_s=self._queued_until)
+        for phrase in phrases:
             queued = time.monotonic() - emitted_at
             t0 = time.perf_counter()
             now = self.clock.stamp(hyp.stream_pts) / STREAM_RATE
@@ -114,6 +163,7 @@ class TtsStage:
             )
         if hyp.final:
             self._segmenters.pop(hyp.utterance, None)
+            self._last_target.pop(hyp.utterance, None)
             await events.put(
                 UtteranceEnd(
                     utterance=hyp.utterance,

@@ -34,6 +34,7 @@ from speechpipe.config import PipelineOptions
 from speechpipe.errors import InputError
 from speechpipe.evaluation.scores import (
     corpus_bleu,
+    end_offset_split,
     latency_scores,
     percentiles,
     sentence_bleu,
@@ -47,7 +48,7 @@ from speechpipe.stages.request import SessionRequest
 from speechpipe.transport.file_replay import read_audio
 
 __all__ = ["run_eval", "load_manifest", "evaluate_clips", "words_in_non_speech",
-           "count_unfaithful", "utterance_texts"]
+           "transcribe_speech", "listener_figures", "count_unfaithful", "utterance_texts"]
 
 STAGES = ("vad", "queue.asr", "asr.encode", "asr.langid", "asr.decode", "queue.tts", "tts")
 
@@ -176,6 +177,7 @@ async def evaluate_clips(
             row["wer"] = wer(clip["transcript"], run.source_text)
         if reference:
             row["bleu"] = round(sentence_bleu(run.target_text, reference), 2)
+        row.update(await listener_figures(pipeline, run, reference))
         rows.append(row)
         total_cpu += run.cpu_seconds
         total_audio += run.input_seconds
@@ -187,6 +189,36 @@ async def evaluate_clips(
         bar.close()
     return {"clips": rows, "aggregate": _aggregate(rows, clips, stage_values, total_cpu,
                                                    total_audio, total_wall)}
+
+
+def transcribe_speech(model: Any, samples: np.ndarray, sample_rate: int) -> str:
+    """English text of produced speech (ASR-BLEU's transcription): Whisper, beam 5, no
+    conditioning on previous text. ``model`` is a loaded ``faster_whisper.WhisperModel``."""
+    import soxr
+
+    audio = samples.astype(np.float32) / 32768.0
+    if sample_rate != STREAM_RATE:
+        audio = soxr.resample(audio, sample_rate, STREAM_RATE).astype(np.float32)
+    if not len(audio) or not np.any(audio):
+        return ""
+    segments, _ = model.transcribe(audio, language="en", task="transcribe", beam_size=5,
+                                   condition_on_previous_text=False)
+    return " ".join(segment.text.strip() for segment in segments).strip()
+
+
+async def listener_figures(pipeline: Pipeline, run: Any, reference: str) -> dict[str, Any]:
+    """What the listener got: ASR-BLEU of the produced speech and the EndOffset split.
+
+    Runs after the clip's streaming run, on the pipeline's already-loaded Whisper (no second
+    copy), so it costs the run no latency or CPU figures."""
+    heard = await asyncio.to_thread(transcribe_speech, pipeline.engine.model, run.output,
+                                    run.output_rate)
+    split = end_offset_split(run.records)
+    return {
+        "asr_text": heard,
+        "asr_bleu": round(sentence_bleu(heard, reference), 2) if reference else None,
+        **{k: (None if v is None else round(v, 4)) for k, v in split.items()},
+    }
 
 
 def _median(rows: list[dict[str, Any]], key: str) -> float | None:
@@ -227,6 +259,7 @@ def _aggregate(rows, clips, stage_values, total_cpu, total_audio, total_wall) ->
         "bleu": (None if not with_ref else round(corpus_bleu(
             [r["target_text"] for r in with_ref],
             [by_id[r["id"]]["translation_en"] for r in with_ref]) or 0.0, 2)),
+        **_listener_aggregate(rows, by_id),
         "wer": None if corpus_wer is None else round(corpus_wer, 4),
         "cpu_per_audio_s": round(total_cpu / total_audio, 4) if total_audio else None,
         "rtf": round(total_wall / total_audio, 4) if total_audio else None,
@@ -235,6 +268,22 @@ def _aggregate(rows, clips, stage_values, total_cpu, total_audio, total_wall) ->
         "utterances_dropped": sum(r["utterances_dropped"] for r in rows),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "stages": stages,
+    }
+
+
+def _listener_aggregate(rows: list[dict[str, Any]], by_id: dict[str, Any]) -> dict[str, Any]:
+    """Corpus ASR-BLEU (same normalization as text BLEU) and the EndOffset split's medians."""
+    with_ref = [r for r in rows if by_id[r["id"]].get("translation_en") and "asr_text" in r]
+    asr_bleu = None
+    if with_ref:
+        asr_bleu = round(corpus_bleu([r["asr_text"] for r in with_ref],
+                                     [by_id[r["id"]]["translation_en"] for r in with_ref])
+                         or 0.0, 2)
+    return {
+        "asr_bleu": asr_bleu,
+        **{f"median_{key}": _median(rows, key) for key in (
+            "queued_at_end", "unsynthesized_at_end", "silence_after_end",
+            "synthesis_after_end")},
     }
 
 
@@ -247,22 +296,32 @@ def _fmt(value: Any, unit: str = "") -> str:
 
 
 def print_report(report: dict[str, Any], out=sys.stdout) -> None:
-    header = (f"{'clip':<28}{'dur':>6}{'Start':>7}{'End':>7}{'tEnd':>7}{'LAAL':>7}"
-              f"{'NE':>6}{'WER':>6}{'BLEU':>7}{'CPU/s':>7}")
+    header = (f"{'clip':<28}{'dur':>6}{'Start':>7}{'End':>7}{'tEnd':>7}{'queue':>7}"
+              f"{'unsyn':>7}{'silen':>7}{'synth':>7}{'LAAL':>7}"
+              f"{'NE':>6}{'WER':>6}{'BLEU':>7}{'aBLEU':>7}{'CPU/s':>7}")
     print(header, file=out)
     for r in report["clips"]:
         print(f"{r['id'][:27]:<28}{r['duration_s']:>6.1f}{_fmt(r['start_offset']):>7}"
-              f"{_fmt(r['end_offset']):>7}{_fmt(r['text_end_offset']):>7}{_fmt(r['laal']):>7}"
+              f"{_fmt(r['end_offset']):>7}{_fmt(r['text_end_offset']):>7}"
+              f"{_fmt(r.get('queued_at_end')):>7}{_fmt(r.get('unsynthesized_at_end')):>7}"
+              f"{_fmt(r.get('silence_after_end')):>7}{_fmt(r.get('synthesis_after_end')):>7}"
+              f"{_fmt(r['laal']):>7}"
               f"{_fmt(r['ne']):>6}{_fmt(r['wer']):>6}{_fmt(r['bleu']):>7}"
-              f"{_fmt(r['cpu_per_audio_s']):>7}", file=out)
+              f"{_fmt(r.get('asr_bleu')):>7}{_fmt(r['cpu_per_audio_s']):>7}", file=out)
     a = report["aggregate"]
     print(f"\n{a['clips']} clips: median StartOffset {_fmt(a['median_start_offset'], ' s')}, "
           f"EndOffset {_fmt(a['median_end_offset'], ' s')}, text StartOffset "
           f"{_fmt(a['median_text_start_offset'], ' s')}, text EndOffset "
           f"{_fmt(a['median_text_end_offset'], ' s')}, AL {_fmt(a['median_al'], ' s')}, "
           f"LAAL {_fmt(a['median_laal'], ' s')}, NE {_fmt(a['median_ne'])}", file=out)
+    print(f"EndOffset split (medians): text EndOffset {_fmt(a['median_text_end_offset'], ' s')}"
+          f", speech queued at the source end {_fmt(a.get('median_queued_at_end'), ' s')}, "
+          f"unsynthesized {_fmt(a.get('median_unsynthesized_at_end'), ' s')}, silence after "
+          f"{_fmt(a.get('median_silence_after_end'), ' s')}, synthesis time after "
+          f"{_fmt(a.get('median_synthesis_after_end'), ' s')}", file=out)
     wer_text = "-" if a["wer"] is None else f"{a['wer'] * 100:.1f} %"
-    print(f"BLEU {_fmt(a['bleu'])}, WER {wer_text}, CPU {_fmt(a['cpu_per_audio_s'])} s per "
+    print(f"BLEU {_fmt(a['bleu'])}, ASR-BLEU {_fmt(a.get('asr_bleu'))}, WER {wer_text}, "
+          f"CPU {_fmt(a['cpu_per_audio_s'])} s per "
           f"audio s, RTF {_fmt(a['rtf'])}, peak RSS {_fmt(a['peak_rss_mb'])} MB, words during "
           f"non-speech {a['words_in_non_speech']}", file=out)
     print(f"utterances invented {a['utterances_invented']}, dropped {a['utterances_dropped']}"
@@ -282,11 +341,19 @@ def run_eval(args: argparse.Namespace, options: PipelineOptions, request: Sessio
     missing = [c["path"] for c in clips if not Path(c["path"]).is_file()]
     if missing:
         raise InputError(f"{missing[0]}: listed in the manifest but missing")
+    if getattr(args, "compare", None):  # a bad variant fails before any model loads
+        from speechpipe.config import with_overrides
+        from speechpipe.evaluation.compare import parse_variant
+
+        for text in args.compare:
+            with_overrides(options, parse_variant(text)[1])
     apply_process_limits(options)
     pipeline = Pipeline.load(options)
     try:
         pipeline.resolve(request)
         pipeline.warm_up()
+        if getattr(args, "compare", None):
+            return _run_comparison(args, pipeline, clips, request)
         report = asyncio.run(evaluate_clips(
             pipeline, clips, request, detect_language=args.detect_language))
     finally:
@@ -294,6 +361,23 @@ def run_eval(args: argparse.Namespace, options: PipelineOptions, request: Sessio
     report["settings"] = {"pace": request.pace, "mode": request.mode,
                           "detect_language": args.detect_language}
     print_report(report)
+    if args.report:
+        Path(args.report).write_text(json.dumps(report, indent=2, ensure_ascii=False))
+        print(f"\nwrote {args.report}")
+    return 0
+
+
+def _run_comparison(args: argparse.Namespace, pipeline: Pipeline, clips: list[dict[str, Any]],
+                    request: SessionRequest) -> int:
+    """``--compare``: the base options and each variant, interleaved per clip."""
+    from speechpipe.evaluation.compare import compare_variants, print_comparison, variant_pipelines
+
+    pipelines = variant_pipelines(pipeline, args.compare)
+    report = asyncio.run(compare_variants(pipelines, clips, request,
+                                          detect_language=args.detect_language))
+    report["settings"] = {"pace": request.pace, "mode": request.mode,
+                          "detect_language": args.detect_language, "compare": args.compare}
+    print_comparison(report)
     if args.report:
         Path(args.report).write_text(json.dumps(report, indent=2, ensure_ascii=False))
         print(f"\nwrote {args.report}")

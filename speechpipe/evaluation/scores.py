@@ -23,6 +23,7 @@ __all__ = [
     "normalize_text",
     "speech_span",
     "latency_scores",
+    "end_offset_split",
     "average_lagging",
     "normalized_erasure",
     "final_texts",
@@ -141,6 +142,41 @@ def latency_scores(
     out["al"] = average_lagging(delays, source_duration)
     out["laal"] = average_lagging(delays, source_duration, reference_words)
     out["ne"] = normalized_erasure(records)
+    return out
+
+
+def end_offset_split(records: Sequence[dict[str, Any]]) -> dict[str, float | None]:
+    """Where the speech EndOffset goes, from a trace (seconds; None without speech).
+
+    At the end of the source speech (``speech_end``):
+    - ``queued_at_end``: speech already produced then that still had to play after it;
+    - ``unsynthesized_at_end``: speech of the chunks produced after it (words committed, or
+      cut into phrases, only after the speaker stopped);
+    - ``silence_after_end``: the rest of the EndOffset, the output silent after the speaker
+      stopped (waiting for a commit, a phrase cut or the synthesizer);
+    - ``synthesis_after_end``: synthesizer time (wall seconds) of the chunks produced after it;
+    - ``text_end_offset``: the last target commit after it.
+    ``queued + unsynthesized + silence == end_offset`` (when the EndOffset is positive).
+    """
+    out: dict[str, float | None] = {
+        "queued_at_end": None, "unsynthesized_at_end": None, "silence_after_end": None,
+        "synthesis_after_end": None,
+    }
+    span = speech_span(records)
+    audio = [r for r in records if r["event"] == "tts.audio"]
+    if span is None or not audio:
+        return out
+    speech_end = span[1]
+    before = [r for r in audio if r["stream_t"] <= speech_end]
+    after = [r for r in audio if r["stream_t"] > speech_end]
+    laid_end = max(r["audio_start"] + r["audio_dur"] for r in audio)
+    queued = max([0.0] + [r["audio_start"] + r["audio_dur"] - speech_end for r in before])
+    unsynthesized = sum((r["audio_dur"] for r in after), 0.0)
+    end_offset = laid_end - speech_end
+    out["queued_at_end"] = queued
+    out["unsynthesized_at_end"] = unsynthesized
+    out["silence_after_end"] = max(0.0, end_offset - queued - unsynthesized)
+    out["synthesis_after_end"] = sum(((r.get("timings") or {}).get("tts", 0.0) for r in after), 0.0)
     return out
 
 

@@ -13,7 +13,9 @@ from speechpipe.bench.load import (
     ClientRun,
     Clip,
     LevelReport,
+    ListenerRule,
     commit_latencies,
+    ladder_summary,
     load_clips,
     percentile,
     playlist,
@@ -56,13 +58,26 @@ def test_offsets_lay_speech_back_to_back_per_utterance():
     assert starts == pytest.approx([1.5]) and ends == pytest.approx([0.5])
 
 
-def test_a_level_holds_only_when_everyone_ran_normally_within_the_target():
-    report = LevelReport("x", 2, started=2, finished=2, target_commit=[0.5, 1.0, 1.2])
-    assert report.holds(1.5)
-    assert not LevelReport("x", 2, started=2, finished=2, target_commit=[3.0] * 5).holds(1.5)
-    assert not LevelReport("x", 2, started=2, finished=2, queued=1,
-                           target_commit=[0.5]).holds(1.5)
+def test_a_level_holds_only_when_every_listener_was_served():
+    def level(**kw):
+        figures = dict(started=2, finished=2, start_offsets=[1.8, 2.2],
+                       end_offsets=[1.5, 1.9, 2.0, 3.0], target_commit=[3.0] * 5)
+        return LevelReport("x", 2, **{**figures, **kw})
+
+    assert level().holds()  # a slow commit p95 alone no longer fails a level
+    assert not level(queued=1).holds()
+    assert not level(finished=1).holds()
+    assert not level(end_offsets=[2.1, 2.2, 2.3]).holds()  # EndOffset p50 > 2.0
+    assert not level(end_offsets=[1.0] * 9 + [6.0]).holds()  # EndOffset p95 > 3.5
+    assert not level(start_offsets=[2.6, 2.7]).holds()  # StartOffset p50 > 2.5
+    assert not level(end_offsets=[], start_offsets=[]).holds()  # nothing heard
+    assert level(end_offsets=[2.1] * 3).holds(ListenerRule(end_offset_p50=2.2))
     assert math.isnan(percentile([], 95))
+
+
+def test_the_ladder_levels_a_level_ran_at_are_summarized():
+    assert ladder_summary([0, 0, 3, 3, 3]) == "0:40% 3:60%"
+    assert ladder_summary([]) == "-"
 
 
 def test_playlists_rotate_clips_per_client():
