@@ -90,9 +90,13 @@ class BatchOptions:
 class BatchObserver(Protocol):
     """Hooks for the app layer's metrics (called on the worker thread)."""
 
-    def batch_done(self, requests: int, waits: list[float], seconds: float) -> None: ...
+    def batch_done(self, requests: int, waits: list[float], seconds: float) -> None:
+        """A batch of ``requests`` ran in ``seconds`` after these queue waits."""
+        ...
 
-    def dropped(self, reason: str) -> None: ...
+    def dropped(self, reason: str) -> None:
+        """A request was dropped for ``reason``."""
+        ...
 
 
 @dataclass
@@ -275,6 +279,7 @@ class AsrBatcher:
 
     @property
     def running_threads(self) -> int:
+        """Number of worker threads still alive."""
         return sum(thread.is_alive() for thread in self._threads)
 
     async def aclose(self) -> None:

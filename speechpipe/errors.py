@@ -107,6 +107,7 @@ class WorkerError(SpeechpipeError):
 
 
 class OutputError(SpeechpipeError):
+    """An output file could not be written (disk full, device)."""
     code = "output_error"
 
 

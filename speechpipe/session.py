@@ -60,6 +60,7 @@ MAX_OUTPUT_RATE = 48_000
 
 
 def check_output_rate(rate: int) -> None:
+    """Raise ``InputError`` if ``rate`` is outside the supported output rates."""
     if not MIN_OUTPUT_RATE <= rate <= MAX_OUTPUT_RATE:
         raise InputError(f"output sample rate {rate} outside "
                          f"{MIN_OUTPUT_RATE}..{MAX_OUTPUT_RATE} Hz")

@@ -84,6 +84,7 @@ class QueuedDecodes(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class AsrOptions:
+    """Settings of the ASR stage: decode cadence, commit agreement, beams and caps."""
     step_s: float = 1.0  # re-decode cadence while speaking (see README: 0.5 vs 1.0)
     early_step_s: float = 0.5  # cadence until the first translated words are committed ...
     early_words: int = 2  # ... this many of them (the first phrase the listener hears)
@@ -117,14 +118,18 @@ class AsrOptions:
 class AsrOptionsProvider(Protocol):
     """Where a stage reads its effective options, once per decode."""
 
-    def current(self) -> AsrOptions: ...
+    def current(self) -> AsrOptions:
+        """The options to use for the next decode."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
 class FixedOptions:
+    """An ``AsrOptionsProvider`` that always returns the same options."""
     options: AsrOptions = AsrOptions()
 
     def current(self) -> AsrOptions:
+        """The fixed options."""
         return self.options
 
 
@@ -168,9 +173,11 @@ class UtteranceDecoder:
 
     @property
     def end(self) -> int:
+        """Stream position just past the last sample added to the utterance."""
         return self.start_pts + self.n_samples
 
     def add(self, samples: np.ndarray, voiced: int) -> None:
+        """Append audio to the utterance and count ``voiced`` of its samples as speech."""
         if len(samples):
             self.audio.append(samples)
             self.n_samples += len(samples)
@@ -178,6 +185,7 @@ class UtteranceDecoder:
         self.voiced_samples += voiced
 
     def tasks(self, kind: str = "final") -> tuple[DecodeTask, ...]:
+        """The Whisper tasks a decode of this ``kind`` runs, each with its committed prefix."""
         tasks = [DecodeTask("transcribe", self.source.committed_text)]
         if self.translate:
             tasks.append(DecodeTask("translate", self.target.committed_text))
@@ -217,6 +225,7 @@ class UtteranceDecoder:
         return self.end
 
     def request(self, kind: str) -> WhisperRequest:
+        """The Whisper request for a decode of this ``kind`` over the audio up to ``basis``."""
         audio = np.concatenate(self.audio) if self.audio else np.zeros(0, np.int16)
         audio = audio[: max(0, self.basis(kind) - self.start_pts)]
         if kind == "partial":
@@ -415,6 +424,7 @@ class AsrStage:
 
     @property
     def options(self) -> AsrOptions:
+        """The effective options, read from the provider on each access."""
         return self.provider.current()
 
     async def run(
@@ -423,6 +433,7 @@ class AsrStage:
         outbox: Channel[TextHypothesis],
         events: Channel[OutputEvent],
     ) -> None:
+        """Decode labeled audio into hypotheses until the inbox closes; then close the outbox."""
         try:
             finished = False
             while not finished:

@@ -29,7 +29,9 @@ class StreamClock(Protocol):
         """The stream starts now (the first audio frame arrived); later calls do nothing."""
         ...
 
-    def stamp(self, basis_pts: int) -> int: ...
+    def stamp(self, basis_pts: int) -> int:
+        """The stream position to stamp on an event whose audio ends at ``basis_pts``."""
+        ...
 
     def wall_seconds(self) -> float:
         """Seconds of wall-clock time since the stream started."""

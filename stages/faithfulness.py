@@ -3,11 +3,10 @@
 Three concerns, each a small pure function or core (no models, no asyncio):
 
 - **Speech evidence** (``SpeechEvidence``): a second opinion on "is this speech?" from a
-  neural VAD (Silero, bundled with faster-whisper). webrtcvad, which cuts utterances, fires
-  on 74-100 % of the frames of synthesized music (chords, drums, noise beds, a sung melody,
-  tones), while Silero marks none of them as speech and marks 2-12 s of every real clip
-  (docs/design.md, "Music is not speech"). So webrtcvad keeps cutting the stream (it is
-  fast and decides frame by frame) and Silero decides whether a span may commit words.
+  neural VAD (Silero, bundled with faster-whisper). webrtcvad, which cuts utterances, takes
+  music for speech, while Silero does not (docs/design.md, "Never invent"; figures in
+  docs/benchmarks.md). So webrtcvad keeps cutting the stream (it is fast and decides frame
+  by frame) and Silero decides whether a span may commit words.
 - **The commit guard** (``guard_decodes``): a decode's words for a span without speech are
   dropped, on both sides; the translation never holds more words than the source side heard
   can justify (no source words: no target words).
@@ -83,11 +82,13 @@ class SpeechEvidence:
     _state: object = None  # the classifier's state after the last window
 
     def add(self, samples: NDArray[np.int16]) -> None:
+        """Queue audio for classification (see ``update``)."""
         if len(samples):
             self._pending.append(samples)
             self._pending_samples += len(samples)
 
     def update(self) -> None:
+        """Classify every whole ``SPEECH_WINDOW`` of the queued audio; keep the rest queued."""
         usable = self._pending_samples // SPEECH_WINDOW * SPEECH_WINDOW
         if not usable:
             return
@@ -114,6 +115,7 @@ class SpeechEvidence:
 
 
 class SpeechClassifier(Protocol):
+    """A neural VAD: speech probabilities per window, with state carried between calls."""
     def __call__(
         self, audio: NDArray[np.float32], state: object
     ) -> tuple[NDArray[np.float32], object]:

@@ -95,6 +95,7 @@ class JustInTimeSegmenter:
 
     def feed(self, committed: str, final: bool = False, *, now_s: float = 0.0,
              queued_until_s: float = 0.0) -> list[str]:
+        """New phrases to speak from the committed text, cut when the listener's queue runs low."""
         words = committed.split()
         self._spoken = min(self._spoken, len(words))
         pending = words[self._spoken :]
@@ -130,5 +131,6 @@ class JustInTimeSegmenter:
 
 
 def make_segmenter(options: PhraseOptions) -> PhraseSegmenter | JustInTimeSegmenter:
+    """The phrase segmenter that ``options.cut`` selects."""
     return JustInTimeSegmenter(options) if options.cut == "just_in_time" else PhraseSegmenter(
         options)

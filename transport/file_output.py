@@ -95,6 +95,7 @@ class SpeechFileWriter:
             raise InputError(f"{self.path}: cannot write an audio file here ({exc})") from exc
 
     def write_at(self, start_s: float, samples: NDArray[np.int16]) -> None:
+        """Write samples starting at ``start_s`` seconds: pad gaps with silence, skip overlap."""
         start = int(round(start_s * self.rate))
         if start < self.samples_written:
             samples = samples[self.samples_written - start :]
@@ -113,6 +114,7 @@ class SpeechFileWriter:
             self._temp = None
 
     def discard(self) -> None:
+        """Close and delete the partly written output; never raises."""
         with contextlib.suppress(Exception):
             self._close()
         self._remove_temp()

@@ -56,6 +56,7 @@ def _to_int16(audio: NDArray[np.floating]) -> NDArray[np.int16]:
 
 @dataclass(frozen=True, slots=True)
 class AudioFileInfo:
+    """What an audio file holds: rate, length, channels and sample format."""
     path: Path
     sample_rate: int
     frames: int  # at ``sample_rate``
@@ -64,6 +65,7 @@ class AudioFileInfo:
 
     @property
     def seconds(self) -> float:
+        """Duration of the file in seconds."""
         return self.frames / self.sample_rate
 
 

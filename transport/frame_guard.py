@@ -48,6 +48,7 @@ _SLICE_BYTES = 4096  # at most ~30 small frames parsed before the rate is checke
 
 @dataclass(frozen=True, slots=True)
 class FrameLimits:
+    """Per-connection WebSocket frame rate limits and the unread-output bound."""
     frames_per_s: float = 200.0
     frame_burst: int = 500
     control_per_s: float = 10.0  # of those, pings, pongs and closes: a client needs a few a
@@ -83,6 +84,7 @@ class GuardedConnection(ServerConnection):
         self._linger: asyncio.TimerHandle | None = None
 
     def data_received(self, data: bytes) -> None:
+        """Parse input in slices; drop a client whose unread output exceeds the limit."""
         # In slices: the library parses (and answers) every frame of what it is given before
         # any frame is counted here, and one read can hold 2,000 pings.
         for start in range(0, len(data), _SLICE_BYTES):
@@ -96,6 +98,7 @@ class GuardedConnection(ServerConnection):
                 self.transport.abort()
 
     def process_event(self, event: Any) -> None:
+        """Count each frame against the rate limits; fail the connection when one is exceeded."""
         if isinstance(event, Frame):
             if self.violation is not None:
                 return
@@ -130,6 +133,7 @@ class GuardedConnection(ServerConnection):
         self._linger = self.loop.call_later(self.limits.linger_s, self.transport.abort)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """Cancel the pending forced close, then let the library clean up."""
         if self._linger is not None:
             self._linger.cancel()
         super().connection_lost(exc)

@@ -108,6 +108,7 @@ def parse_origin(value: str) -> WebOrigin | None:
 
 
 def is_ip_literal(host: str) -> bool:
+    """Whether ``host`` is an IPv4 or IPv6 address (brackets allowed)."""
     try:
         ipaddress.ip_address(host[1:-1] if host.startswith("[") else host)
     except ValueError:

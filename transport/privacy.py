@@ -34,9 +34,11 @@ class ContentFreeLogger(logging.LoggerAdapter):
         super().__init__(logger, {})
 
     def isEnabledFor(self, level: int) -> bool:  # noqa: N802 - logging's API name
+        """True for levels above DEBUG that the wrapped logger has enabled."""
         return level > logging.DEBUG and self.logger.isEnabledFor(level)
 
     def debug(self, msg: object, *args: Any, **kwargs: Any) -> None:
+        """Discard the message: debug records may carry content."""
         return None
 
 

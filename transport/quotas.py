@@ -141,6 +141,7 @@ class AudioPace:
     )  # (time, total audio seconds by then), oldest first
 
     def add(self, seconds: float, now: float) -> None:
+        """Record ``seconds`` of audio received at time ``now``."""
         self.total += seconds
         if self._marks and now - self._marks[-1][0] < self.resolution_s:
             self._marks[-1] = (self._marks[-1][0], self.total)
@@ -162,6 +163,7 @@ class AudioPace:
         return math.inf  # min_ratio 0: never
 
     def behind(self, now: float) -> bool:
+        """Whether the session sent too little audio over the window by ``now``."""
         return now >= self.deadline()
 
 

@@ -79,6 +79,7 @@ class SpeechTrack(MediaStreamTrack):
         self._empty.set()
 
     def play(self, samples: NDArray[np.int16]) -> None:
+        """Queue speech to send; drop the oldest queued audio beyond ``max_backlog``."""
         if len(samples) == 0:
             return
         self._queue.append(np.asarray(samples, dtype=np.int16))
@@ -91,6 +92,7 @@ class SpeechTrack(MediaStreamTrack):
             self._offset = 0
 
     async def drained(self) -> None:
+        """Wait until every queued sample has been sent (or the track stops)."""
         await self._empty.wait()
 
     def _take(self, n: int) -> NDArray[np.int16]:
@@ -113,6 +115,7 @@ class SpeechTrack(MediaStreamTrack):
         return out
 
     async def recv(self) -> Any:
+        """The next frame at real-time pace: queued speech, or silence when none is queued."""
         if self.readyState != "live":
             raise MediaStreamError
         if self._start is None:
@@ -131,11 +134,13 @@ class SpeechTrack(MediaStreamTrack):
         return frame
 
     def stop(self) -> None:
+        """End the track and release anyone waiting in ``drained``."""
         super().stop()
         self._empty.set()
 
 
 def to_rtc_rate(chunk: SpeechChunk) -> NDArray[np.int16]:
+    """The chunk's samples resampled to the WebRTC rate."""
     samples = np.asarray(chunk.samples, dtype=np.int16)
     if chunk.sample_rate == RTC_RATE or len(samples) == 0:
         return samples
@@ -182,9 +187,11 @@ class WebRtcPeer:
 
     @property
     def connected(self) -> bool:
+        """Whether ICE/DTLS completed and the connection has not ended."""
         return self._connected.is_set() and not self._ended.is_set()
 
     async def accept_offer(self, sdp: str) -> str:
+        """Apply the client's SDP offer and return the answer SDP; ``ProtocolError`` if bad."""
         # No ICE servers: aiortc would otherwise ask a public STUN server.
         self.pc = pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
 
@@ -230,6 +237,7 @@ class WebRtcPeer:
         return str(pc.localDescription.sdp)
 
     async def add_ice(self, ice: Ice) -> None:
+        """Add a trickled ICE candidate (None: end of candidates); ``ProtocolError`` if bad."""
         if self.pc is None:
             raise ProtocolError(ErrorCode.BAD_MESSAGE, "'ice' before 'offer'")
         try:
@@ -251,6 +259,7 @@ class WebRtcPeer:
             ) from None
 
     def play(self, chunk: SpeechChunk) -> None:
+        """Queue a speech chunk on the outgoing track."""
         self.track.play(to_rtc_rate(chunk))
 
     def stop_input(self) -> None:
@@ -269,6 +278,7 @@ class WebRtcPeer:
             pass
 
     async def run(self) -> None:
+        """Push incoming audio into the session until the peer ends; ``PeerError`` on failure."""
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._watch())
@@ -329,6 +339,7 @@ class WebRtcPeer:
                         break
 
     async def close(self) -> None:
+        """Stop the tracks and close the peer connection; idempotent."""
         if self._closed:
             return
         self._closed = True

@@ -101,6 +101,7 @@ STATIC_TYPES = {
 
 @dataclass(frozen=True, slots=True)
 class ServerLimits:
+    """Limits and security settings of the WebSocket server."""
     max_message_bytes: int = MAX_MESSAGE_BYTES
     start_timeout_s: float = 30.0  # a connection must send ``start`` within this
     max_lead_s: float = 5.0  # how far audio may run ahead of the wall clock
@@ -122,13 +123,21 @@ class ServerLimits:
 class ServerObserver(Protocol):
     """Hooks for the app layer's metrics; the transport never imports a metrics registry."""
 
-    def session_opened(self) -> None: ...
+    def session_opened(self) -> None:
+        """A session started."""
+        ...
 
-    def session_closed(self, seconds: float, close_code: int | None) -> None: ...
+    def session_closed(self, seconds: float, close_code: int | None) -> None:
+        """A session lasting ``seconds`` ended with ``close_code`` (None: by the client)."""
+        ...
 
-    def output_event(self, event: OutputEvent) -> None: ...
+    def output_event(self, event: OutputEvent) -> None:
+        """A session emitted ``event``."""
+        ...
 
-    def error(self, code: str) -> None: ...
+    def error(self, code: str) -> None:
+        """A session or connection failed with this error code."""
+        ...
 
     def upgrade_refused(self, status: int, reason: str | None = None) -> None:
         """The HTTP upgrade of ``/ws`` was refused with ``status`` (400/401/403/429/503);
@@ -248,15 +257,18 @@ class SpeechServer:
 
     @property
     def port(self) -> int:
+        """The port the server listens on (after ``start``)."""
         assert self._server is not None, "server not started"
         sock = next(iter(self._server.sockets))
         return int(sock.getsockname()[1])
 
     @property
     def active_sessions(self) -> int:
+        """Number of connections with an open session."""
         return sum(1 for conn in self.connections if conn.session_open)
 
     async def start(self) -> SpeechServer:
+        """Start listening; returns the server."""
         self._server = await ws_serve(
             self._handle,
             self.host,
@@ -319,6 +331,7 @@ class SpeechServer:
         return len(closing)
 
     async def serve_forever(self) -> None:
+        """Serve until cancelled (after ``start``)."""
         assert self._server is not None
         await self._server.serve_forever()
 

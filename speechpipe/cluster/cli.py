@@ -16,6 +16,7 @@ __all__ = ["register", "format_status"]
 
 
 def register(commands: Any) -> None:
+    """Add the ``cluster`` command and its ``status``/``drain`` subcommands."""
     cluster = commands.add_parser("cluster", help="inspect or drain a Ray cluster of nodes")
     sub = cluster.add_subparsers(dest="cluster_command", required=True)
     status = sub.add_parser("status", help="nodes, sessions, the line, lost sessions")
@@ -51,12 +52,14 @@ def _get(ref: Any) -> Any:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """Print the cluster's nodes and sessions (JSON with ``--json``); returns 0."""
     snapshot = _get(_ledger(args).snapshot.remote())
     print(json.dumps(snapshot, indent=2) if args.json else format_status(snapshot))
     return 0
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
+    """Ask the ledger to drain a node; exits with an error if it is unknown."""
     ledger = _ledger(args)
     node = _get(ledger.find_node.remote(args.node))
     if node is None:
@@ -68,6 +71,7 @@ def cmd_drain(args: argparse.Namespace) -> int:
 
 
 def format_status(snapshot: dict[str, Any]) -> str:
+    """A ledger snapshot as a table of nodes and a line of totals."""
     lines = [f"{'node':<36} {'state':<9} {'capacity':>8} {'sessions':>8} {'reserved':>8}"]
     for node in snapshot.get("nodes", []):
         state = "lost" if not node["alive"] else "draining" if node["draining"] else "up"

@@ -38,34 +38,42 @@ class LedgerService:
 
     def register(self, node: str, url: str, capacity: int,
                  held: list[tuple[str, str, str]]) -> tuple[str, None]:
+        """``LedgerCore.register``: a node joins with the sessions it holds."""
         sessions = [HeldSession(t, c, k) for t, c, k in held]
         self.core.register(node, url, capacity, sessions, self._now())
         return self.epoch, None
 
     def heartbeat(self, node: str) -> tuple[str, tuple[str, dict[str, Any]]]:
+        """``LedgerCore.heartbeat``, with the ledger's snapshot."""
         answer = self.core.heartbeat(node, self._now())
         return self.epoch, (answer, self.core.snapshot())
 
     def request(self, ticket: str, node: str, client: str, token: str,
                 resume: str) -> tuple[str, Verdict]:
+        """``LedgerCore.request``: ask for a slot for a new session."""
         verdict = self.core.request(ticket, node, client, self._now(), token=token,
                                     resume=resume)
         return self.epoch, verdict
 
     def status(self, ticket: str, node: str) -> tuple[str, Verdict]:
+        """``LedgerCore.status``: where a ticket stands now."""
         return self.epoch, self.core.status(ticket, node, self._now())
 
     def claim(self, ticket: str, node: str) -> tuple[str, bool]:
+        """``LedgerCore.claim``: a node takes up its reservation."""
         return self.epoch, self.core.claim(ticket, node, self._now())
 
     def release(self, ticket: str) -> tuple[str, None]:
+        """``LedgerCore.release``: a session ended."""
         self.core.release(ticket, self._now())
         return self.epoch, None
 
     def drain(self, node: str) -> tuple[str, bool]:
+        """``LedgerCore.drain``: the node takes no new sessions."""
         return self.epoch, self.core.drain(node, self._now())
 
     def leave(self, node: str) -> tuple[str, None]:
+        """``LedgerCore.leave``: a node leaves the cluster."""
         self.core.leave(node, self._now())
         return self.epoch, None
 
@@ -77,10 +85,12 @@ class LedgerService:
         return self.epoch, None
 
     def snapshot(self) -> tuple[str, dict[str, Any]]:
+        """The ledger's state after expiring what is due."""
         self.core.tick(self._now())
         return self.epoch, self.core.snapshot()
 
     def ping(self) -> tuple[str, int]:
+        """The actor's process id (a liveness check)."""
         import os
 
         return self.epoch, os.getpid()

@@ -34,6 +34,7 @@ __all__ = ["LedgerOptions", "LedgerCore", "Verdict", "NodeView", "HeldSession"]
 
 @dataclass(frozen=True, slots=True)
 class LedgerOptions:
+    """Settings of the cluster ledger: the line, per-client limits, leases, timeouts."""
     max_queue: int = 16  # tickets waiting in the line
     max_wait_s: float = 60.0  # refuse when the estimated wait is longer
     per_client: int = 0  # sessions (active + reserved + waiting) per client; 0 = no limit
@@ -76,6 +77,7 @@ class HeldSession:
 
 @dataclass(frozen=True, slots=True)
 class NodeView:
+    """One node as the ledger sees it: capacity, sessions, liveness, draining."""
     node: str
     url: str
     capacity: int
@@ -107,6 +109,7 @@ class _Entry:
 
 @dataclass
 class LedgerCore:
+    """Cluster-wide admission state: nodes, sessions, reservations and the line."""
     options: LedgerOptions = field(default_factory=LedgerOptions)
     nodes: dict[str, _Node] = field(default_factory=dict)
     active: dict[str, _Entry] = field(default_factory=dict)
@@ -161,6 +164,7 @@ class LedgerCore:
         return "drain" if state.draining else "ok"
 
     def drain(self, node: str, now: float) -> bool:
+        """Stop placing sessions on ``node``; False if it is unknown."""
         state = self.nodes.get(node)
         if state is None:
             return False
@@ -314,9 +318,11 @@ class LedgerCore:
     # -- views ------------------------------------------------------------------------------
     @property
     def capacity(self) -> int:
+        """Total capacity of the live nodes."""
         return sum(n.capacity for n in self.nodes.values() if n.alive)
 
     def node_views(self) -> list[NodeView]:
+        """Every known node, sorted by id."""
         return [
             NodeView(node, n.url, n.capacity, self._count(self.active, node),
                      self._count(self.reserved, node), n.alive, n.draining)
@@ -352,6 +358,7 @@ class LedgerCore:
         assert order == sorted(order), "the line is not resumes first, then first come"
 
     def snapshot(self) -> dict[str, object]:
+        """The ledger's counters, line and nodes as a JSON-able dict."""
         return {
             "capacity": self.capacity,
             "active": len(self.active),

@@ -46,6 +46,7 @@ Notify = Callable[[StatusEvent], Awaitable[None]]
 
 @dataclass(frozen=True, slots=True)
 class ClusterOptions:
+    """How this node joins the cluster: Ray head, public URL, capacity, timings."""
     address: str  # Ray head, HOST:PORT
     public_url: str  # where clients reach this node's /ws (sent in redirects)
     capacity: int
@@ -59,10 +60,12 @@ class ClusterOptions:
 
     @property
     def name(self) -> str:
+        """The node's id in the ledger (``node_id``, else the public URL)."""
         return self.node_id or self.public_url
 
 
 class LedgerUnreachable(Exception):
+    """A call to the ledger failed or timed out."""
     pass
 
 
@@ -99,6 +102,7 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
 
 
 class ClusterNode:
+    """This server's membership in the cluster: registration, heartbeat, held sessions."""
     def __init__(self, options: ClusterOptions, *, registry: Any = None) -> None:
         self.options = options
         self.held: dict[str, tuple[str, str]] = {}  # ticket -> (client, token)
@@ -224,13 +228,16 @@ class ClusterNode:
 
     # -- slots ------------------------------------------------------------------------------
     def has_room(self) -> bool:
+        """Whether this node holds fewer sessions than its capacity."""
         return len(self.held) < self.options.capacity
 
     def hold(self, ticket: str, client: str, token: str) -> None:
+        """Record a session this node now serves."""
         self.held[ticket] = (client, token)
         self._export()
 
     async def release(self, ticket: str) -> None:
+        """Forget a held session and tell the ledger (best effort)."""
         if self.held.pop(ticket, None) is None:
             return
         self._export()
@@ -246,11 +253,13 @@ class ClusterGate:
 
     @property
     def capacity(self) -> int:
+        """This node's capacity."""
         return self.node.options.capacity
 
     @contextlib.asynccontextmanager
     async def slot(self, client: str, notify: Notify, *, token: str = "", ticket: str = "",
                    resume: str = "") -> AsyncIterator[str]:
+        """Hold a slot for the session's lifetime, yielding its ticket (or ``SessionRedirect``)."""
         held = await self._acquire(client, notify, token, ticket, resume)
         try:
             yield held

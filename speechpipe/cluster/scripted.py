@@ -63,13 +63,16 @@ class ScriptedPipeline:
         self.live_sessions: set[_ScriptedSession] = set()
 
     def warm_up(self) -> None:
+        """Nothing to warm up."""
         pass
 
     def close(self) -> None:
+        """Nothing to close."""
         pass
 
     @contextlib.asynccontextmanager
     async def session(self, request: SessionRequest) -> AsyncIterator[_ScriptedSession]:
+        """A scripted session, tracked in ``live_sessions`` while open."""
         del request
         session = _ScriptedSession()
         self.live_sessions.add(session)

@@ -104,6 +104,7 @@ def _num(value: Any) -> str:
 
 
 def print_comparison(report: dict[str, Any], out: TextIO = sys.stdout) -> None:
+    """Print the command, the machine, each variant's report, then a summary table."""
     import os
     import shlex
 

@@ -54,6 +54,7 @@ STAGES = ("vad", "queue.asr", "asr.encode", "asr.langid", "asr.decode", "queue.t
 
 
 def load_manifest(path: str | Path) -> list[dict[str, Any]]:
+    """The clips of a JSONL manifest; ``InputError`` on a bad line or file."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such manifest")
@@ -75,6 +76,7 @@ def load_manifest(path: str | Path) -> list[dict[str, Any]]:
 
 
 def select_clips(clips: list[dict[str, Any]], args: argparse.Namespace, target: str):
+    """The clips to evaluate, by ``--all``, ``--category`` and ``--limit``."""
     if args.all:
         chosen = [c for c in clips if c["lang"] != target]
     elif args.category:
@@ -85,6 +87,7 @@ def select_clips(clips: list[dict[str, Any]], args: argparse.Namespace, target: 
 
 
 def words_in_non_speech(records: list[dict[str, Any]], audio: np.ndarray) -> int:
+    """Committed words of utterances whose source span holds under 0.3 s of speech."""
     import webrtcvad
 
     vad = webrtcvad.Vad(3)
@@ -142,6 +145,7 @@ async def evaluate_clips(
     pipeline: Pipeline, clips: list[dict[str, Any]], request: SessionRequest,
     detect_language: bool = False, progress: bool = True,
 ) -> dict[str, Any]:
+    """Translate each clip and score it; returns per-clip rows and an aggregate."""
     rows: list[dict[str, Any]] = []
     stage_values: dict[str, list[float]] = {}
     total_cpu = total_audio = total_wall = 0.0
@@ -296,6 +300,7 @@ def _fmt(value: Any, unit: str = "") -> str:
 
 
 def print_report(report: dict[str, Any], out=sys.stdout) -> None:
+    """Print an evaluation report: a row per clip, then the aggregate."""
     header = (f"{'clip':<28}{'dur':>6}{'Start':>7}{'End':>7}{'tEnd':>7}{'queue':>7}"
               f"{'unsyn':>7}{'silen':>7}{'synth':>7}{'LAAL':>7}"
               f"{'NE':>6}{'WER':>6}{'BLEU':>7}{'aBLEU':>7}{'CPU/s':>7}")
@@ -335,6 +340,7 @@ def print_report(report: dict[str, Any], out=sys.stdout) -> None:
 
 
 def run_eval(args: argparse.Namespace, options: PipelineOptions, request: SessionRequest) -> int:
+    """The ``eval`` command: evaluate the manifest's clips; returns the exit code."""
     clips = select_clips(load_manifest(args.manifest), args, request.target_lang)
     if not clips:
         raise InputError(f"{args.manifest}: no clips to evaluate (check --category/--all)")

@@ -130,15 +130,18 @@ class ServerMetrics:
 
     # -- ServerObserver --------------------------------------------------------------------
     def session_opened(self) -> None:
+        """Count a session start."""
         self.sessions.inc()
         self.sessions_active.inc()
 
     def session_closed(self, seconds: float, close_code: int | None) -> None:
+        """Count a session end, its duration and close code."""
         self.sessions_active.dec()
         self.session_seconds.observe(seconds)
         self.closes.labels(str(close_code) if close_code is not None else "client").inc()
 
     def output_event(self, event: OutputEvent) -> None:
+        """Record an event's stage timings, caption lag, speech or error."""
         self.events.labels(_event_type(event)).inc()
         if isinstance(event, TextHypothesis | SpeechChunk):
             for timing in event.timings:
@@ -161,9 +164,11 @@ class ServerMetrics:
             self.unfaithful.labels(verdict).inc()
 
     def error(self, code: str) -> None:
+        """Count an error sent to a client."""
         self.errors.labels(code).inc()
 
     def upgrade_refused(self, status: int, reason: str | None = None) -> None:
+        """Count a refused WebSocket upgrade by status and reason."""
         self.refusals.labels(str(status), reason or UPGRADE_REFUSALS.get(status, "other")).inc()
 
     def connection_closed(self, code: int | None, reason: str, *, session: bool) -> None:
@@ -177,9 +182,11 @@ class ServerMetrics:
 
     # -- exposition ------------------------------------------------------------------------
     def set_ready(self, ready: bool) -> None:
+        """Set the readiness gauge."""
         self.ready.set(1 if ready else 0)
 
     def text(self) -> bytes:
+        """The metrics in Prometheus text format."""
         return generate_latest(self.registry)
 
 
@@ -268,10 +275,12 @@ class LoadMetrics:
 
     # -- BatchObserver ---------------------------------------------------------------------
     def batch_done(self, requests: int, waits: list[float], seconds: float) -> None:
+        """Record an ASR batch: its size, duration and each request's queue wait."""
         self.asr_batch_size.observe(requests)
         self.asr_batch_seconds.observe(seconds)
         for wait in waits:
             self.asr_queue_wait.observe(wait)
 
     def dropped(self, reason: str) -> None:
+        """Count an ASR request dropped for ``reason``."""
         self.asr_dropped.labels(reason).inc()

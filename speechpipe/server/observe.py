@@ -45,6 +45,7 @@ log = logging.getLogger("speechpipe.observe")
 
 @dataclass(frozen=True, slots=True)
 class Observation:
+    """One listener-latency measurement of an utterance, in seconds."""
     kind: Literal["commit", "start_offset", "end_offset"]
     seconds: float
     utterance: int
@@ -63,6 +64,7 @@ class ListenerLatency:
         self._cursor = 0.0  # stream seconds where the speech sent so far ends, back to back
 
     def feed(self, event: OutputEvent) -> list[Observation]:
+        """The latency observations this event completes (often none)."""
         if isinstance(event, VadEvent):
             if event.kind == "start":
                 self._speech_start[event.utterance] = event.pts
@@ -135,18 +137,22 @@ class ObservedSession:
 
     # -- LiveSession -----------------------------------------------------------------------
     async def push(self, frame: AudioFrame) -> None:
+        """Push an audio frame into the session."""
         assert self._session is not None
         await self._session.push(frame)
 
     def flush(self) -> None:
+        """End the current utterance now, as if the speaker paused."""
         assert self._session is not None
         self._session.flush()
 
     async def finish(self) -> None:
+        """Finish the session's input."""
         assert self._session is not None
         await self._session.finish()
 
     async def events(self) -> AsyncIterator[OutputEvent]:
+        """The session's events, each observed on the way."""
         assert self._session is not None
         async for event in self._session.events():
             self._guard(self._observe, event)

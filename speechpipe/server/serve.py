@@ -404,6 +404,7 @@ def cluster_options(args: argparse.Namespace, load: LoadOptions) -> ClusterOptio
 
 
 def limits_per_token(args: argparse.Namespace) -> int:
+    """The ``--max-sessions-per-token`` limit; 0 when unset."""
     value = getattr(args, "max_sessions_per_token", None)
     return int(value) if value else 0
 

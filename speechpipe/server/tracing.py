@@ -183,6 +183,7 @@ class SessionTracing:
         return cls(provider, exporter)
 
     def begin(self, request: SessionRequest, degrade_level: Callable[[], int]) -> SessionTrace:
+        """Start tracing a session."""
         return SessionTrace(self.tracer, request, degrade_level)
 
     def shutdown(self) -> None:
@@ -237,6 +238,7 @@ class SessionTrace:
 
     # -- events ------------------------------------------------------------------------------
     def event(self, event: OutputEvent, now_ns: int | None = None) -> None:
+        """Record an output event in the session's trace."""
         now = time.time_ns() if now_ns is None else now_ns
         if isinstance(event, VadEvent):
             self._vad(event, now)
@@ -264,6 +266,7 @@ class SessionTrace:
             current.attributes[f"speechpipe.{name}"] = round(seconds, 4)
 
     def end(self, error_code: str | None = None) -> None:
+        """End the trace, closing unfinished utterances; idempotent."""
         if self._ended:
             return
         self._ended = True
