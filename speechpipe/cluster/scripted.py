@@ -68,7 +68,12 @@ class ScriptedPipeline:
 
     def close(self) -> None:
         """Nothing to close."""
-        pass
+
+    def stop_workers(self) -> None:
+        """No worker threads to join."""
+
+    async def aclose(self) -> None:
+        """Nothing to close (the server's shutdown path calls it)."""
 
     @contextlib.asynccontextmanager
     async def session(self, request: SessionRequest) -> AsyncIterator[_ScriptedSession]:

@@ -102,17 +102,18 @@ async def test_server_stop_joins_every_worker_thread_and_releases_the_models():
     Whisper model is released (so nothing is left for interpreter shutdown to destroy)."""
     from speechpipe.server.serve import ServerApp
 
-    def workers() -> list[str]:
-        return [t.name for t in threading.enumerate()
-                if t.is_alive() and t.name.startswith(("asr-batcher", "tts-"))]
+    def workers() -> set[threading.Thread]:
+        # Thread objects, not names: the session-wide test pipeline's threads share the names.
+        return {t for t in threading.enumerate()
+                if t.is_alive() and t.name.startswith(("asr-batcher", "tts-"))}
 
-    before = set(workers())  # the session-wide test pipeline's, if it was loaded already
+    before = workers()  # the session-wide test pipeline's, if it was loaded already
     app = ServerApp("127.0.0.1", 0, webrtc=False)
     async with app.running():
         assert app.ready
-        started = set(workers()) - before
-        assert any(n.startswith("asr-batcher") for n in started), started
+        started = workers() - before
+        assert any(t.name.startswith("asr-batcher") for t in started), started
     assert app.pipeline is not None
     assert app.pipeline.engine.model is None
     assert not app.pipeline.whisper.running_threads
-    assert set(workers()) <= before
+    assert not any(t.is_alive() for t in started)
