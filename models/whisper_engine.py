@@ -485,7 +485,9 @@ class WhisperEngine:
         glued = ""
         if task.prefix.strip() and text and not text[0].isspace():
             glued, _, text = text.partition(" ")
-        words, was_cut = cut_repetition(text.split(), context=task.prefix.split())
+        # a loop that starts in the context (text copied from before the window) is cut too
+        words, was_cut = cut_repetition(
+            text.split(), context=[*task.context.split()[-40:], *task.prefix.split()])
         suppressed = (
             no_speech_prob > request.no_speech_threshold
             and avg_logprob < request.logprob_threshold

@@ -115,6 +115,7 @@ class AsrOptions:
     # text as <|startofprev|> context; False: every decode hears the whole utterance
     windowing: bool = True
     max_window_s: float = 6.0  # a window this long without a pause is cut at a quiet moment
+    min_advance_s: float = 3.0  # a pause moves the window on only when it is this long
     cut_grace_s: float = 2.0  # ... or this much later, whatever the audio
     context_tokens: int = 32  # committed-text tokens given as context (multiples of 8)
 
@@ -124,6 +125,8 @@ class AsrOptions:
                 f"asr.commit_policy must be agreement or align, not {self.commit_policy!r}")
         if self.windowing and not (self.max_window_s > 0 and self.cut_grace_s >= 0):
             raise ValueError("asr.max_window_s must be > 0 and asr.cut_grace_s >= 0")
+        if self.windowing and not 0 <= self.min_advance_s <= self.max_window_s:
+            raise ValueError("asr.min_advance_s must be in [0, asr.max_window_s]")
 
 
 class AsrOptionsProvider(Protocol):
@@ -249,6 +252,12 @@ class UtteranceDecoder:
             and not self.last_truncated
         )
 
+    def window_too_quiet(self) -> bool:
+        """A later window (after a pause or cut) with under ``min_voiced_s`` of speech: its
+        decode would hear almost nothing but the context and invent from it."""
+        return self.windows > 1 and (self.voiced_samples - self.window_voiced_from
+                                     < self.options.min_voiced_s * STREAM_RATE)
+
     def _cut_due(self) -> bool:
         """A window without a pause is cut when it is long and its newest audio is quiet
         (``stages.window``), or when it is too long."""
@@ -359,6 +368,8 @@ class UtteranceDecoder:
         there, with the committed text as context (``options.windowing``)."""
         if not self.options.windowing or pts <= self.window_start:
             return
+        if pts - self.window_start < self.options.min_advance_s * STREAM_RATE:
+            return  # short: later decodes still hear it (the audio context helps them)
         if self.translate and not self.options.commit_target_on_pause and self.target.tentative:
             return  # the translation still holds words of this window's audio
         self.source_context, self.target_context = self.text("source"), self.text("target")
@@ -703,6 +714,7 @@ class AsrStage:
             return
         too_little_voice = (
             decoder.voiced_samples < self.options.min_utterance_voiced_s * STREAM_RATE
+            or decoder.window_too_quiet()
         )
         basis = decoder.basis(kind)
         timings: tuple[StageTiming, ...] = ()
