@@ -16,11 +16,10 @@ Batching (``run_batch``; ``run`` is a batch of one, so both give identical resul
   a batch (and the same number of ``<|startofprev|>`` context tokens before it: context
   lengths are canonical, multiples of ``CONTEXT_BUCKET_TOKENS`` decided per request); the
   forced text prefixes may differ in length (identical ids and scores batched and alone).
-  ``max_length`` is one value per ``generate`` call: greedy items of different caps share a
-  call with the largest ``max_length`` and each is cut at its own cap (greedy text does not
-  depend on ``max_length``); beam items only share a call with their own ``max_length``.
-  ``max_length`` is exact (``generate_max_length``): a decode never generates tokens beyond
-  its cap that would be thrown away.
+  ``max_length`` is one value per ``generate`` call and part of the result (the score of a
+  capped sequence counts what it generated): it is decided per request, the largest its
+  tasks need (``generate_max_length``, exact: no token generated past the cap), rounded up
+  to ``MAX_LENGTH_STEP``; requests share a call when their values match.
 
 Guards against words from nothing (unguarded decodes loop on real clips here):
 - 1 s of trailing silence is appended before encoding, which gives Whisper its end-of-audio
@@ -77,6 +76,7 @@ __all__ = [
 SAMPLE_RATE = 16_000
 TRAILING_SILENCE_S = 1.0
 ENCODE_BUCKET_S = 1.0  # encode lengths are multiples of this (see "Batching" above)
+MAX_LENGTH_STEP = 4  # max_length granularity: requests within a step share generate calls
 CONTEXT_BUCKET_TOKENS = 8  # context lengths are multiples of this (generate needs
 # <|startoftranscript|> at the same position in every item of a call)
 
@@ -339,24 +339,26 @@ class WhisperEngine:
                 languages.append(self.detect_language(view))
         t2 = time.perf_counter()
         # one decode item per (request, task); grouped by what a generate call shares: the
-        # beam size and the context length (greedy items of different lengths share a call:
-        # each is cut at its own cap, so its text is the same in any batch; beam search
-        # also keeps its own max_length, on which its result depends)
+        # beam size, the context length and max_length. max_length is per request (the
+        # largest its tasks need, in steps of MAX_LENGTH_STEP), so a request's results (text
+        # and scores) are the same in any batch, and its tasks share one call
         items: list[_Item] = []
         groups: dict[tuple[int, int, int], list[int]] = {}
         for row, request in enumerate(requests):
             contexts = self.context_ids(request)
+            pending = []
             for task in request.tasks:
                 context = contexts[task.task]
                 prompt, n_prefix = self._prompt(languages[row][0], task.task, task.prefix,
                                                 context)
                 new_tokens = self.new_tokens(request, n_prefix)
-                length = generate_max_length(n_prefix + new_tokens, len(context))
-                key = (request.beam_size, len(context),
-                       length if request.beam_size > 1 else 0)
+                pending.append((task, prompt, n_prefix, new_tokens, len(context)))
+            length = max((generate_max_length(p[2] + p[3], p[4]) for p in pending), default=0)
+            length = min(448, -(-length // MAX_LENGTH_STEP) * MAX_LENGTH_STEP)
+            for task, prompt, n_prefix, new_tokens, n_context in pending:
+                key = (request.beam_size, n_context, length)
                 groups.setdefault(key, []).append(len(items))
-                items.append(_Item(row, task, prompt, n_prefix, new_tokens, len(context),
-                                   length))
+                items.append(_Item(row, task, prompt, n_prefix, new_tokens, n_context, length))
         generated: dict[int, tuple[list[int], float, float, bool]] = {}
         made = kept = forced = 0
         for (beam_size, _, _), members in groups.items():

@@ -9,7 +9,7 @@ server runs them), it prints per audio second of input:
   (VAD, the speech classifier, log-mel features, the event loop). CTranslate2's CPU is that of
   its own threads (``/proc/self/task``: the threads the model load started), split between
   encoder and decoder in the ratio of their call times (``WhisperEngine.stats``); Piper's is
-  that of the threads the voice's load and warm-up started (its worker and onnxruntime's);
+  that of its worker threads (``tts-*``; onnxruntime runs on them with one intra-op thread);
 - encoder input seconds (window + trailing silence) per audio second;
 - tokens per audio second the decoder generated (kept or cut at a cap), forced (prefixes) and
   read as context (``<|startofprev|>``), and the mean items per ``generate`` call;
@@ -235,8 +235,8 @@ async def _run_sessions(pipeline: Any, inputs: list[CostInput], pace: str,
     from speechpipe.stages.request import SessionRequest
 
     before, cpu0, wall0 = pipeline.engine.stats.snapshot(), _cpu(), time.monotonic()
-    ct2_0, tts_0 = threads_cpu(pipeline.cost_threads["ct2"]), threads_cpu(
-        pipeline.cost_threads["tts"])
+    ct2_0 = threads_cpu(pipeline.cost_threads["ct2"])
+    tts_before = {tid: threads_cpu({tid}) for tid in _tts_thread_ids()}
     runs = await asyncio.gather(*(
         translate_audio(pipeline, item.audio, SessionRequest(
             source_lang=item.lang, pace=pace, priority="live",  # type: ignore[arg-type]
@@ -244,7 +244,8 @@ async def _run_sessions(pipeline: Any, inputs: list[CostInput], pace: str,
         for index, item in enumerate(inputs)))
     cpu, wall = _cpu() - cpu0, time.monotonic() - wall0
     ct2 = threads_cpu(pipeline.cost_threads["ct2"]) - ct2_0
-    tts = threads_cpu(pipeline.cost_threads["tts"]) - tts_0
+    # Piper's worker thread starts with its first phrase: a new thread counts from zero
+    tts = sum(threads_cpu({tid}) - tts_before.get(tid, 0.0) for tid in _tts_thread_ids())
     after = pipeline.engine.stats.snapshot()
     engine = {k: after[k] - before[k] for k in after}
     return [run.records for run in runs], cpu, wall, {**engine, "ct2_cpu": ct2, "tts_cpu": tts}
@@ -321,11 +322,7 @@ def _run_cost(args: argparse.Namespace) -> int:
         pipeline.whisper.warm_up()
         engine_threads = thread_ids()
         pipeline.warm_up()
-        threads = {"ct2": engine_threads - before_load - _python_threads(),
-                   "tts": thread_ids() - engine_threads - _python_threads()}
-        threads["tts"] |= _tts_thread_ids()
-        print(f"threads: {len(threads['ct2'])} CTranslate2, {len(threads['tts'])} Piper",
-              file=sys.stderr)
+        threads = {"ct2": engine_threads - before_load - _python_threads()}
         views = variant_pipelines(pipeline, args.compare)
         for _, view in views:
             view.cost_threads = threads
