@@ -23,6 +23,7 @@ session is outstanding, so every result applies to the committed text it was ask
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -59,6 +60,8 @@ from speechpipe.stages.model_api import (
 )
 from speechpipe.stages.vad import LabeledAudio
 from speechpipe.stages.window import quiet_tail
+
+_SENTENCE_END = re.compile(r"[.!?\u3002\uff01\uff1f\u061f\u0964][\"'\u201d\u00bb)]*$")
 
 __all__ = [
     "AsrOptions", "AsrOptionsProvider", "FixedOptions", "QueuedDecodes", "UtteranceDecoder",
@@ -114,8 +117,12 @@ class AsrOptions:
     # committed everything, later decodes hear only the audio after it, with the committed
     # text as <|startofprev|> context; False: every decode hears the whole utterance
     windowing: bool = True
-    max_window_s: float = 6.0  # a window this long without a pause is cut at a quiet moment
-    min_advance_s: float = 3.0  # a pause moves the window on only when it is this long
+    max_window_s: float = 8.0  # a window this long without a pause is cut at a quiet moment
+    # a pause moves the window on when the window is this long, or this long and the
+    # captions end a sentence there: a shorter window stays, as later decodes translate
+    # better when they still hear the start of the sentence (docs/design.md)
+    min_advance_s: float = 5.0
+    sentence_advance_s: float = 2.0
     cut_grace_s: float = 2.0  # ... or this much later, whatever the audio
     context_tokens: int = 32  # committed-text tokens given as context (multiples of 8)
 
@@ -368,7 +375,10 @@ class UtteranceDecoder:
         there, with the committed text as context (``options.windowing``)."""
         if not self.options.windowing or pts <= self.window_start:
             return
-        if pts - self.window_start < self.options.min_advance_s * STREAM_RATE:
+        length = (pts - self.window_start) / STREAM_RATE
+        sentence = _SENTENCE_END.search(self.source.committed_text) is not None
+        if length < self.options.min_advance_s and not (
+                sentence and length >= self.options.sentence_advance_s):
             return  # short: later decodes still hear it (the audio context helps them)
         if self.translate and not self.options.commit_target_on_pause and self.target.tentative:
             return  # the translation still holds words of this window's audio

@@ -160,3 +160,13 @@ def test_commit_policy_align_commits_words_far_from_the_audio_end():
     agreement = CommitPolicy("agreement")
     assert not agreement.needs_word_times
     assert agreement.update(["a", "b"], [0.5, 2.2], heard_s=3.0) == []
+
+
+def test_a_pause_after_a_sentence_end_moves_a_shorter_window():
+    options = AsrOptions(min_advance_s=5.0, sentence_advance_s=2.0)
+    for source, moved in (("Hola a todos.", True), ("hola a todos y", False)):
+        decoder = _decoder(options)
+        _add(decoder, 2.6)
+        decoder.pause_pending, decoder.pause_pts = True, int(2.5 * STREAM_RATE)
+        decoder.apply(_result(source, "hello"), "pause", decoder.basis("pause"))
+        assert (decoder.window_start > 0) == moved, source
