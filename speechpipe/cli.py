@@ -217,7 +217,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """``speechpipe eval``: score the clips of a manifest."""
-    from speechpipe.evaluation.evaluate import run_eval
+    from speechpipe.evaluation.command import run_eval
 
     return run_eval(args, _options(args), _request(args))
 

@@ -20,14 +20,14 @@ from typing import Any
 
 from speechpipe.errors import InputError
 from speechpipe.models.batching import BatchOptions
-from speechpipe.server.load_control import LoadOptions
+from speechpipe.server.options import LoadOptions
 from speechpipe.stages.asr import AsrOptions
 from speechpipe.stages.faithfulness import FaithfulnessOptions
 from speechpipe.stages.phrases import PhraseOptions
 from speechpipe.stages.text_mt import TextMtOptions
 from speechpipe.stages.tts import CatchUpOptions
 from speechpipe.stages.vad import VadOptions
-from speechpipe.transport.websocket_server import ServerLimits
+from speechpipe.transport.limits import ServerLimits
 
 __all__ = [
     "Config", "PipelineOptions", "ServerOptions", "GROUPS", "apply_overrides", "with_overrides",

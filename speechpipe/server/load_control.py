@@ -17,18 +17,14 @@ import math
 import os
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from speechpipe.server.admission import AdmissionCore, AdmissionGate, AdmissionOptions
-from speechpipe.server.degrade import (
-    DegradeController,
-    DegradeOptions,
-    LoadSample,
-    degrade_max_utterance,
-    level_status,
-)
+from speechpipe.server.degrade import DegradeController, LoadSample
+from speechpipe.server.options import LoadOptions
 from speechpipe.stages.frames import StatusEvent
+from speechpipe.stages.ladder import degrade_max_utterance, level_status
 
 if TYPE_CHECKING:
     from speechpipe.config import PipelineOptions
@@ -37,7 +33,6 @@ if TYPE_CHECKING:
     from speechpipe.session import Pipeline
 
 __all__ = [
-    "LoadOptions",
     "LoadControl",
     "CapacityEstimate",
     "calibrate_capacity",
@@ -46,16 +41,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("speechpipe.load")
-
-
-@dataclass(frozen=True, slots=True)
-class LoadOptions:
-    """Admission, the degrade ladder and load sampling (``--set load.*``)."""
-    admission: AdmissionOptions = field(default_factory=AdmissionOptions)
-    degrade: DegradeOptions = field(default_factory=DegradeOptions)
-    degrade_enabled: bool = True
-    tick_s: float = 0.5  # load sampling period (also the loop-lag probe's timer)
-    latency_window_s: float = 3.0  # ASR turnarounds of this recent past count as "current"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +67,7 @@ def calibrate_capacity(pipeline: Pipeline, *, batch: int = 4, audio_s: float = 4
     import numpy as np
 
     from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest
-    from speechpipe.server.degrade import degrade_asr
+    from speechpipe.stages.ladder import degrade_asr
     from speechpipe.voices.registry import resolve_voice
     from speechpipe.voices.tts_worker import resample_int16
 

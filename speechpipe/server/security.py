@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from speechpipe.errors import InputError
 
 if TYPE_CHECKING:
-    from speechpipe.transport.websocket_server import ServerLimits
+    from speechpipe.transport.limits import ServerLimits
 
 __all__ = [
     "SECRET_ENV",
@@ -50,7 +50,7 @@ def _ratio(text: str) -> float:
 
 def add_security_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags for ``serve``: auth, origins, quotas, keepalive and the content-logging switch."""
-    from speechpipe.transport.quotas import Quotas
+    from speechpipe.transport.limits import Quotas
 
     q = Quotas()
     group = parser.add_argument_group("security and quotas")
@@ -117,7 +117,7 @@ def resolve_secret(args: argparse.Namespace) -> str | None:
 def security_limits(args: argparse.Namespace, limits: ServerLimits) -> ServerLimits:
     """``limits`` (a ``ServerLimits``) with the security flags of ``args`` applied."""
     from speechpipe.transport.auth import TokenAuthority
-    from speechpipe.transport.quotas import Quotas
+    from speechpipe.transport.limits import Quotas
 
     secret = resolve_secret(args)
     auth = TokenAuthority(secret) if secret else None

@@ -19,17 +19,14 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
 from speechpipe.errors import SessionError
-from speechpipe.server.load_control import (
-    LoadControl,
-    LoadOptions,
-    add_load_arguments,
-    load_options_from_args,
-)
+from speechpipe.server.load_control import LoadControl, add_load_arguments, load_options_from_args
 from speechpipe.server.metrics import ServerMetrics
 from speechpipe.server.observe import ObservedSession
+from speechpipe.server.options import LoadOptions
 from speechpipe.stages.request import SessionRequest
+from speechpipe.transport.limits import ServerLimits
 from speechpipe.transport.session_api import LiveSession
-from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
+from speechpipe.transport.websocket_server import SpeechServer
 
 if TYPE_CHECKING:
     from speechpipe.cluster.node import ClusterNode, ClusterOptions

@@ -15,7 +15,8 @@ from websockets.asyncio.client import connect
 from speechpipe.config import PipelineOptions
 from speechpipe.errors import AdmissionError
 from speechpipe.server.admission import AdmissionCore, AdmissionGate, AdmissionOptions
-from speechpipe.server.load_control import LoadOptions, add_load_arguments, load_options_from_args
+from speechpipe.server.load_control import add_load_arguments, load_options_from_args
+from speechpipe.server.options import LoadOptions
 from speechpipe.stages.frames import StatusEvent
 from speechpipe.transport.protocol import CloseCode
 
