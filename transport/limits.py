@@ -55,4 +55,6 @@ class ServerLimits:
     close_timeout_s: float = 10.0  # wait this long for a closing handshake, then drop the TCP
     shutdown_grace_s: float = 5.0  # ``stop``: then drop what is still open (under 10 s SIGKILL)
     max_unread_bytes: int = DEFAULT_MAX_UNREAD_BYTES  # a client that reads less is dropped
+    read_check_s: float = 5.0  # audio fell behind: a client not answering a ping in this long
+    # is not reading (``not_reading``, 4011) rather than slow (``too_slow``, 4010)
     log_content: bool = False  # debug only: log captions/translations (never audio or tokens)

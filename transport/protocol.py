@@ -100,6 +100,7 @@ class CloseCode:
     RATE_LIMITED = 4008  # messages faster than the rate limit allows (after the burst)
     TOO_MANY_SESSIONS = 4009  # too many sessions for this token or address
     TOO_SLOW = 4010  # audio fell far behind real time for a sustained period
+    NOT_READING = 4011  # the client stopped reading what the server sends (no pong either)
     REDIRECT = 4020  # cluster: admitted on another node; reconnect there with the ticket
     NODE_DRAINED = 4021  # cluster: this node was drained; resume on another node
 
@@ -127,7 +128,7 @@ class ErrorCode:
     OVER_CAPACITY = "over_capacity"  # speechpipe.errors.AdmissionError
     NOT_READY = "not_ready"
     NO_VOICE = "no_voice"  # speechpipe.errors.VoiceError; also a voice that is not a name
-    NOT_READING = "not_reading"  # counted only: the client cannot read an error any more
+    NOT_READING = "not_reading"  # close 4011, or 1006 when nothing could be sent any more
     TOO_SLOW = "too_slow"
     # quotas (transport/quotas.py)
     SESSION_EXPIRED = "session_expired"

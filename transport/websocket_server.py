@@ -449,6 +449,8 @@ class _Connection:
         if close is not None:
             await self._close(close)
         code, reason = self._close_cause(close)
+        if close is None and reason == ErrorCode.NOT_READING and self._violation() is None:
+            self.observer.error(reason)  # the keepalive found the client not reading
         self.observer.connection_closed(code, reason, session=self.session_started)
         log.info("session %s closed: code=%s reason=%s", self.id, code, reason)
 
@@ -467,7 +469,7 @@ class _Connection:
         protocol = self.ws.protocol
         sent = protocol.close_sent
         if sent is not None and not protocol.close_rcvd_then_sent:
-            reason = {CloseCode.TOO_BIG: "message_too_big", CloseCode.INTERNAL: "keepalive",
+            reason = {CloseCode.TOO_BIG: "message_too_big", CloseCode.NOT_READING: "not_reading",
                       CloseCode.GOING_AWAY: "going_away"}.get(sent.code, "closed")
             return sent.code, reason
         return None, "client_closed" if protocol.close_rcvd is not None else "connection_lost"
@@ -536,7 +538,27 @@ class _Connection:
                 activity=lambda: self.peer.frames_in if self.peer is not None else 0,
             )
         except ProtocolError as exc:
+            if exc.code == ErrorCode.TOO_SLOW and not await self._client_reads():
+                raise _fatal(ProtocolError(
+                    ErrorCode.NOT_READING,
+                    "the client stopped reading: it did not answer a ping within "
+                    f"{self.limits.read_check_s:g} s",
+                ), CloseCode.NOT_READING) from None
             raise _fatal(exc) from None
+
+    async def _client_reads(self) -> bool:
+        """Whether the client still reads what the server sends: it answers a ping within
+        ``read_check_s`` (its pong comes after everything sent before the ping). Audio that
+        stopped arriving means ``too_slow`` only for a client that is still listening."""
+        try:
+            async with asyncio.timeout(self.limits.read_check_s):
+                pong = await self.ws.ping()  # waits while our write buffer is full
+                await pong
+        except TimeoutError:
+            return False
+        except ConnectionClosed:
+            return True  # gone: the close says why, not this check
+        return True
 
     async def _hold_capacity(self, stack: contextlib.AsyncExitStack, start: Start) -> None:
         """A capacity slot for this session (waiting in line with ``status`` events)."""
