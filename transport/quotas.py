@@ -34,8 +34,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from speechpipe.transport.codes import CloseCode, ErrorCode
 from speechpipe.transport.limits import Quotas
-from speechpipe.transport.protocol import CloseCode, ErrorCode, ProtocolError
+from speechpipe.transport.protocol import ProtocolError
 
 __all__ = [
     "TokenBucket",

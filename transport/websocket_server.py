@@ -41,6 +41,7 @@ from speechpipe.errors import AdmissionError, SessionRedirect, SpeechpipeError
 from speechpipe.stages.channels import Channel, ChannelClosed
 from speechpipe.stages.frames import STREAM_RATE, AudioFrame, OutputEvent, SpeechChunk, StatusEvent
 from speechpipe.transport.auth import OriginPolicy, StaticToken
+from speechpipe.transport.codes import CloseCode, ErrorCode
 from speechpipe.transport.frame_guard import (
     FrameLimits,
     GuardedConnection,
@@ -58,8 +59,6 @@ from speechpipe.transport.hosts import (
 from speechpipe.transport.limits import ServerLimits
 from speechpipe.transport.privacy import ContentFreeLogger, describe_content, guard_library_logs
 from speechpipe.transport.protocol import (
-    CloseCode,
-    ErrorCode,
     Flush,
     Ice,
     InputResampler,
