@@ -2,36 +2,44 @@
 
 ``Config`` holds ``pipeline`` (``PipelineOptions``: what every session is built with) and
 ``server`` (``ServerOptions``: the server's limits and quotas, admission and the degrade
-ladder). Every scalar leaf can be set with ``--set GROUP.FIELD=VALUE``; ``GROUPS`` names the
-groups and where they sit in the tree; ``speechpipe config`` prints the effective tree.
-Defaults live only in the dataclasses: command-line flags default to ``None`` and, when
-given, write into the tree.
+ladder, the cluster). Every scalar leaf can be set with ``--set GROUP.FIELD=VALUE``;
+``GROUPS`` (derived from the tree: every option dataclass is a group, named by its field)
+says where each group sits; ``speechpipe config`` prints the effective tree. Defaults live
+only in the dataclasses. A shorthand flag (``--capacity 3``) is an ``Alias`` of one leaf
+(``admission.capacity``): it defaults to ``None`` and, when given, writes that leaf, exactly
+as ``--set`` would (``apply_aliases``).
+
+Every module this one imports holds options (and pure cores) only: reading the tree loads
+no server, no websockets library and no model.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import types
 import typing
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from speechpipe.cluster.options import ClusterSettings
 from speechpipe.errors import InputError
 from speechpipe.models.batching import BatchOptions
-from speechpipe.server.load_control import LoadOptions
+from speechpipe.server.options import LoadOptions
 from speechpipe.stages.asr import AsrOptions
 from speechpipe.stages.faithfulness import FaithfulnessOptions
 from speechpipe.stages.phrases import PhraseOptions
 from speechpipe.stages.text_mt import TextMtOptions
 from speechpipe.stages.tts import CatchUpOptions
 from speechpipe.stages.vad import VadOptions
-from speechpipe.transport.websocket_server import ServerLimits
+from speechpipe.transport.limits import ServerLimits
 
 __all__ = [
     "Config", "PipelineOptions", "ServerOptions", "GROUPS", "apply_overrides", "with_overrides",
-    "config_dict", "render_config",
+    "config_dict", "render_config", "Alias", "add_aliases", "apply_aliases", "MODEL_ALIASES",
+    "groups_of",
 ]
 
 
@@ -70,6 +78,7 @@ class ServerOptions:
 
     limits: ServerLimits = field(default_factory=ServerLimits)  # quotas: limits.quotas
     load: LoadOptions = field(default_factory=LoadOptions)  # admission, degrade: load.*
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)  # serve --cluster
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,23 +89,18 @@ class Config:
     server: ServerOptions = field(default_factory=ServerOptions)
 
 
-# ``--set`` group -> where it sits in ``Config``
-GROUPS: dict[str, tuple[str, ...]] = {
-    "pipeline": ("pipeline",),
-    "vad": ("pipeline", "vad"),
-    "asr": ("pipeline", "asr"),
-    "phrases": ("pipeline", "phrases"),
-    "catch_up": ("pipeline", "catch_up"),
-    "batching": ("pipeline", "batching"),
-    "text_mt": ("pipeline", "text_mt"),
-    "faithful": ("pipeline", "faithful"),
-    "limits": ("server", "limits"),
-    "quotas": ("server", "limits", "quotas"),
-    "load": ("server", "load"),
-    "admission": ("server", "load", "admission"),
-    "degrade": ("server", "load", "degrade"),
-}
-SERVER_GROUPS = frozenset(g for g, path in GROUPS.items() if path[0] == "server")
+def _derive_groups(node: Any, path: tuple[str, ...], out: dict[str, tuple[str, ...]]) -> None:
+    """Every option dataclass under ``node`` that has settable leaves, by its field name."""
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            if settable_fields(value):
+                if f.name in out:
+                    raise TypeError(f"two option groups are called {f.name!r}")
+                out[f.name] = (*path, f.name)
+            _derive_groups(value, (*path, f.name), out)
+
+
 _SCALARS = (bool, int, float, str)
 
 
@@ -173,6 +177,17 @@ def settable_fields(section: Any) -> dict[str, Parser]:
         if parser is not None:
             out[f.name] = parser
     return out
+
+
+# ``--set`` group -> where it sits in ``Config`` (tree order: pipeline groups, then server's)
+GROUPS: dict[str, tuple[str, ...]] = {}
+_derive_groups(Config(), (), GROUPS)
+SERVER_GROUPS = frozenset(g for g, path in GROUPS.items() if path[0] == "server")
+
+
+def groups_of(tree: str) -> str:
+    """The ``--set`` groups under ``pipeline`` or ``server``, comma-separated (help texts)."""
+    return ", ".join(g for g, path in GROUPS.items() if path[0] == tree)
 
 
 def apply_overrides(config: Config, overrides: Iterable[str]) -> Config:
@@ -253,3 +268,94 @@ def render_config(config: Config, fmt: str = "toml") -> str:
                         "# groups: " + ", ".join(f"{g} = {'.'.join(p)}" for g, p in GROUPS.items())]
     _toml_table("", tree, lines)
     return "\n".join(lines).strip() + "\n"
+
+
+# -- shorthand flags ---------------------------------------------------------------------------
+_SWITCH = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Alias:
+    """A shorthand flag of one ``--set`` leaf: ``Alias("--capacity", "admission.capacity",
+    ...)`` makes ``--capacity 3`` write what ``--set admission.capacity=3`` writes. ``type``
+    reads the flag's value (it may map a flag's own spelling, e.g. 0 = off, onto the leaf's
+    None); ``switch`` makes a flag without a value that writes that value; ``repeat`` makes
+    a repeatable flag whose values form the leaf's tuple. Its default is the leaf's."""
+
+    flag: str
+    leaf: str  # GROUP.FIELD
+    help: str
+    type: Callable[[str], Any] = str
+    switch: Any = _SWITCH
+    repeat: bool = False
+    metavar: str | None = None
+
+    @property
+    def is_switch(self) -> bool:
+        """True for a flag without a value (it writes ``switch``)."""
+        return self.switch is not _SWITCH
+
+    @property
+    def dest(self) -> str:
+        """The argparse attribute the flag's value lands in."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        """Where the leaf sits in ``Config``."""
+        group, _, name = self.leaf.partition(".")
+        return (*GROUPS[group], name)
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, tuple):
+        return ",".join(map(str, value)) or "none"
+    return str(value)
+
+
+def add_aliases(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+                aliases: Iterable[Alias]) -> None:
+    """Add each alias as a flag defaulting to ``None``; its help names the leaf and the
+    leaf's default (read from the tree: defaults are written once, in the dataclasses)."""
+    defaults = Config()
+    for alias in aliases:
+        default = _get(defaults, alias.path)
+        text = f"{alias.help} (default {_shown(default)}; --set {alias.leaf})".replace("%", "%%")
+        if alias.is_switch:
+            parser.add_argument(alias.flag, dest=alias.dest, action="store_const",
+                                const=alias.switch, default=None, help=text)
+        elif alias.repeat:
+            parser.add_argument(alias.flag, dest=alias.dest, action="append", default=None,
+                                type=alias.type, metavar=alias.metavar, help=text)
+        else:
+            parser.add_argument(alias.flag, dest=alias.dest, type=alias.type, default=None,
+                                metavar=alias.metavar, help=text)
+
+
+def apply_aliases(config: Config, args: argparse.Namespace, aliases: Iterable[Alias]) -> Config:
+    """The tree with every alias flag given in ``args`` written to its leaf (flags not given
+    leave the tree as it is); a value its dataclass refuses raises ``InputError``."""
+    for alias in aliases:
+        value = getattr(args, alias.dest, None)
+        if value is None:
+            continue
+        if alias.repeat:
+            value = tuple(value)
+        *parents, name = alias.path
+        section = _get(config, tuple(parents))
+        try:
+            config = _put(config, tuple(parents), dataclasses.replace(section, **{name: value}))
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"{alias.flag}: {exc}") from None
+    return config
+
+
+# The model flags of translate, eval and serve
+MODEL_ALIASES = (
+    Alias("--asr-model", "pipeline.asr_model",
+          "bundled model name or a CTranslate2 Whisper folder"),
+    Alias("--voices-dir", "pipeline.voice_dirs",
+          "extra folder with Piper .onnx + .onnx.json voices (repeatable)", repeat=True),
+)

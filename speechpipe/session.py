@@ -31,13 +31,13 @@ from speechpipe.models.ct2_translator import Ct2TextTranslator
 from speechpipe.models.ct2_worker import Ct2TranslationWorker
 from speechpipe.models.whisper_engine import WhisperEngine
 from speechpipe.models.whisper_weights import resolve_whisper_model
-from speechpipe.server.degrade import MODE_FLOOR, DegradeState, SessionLadder
 from speechpipe.stages.asr import AsrOptions, AsrStage
 from speechpipe.stages.cache import LruCache
 from speechpipe.stages.channels import Channel, ChannelClosed, Overflow
 from speechpipe.stages.clock import BasisStreamClock, StreamClock, WallStreamClock
 from speechpipe.stages.faithfulness import SileroSpeech
 from speechpipe.stages.frames import AudioFrame, OutputEvent, TextHypothesis
+from speechpipe.stages.ladder import MODE_FLOOR, DegradeState, SessionLadder
 from speechpipe.stages.mt import SpeechTranslationPassthrough
 from speechpipe.stages.request import SessionRequest
 from speechpipe.stages.text_mt import TextMtStage

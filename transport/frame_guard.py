@@ -37,12 +37,12 @@ from websockets.exceptions import ConnectionClosed
 from websockets.frames import CTRL_OPCODES, Frame
 from websockets.protocol import OPEN
 
+from speechpipe.transport.limits import DEFAULT_MAX_UNREAD_BYTES
 from speechpipe.transport.protocol import CloseCode, ErrorCode, dumps, encode_error
 from speechpipe.transport.quotas import TokenBucket
 
 __all__ = ["FrameLimits", "Violation", "GuardedConnection", "guarded_connection_class"]
 
-DEFAULT_MAX_UNREAD_BYTES = 4 << 20
 """Unread server output that drops a client: far above ``write_limit`` (32 KiB, after which
 our own sends wait) plus the largest audio message (seconds of 48 kHz PCM, under 1 MiB)."""
 

@@ -34,10 +34,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from speechpipe.transport.limits import Quotas
 from speechpipe.transport.protocol import CloseCode, ErrorCode, ProtocolError
 
 __all__ = [
-    "Quotas",
     "TokenBucket",
     "SessionTimers",
     "Deadline",
@@ -49,25 +49,6 @@ __all__ = [
     "check_sdp_size",
     "quota_error",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Quotas:
-    """Limits per connection and per client; ``None`` (or 0 for counts) switches one off."""
-
-    max_session_s: float | None = 4 * 3600.0
-    expire_grace_s: float = 30.0  # after max_session_s: time to finish and send what is due
-    max_idle_s: float | None = 60.0
-    messages_per_s: float = 200.0  # 20 ms frames are 50/s; this leaves room for 5 ms frames
-    message_burst: int = 500  # ~ max_lead_s of 20 ms frames arriving at once after a stall
-    control_frames_per_s: float = 10.0  # of those, ping/pong/close frames (frame_guard)
-    control_frame_burst: int = 20
-    max_sdp_bytes: int = 32 * 1024  # browser offers are 2-8 KiB
-    max_sessions_per_token: int | None = 4
-    max_sessions_per_ip: int | None = 32
-    client_ip_header: str | None = None  # e.g. X-Forwarded-For, only behind a trusted proxy
-    audio_window_s: float | None = 20.0  # the audio pace rule (AudioPace); None: off
-    min_audio_ratio: float = 0.5  # of real time, over every audio window
 
 
 def quota_error(code: str, message: str) -> ProtocolError:

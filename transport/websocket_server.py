@@ -29,7 +29,6 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from websockets.asyncio.server import Server, ServerConnection
@@ -41,9 +40,8 @@ from websockets.http11 import Request, Response
 from speechpipe.errors import AdmissionError, SessionRedirect, SpeechpipeError
 from speechpipe.stages.channels import Channel, ChannelClosed
 from speechpipe.stages.frames import STREAM_RATE, AudioFrame, OutputEvent, SpeechChunk, StatusEvent
-from speechpipe.transport.auth import OriginPolicy, StaticToken, TokenVerifier
+from speechpipe.transport.auth import OriginPolicy, StaticToken
 from speechpipe.transport.frame_guard import (
-    DEFAULT_MAX_UNREAD_BYTES,
     FrameLimits,
     GuardedConnection,
     Violation,
@@ -57,9 +55,9 @@ from speechpipe.transport.hosts import (
     parse_host,
     single_header,
 )
+from speechpipe.transport.limits import ServerLimits
 from speechpipe.transport.privacy import ContentFreeLogger, describe_content, guard_library_logs
 from speechpipe.transport.protocol import (
-    MAX_MESSAGE_BYTES,
     CloseCode,
     ErrorCode,
     Flush,
@@ -80,13 +78,13 @@ from speechpipe.transport.protocol import (
     parse_text,
     validate_audio,
 )
-from speechpipe.transport.quotas import Expired, QuotaGuard, Quotas, check_sdp_size
+from speechpipe.transport.quotas import Expired, QuotaGuard, check_sdp_size
 from speechpipe.transport.session_api import LiveSession, SessionFactory
 
 if TYPE_CHECKING:
     from speechpipe.transport.webrtc import WebRtcPeer
 
-__all__ = ["ServerLimits", "ServerObserver", "SpeechServer", "serve"]
+__all__ = ["ServerObserver", "SpeechServer", "serve"]
 
 log = logging.getLogger("speechpipe.server")
 
@@ -97,29 +95,6 @@ STATIC_TYPES = {
     ".js": "text/javascript; charset=utf-8",
     ".css": "text/css; charset=utf-8",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class ServerLimits:
-    """Limits and security settings of the WebSocket server."""
-    max_message_bytes: int = MAX_MESSAGE_BYTES
-    start_timeout_s: float = 30.0  # a connection must send ``start`` within this
-    max_lead_s: float = 5.0  # how far audio may run ahead of the wall clock
-    outgoing_capacity: int = 128  # messages queued for a slow client before the session waits
-    webrtc_connect_timeout_s: float = 15.0  # ICE + DTLS must complete within this
-    token: str | None = None  # when set, ``start`` must carry it
-    auth: TokenVerifier | None = None  # signed session tokens (transport.auth); wins over token
-    allowed_origins: tuple[str, ...] = ()  # WebSocket Origin allowlist; () = same origin only
-    allowed_hosts: tuple[str, ...] = ()  # Host names served besides IPs and localhost (hosts.py)
-    quotas: Quotas = field(default_factory=Quotas)  # transport.quotas
-    ping_interval_s: float | None = 20.0  # keepalive: a client that stops reading is dropped
-    ping_timeout_s: float | None = 20.0
-    close_timeout_s: float = 10.0  # wait this long for a closing handshake, then drop the TCP
-    shutdown_grace_s: float = 5.0  # ``stop``: then drop what is still open (under 10 s SIGKILL)
-    max_unread_bytes: int = DEFAULT_MAX_UNREAD_BYTES  # a client that reads less is dropped
-    read_check_s: float = 5.0  # audio fell behind: a client not answering a ping in this long
-    # is not reading (``not_reading``, 4011) rather than slow (``too_slow``, 4010)
-    log_content: bool = False  # debug only: log captions/translations (never audio or tokens)
 
 
 class ServerObserver(Protocol):

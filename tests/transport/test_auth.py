@@ -27,9 +27,9 @@ from speechpipe.transport.auth import (
     token_from_request,
 )
 from speechpipe.transport.gate import AccessGate
+from speechpipe.transport.limits import Quotas, ServerLimits
 from speechpipe.transport.protocol import CloseCode
-from speechpipe.transport.quotas import Quotas
-from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
+from speechpipe.transport.websocket_server import SpeechServer
 from tests.helpers import (
     SECRET,
     TickFactory,
