@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +38,7 @@ from speechpipe.stages.frames import (
 )
 from speechpipe.stages.request import SessionRequest
 from speechpipe.transport.codes import CloseCode, ErrorCode
+from speechpipe.voices.registry import is_voice_name
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -204,9 +204,6 @@ def _rate(data: dict[str, Any], key: str, default: int, *, code: str, close: int
     return value
 
 
-_VOICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
-
-
 def _voice_name(data: dict[str, Any]) -> str | None:
     """``start.voice``: the name of a voice the server offers (``GET /voices``), never a path.
     Anything that is not a plain name is refused here, before the server looks at any file,
@@ -216,7 +213,7 @@ def _voice_name(data: dict[str, Any]) -> str | None:
         return None
     if not isinstance(value, str):
         raise _bad_start("'voice' must be a string")
-    if not _VOICE_NAME.fullmatch(value) or value.lower().endswith((".onnx", ".json")):
+    if not is_voice_name(value):  # the rule GET /voices lists by (voices.registry)
         raise ProtocolError(
             ErrorCode.NO_VOICE,
             "'voice' must be the name of a voice this server offers (see GET /voices)",
