@@ -36,6 +36,7 @@ from speechpipe.stages.text_mt import TextMtOptions
 from speechpipe.stages.tts import CatchUpOptions
 from speechpipe.stages.vad import VadOptions
 from speechpipe.transport.limits import ServerLimits
+from speechpipe.voices.piper_engine import PiperOptions
 
 __all__ = [
     "Config", "PipelineOptions", "ServerOptions", "GROUPS", "apply_overrides", "with_overrides",
@@ -53,7 +54,6 @@ class PipelineOptions:
     asr_encode_bucket_s: float = 1.0  # encode lengths are multiples of this (batching)
     voice_dirs: tuple[str, ...] = ()
     phrase_cache_items: int = 512  # per voice; ~1 s of audio each
-    tts_length_scale: float | None = 0.9  # Piper speaking rate: < 1 is faster (None: voice's)
     catch_up: CatchUpOptions = field(default_factory=CatchUpOptions)
     mt_threads: int = 2
     translation_memory_items: int = 4096
@@ -65,6 +65,9 @@ class PipelineOptions:
     batching: BatchOptions = field(default_factory=BatchOptions)  # the shared ASR worker
     faithful: FaithfulnessOptions = field(default_factory=FaithfulnessOptions)  # guards
     text_mt: TextMtOptions = field(default_factory=TextMtOptions)  # --mt ct2:MODEL sessions
+    # the Piper engine's voices (voices/engines.py: an engine's options are the group of its
+    # name); speaking rate 0.9: a little faster than the voices' own (< 1 is faster)
+    piper: PiperOptions = field(default_factory=lambda: PiperOptions(length_scale=0.9))
     # numpy BLAS threads for the whole process, set by the CLI and server entry points before
     # they load the models (``apply_process_limits``); None leaves the process as it is.
     # ``Pipeline.load`` itself never changes process-wide settings.

@@ -44,7 +44,7 @@ from speechpipe.stages.text_mt import TextMtStage
 from speechpipe.stages.translation_memory import TranslationMemory
 from speechpipe.stages.tts import TtsStage
 from speechpipe.stages.vad import LabeledAudio, VadStage, merge_labeled
-from speechpipe.voices.piper_engine import PiperOptions, PiperSynthesizer
+from speechpipe.voices.engines import load_synthesizer
 from speechpipe.voices.registry import VoiceInfo, resolve_voice
 from speechpipe.voices.tts_worker import TtsWorker
 
@@ -245,8 +245,9 @@ class Pipeline:
             worker = self._tts.get(voice.name)
             if worker is None:
                 self._check_open()
-                piper_options = PiperOptions(length_scale=self.options.tts_length_scale)
-                worker = TtsWorker(PiperSynthesizer(voice, piper_options), voice.name)
+                # an engine's options are the pipeline group of its name (options.piper)
+                engine_options = getattr(self.options, voice.engine, None)
+                worker = TtsWorker(load_synthesizer(voice, engine_options), voice.name)
                 self._tts[voice.name] = worker
                 self._phrase_caches[voice.name] = LruCache(self.options.phrase_cache_items)
             return worker

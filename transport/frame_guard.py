@@ -37,8 +37,9 @@ from websockets.exceptions import ConnectionClosed
 from websockets.frames import CTRL_OPCODES, Frame
 from websockets.protocol import OPEN
 
+from speechpipe.transport.codes import CloseCode, ErrorCode
 from speechpipe.transport.limits import DEFAULT_MAX_UNREAD_BYTES
-from speechpipe.transport.protocol import CloseCode, ErrorCode, dumps, encode_error
+from speechpipe.transport.protocol import dumps, encode_error
 from speechpipe.transport.quotas import TokenBucket
 
 __all__ = ["FrameLimits", "Violation", "GuardedConnection", "guarded_connection_class"]

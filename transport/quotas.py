@@ -34,8 +34,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from speechpipe.transport.codes import ErrorCode
 from speechpipe.transport.limits import Quotas
-from speechpipe.transport.protocol import CloseCode, ErrorCode, ProtocolError
+from speechpipe.transport.protocol import ProtocolError
 
 __all__ = [
     "TokenBucket",
@@ -52,15 +53,10 @@ __all__ = [
 
 
 def quota_error(code: str, message: str) -> ProtocolError:
-    """A quota violation as the protocol's error (fatal ones carry their close code)."""
-    close = {
-        ErrorCode.IDLE_TIMEOUT: CloseCode.IDLE_TIMEOUT,
-        ErrorCode.RATE_LIMITED: CloseCode.RATE_LIMITED,
-        ErrorCode.TOO_MANY_SESSIONS: CloseCode.TOO_MANY_SESSIONS,
-        ErrorCode.SESSION_EXPIRED: CloseCode.SESSION_EXPIRED,
-        ErrorCode.TOO_SLOW: CloseCode.TOO_SLOW,
-    }.get(code)
-    return ProtocolError(code, message, close_code=close)
+    """A quota violation as the protocol's error (fatal ones carry their close code, from the
+    code table: ``transport/codes.py``)."""
+    row = ErrorCode.lookup(code)
+    return ProtocolError(code, message, close_code=None if row is None else row.close)
 
 
 def check_sdp_size(sdp: str, max_bytes: int) -> None:

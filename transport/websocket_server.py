@@ -41,6 +41,7 @@ from speechpipe.errors import AdmissionError, SessionRedirect, SpeechpipeError
 from speechpipe.stages.channels import Channel, ChannelClosed
 from speechpipe.stages.frames import STREAM_RATE, AudioFrame, OutputEvent, SpeechChunk, StatusEvent
 from speechpipe.transport.auth import OriginPolicy, StaticToken
+from speechpipe.transport.codes import CloseCode, ErrorCode, refusal_close
 from speechpipe.transport.frame_guard import (
     FrameLimits,
     GuardedConnection,
@@ -58,8 +59,6 @@ from speechpipe.transport.hosts import (
 from speechpipe.transport.limits import ServerLimits
 from speechpipe.transport.privacy import ContentFreeLogger, describe_content, guard_library_logs
 from speechpipe.transport.protocol import (
-    CloseCode,
-    ErrorCode,
     Flush,
     Ice,
     InputResampler,
@@ -469,8 +468,10 @@ class _Connection:
         protocol = self.ws.protocol
         sent = protocol.close_sent
         if sent is not None and not protocol.close_rcvd_then_sent:
-            reason = {CloseCode.TOO_BIG: "message_too_big", CloseCode.NOT_READING: "not_reading",
-                      CloseCode.GOING_AWAY: "going_away"}.get(sent.code, "closed")
+            reasons: dict[int, str] = {CloseCode.TOO_BIG: "message_too_big",
+                                       CloseCode.NOT_READING: "not_reading",
+                                       CloseCode.GOING_AWAY: "going_away"}
+            reason = reasons.get(sent.code, "closed")
             return sent.code, reason
         return None, "client_closed" if protocol.close_rcvd is not None else "connection_lost"
 
@@ -589,25 +590,15 @@ class _Connection:
             try:
                 await self._hold_capacity(stack, start)
                 session = await stack.enter_async_context(self.server.factory(start.request))
-            except SessionRedirect as exc:
-                return _Close(
-                    CloseCode.REDIRECT,
-                    exc.code,
-                    encode_error(exc.code, str(exc), fatal=True, url=exc.url, ticket=exc.ticket,
-                                 expires_in_s=round(exc.expires_in_s, 1)),
-                )
-            except AdmissionError as exc:
-                return _Close(
-                    CloseCode.TRY_AGAIN,
-                    exc.code,
-                    encode_error(exc.code, str(exc), fatal=True, retry_after_s=exc.retry_after_s),
-                )
-            except SpeechpipeError as exc:
-                return _Close(
-                    CloseCode.UNSUPPORTED_REQUEST,
-                    exc.code,
-                    encode_error(exc.code, str(exc), fatal=True),
-                )
+            except SpeechpipeError as exc:  # refused: the close code by the code table
+                extra: dict[str, Any] = {}
+                if isinstance(exc, SessionRedirect):
+                    extra = {"url": exc.url, "ticket": exc.ticket,
+                             "expires_in_s": round(exc.expires_in_s, 1)}
+                elif isinstance(exc, AdmissionError):
+                    extra = {"retry_after_s": exc.retry_after_s}
+                return _Close(refusal_close(exc), exc.code,
+                              encode_error(exc.code, str(exc), fatal=True, **extra))
             self.session_open = self.session_started = True
             self.observer.session_opened()
             self.quota.begin_session()

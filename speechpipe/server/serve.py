@@ -263,7 +263,8 @@ async def _join_cluster(app: ServerApp, node: ClusterNode) -> None:
 
 async def _close_drained(app: ServerApp, node: ClusterNode) -> None:
     """Drain finished (or its deadline passed): leave; close what still runs with 4021."""
-    from speechpipe.transport.protocol import CloseCode, ErrorCode, encode_error
+    from speechpipe.transport.codes import CloseCode, ErrorCode
+    from speechpipe.transport.protocol import encode_error
 
     await node.stop()
     closed = await app.server.close_sessions(

@@ -16,7 +16,7 @@ from speechpipe.errors import AdmissionError
 from speechpipe.server.admission import AdmissionCore, AdmissionGate, AdmissionOptions
 from speechpipe.server.options import LoadOptions
 from speechpipe.stages.frames import StatusEvent
-from speechpipe.transport.protocol import CloseCode
+from speechpipe.transport.codes import CloseCode
 
 
 def core(**kwargs: Any) -> AdmissionCore:

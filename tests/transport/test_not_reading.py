@@ -19,7 +19,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from speechpipe.stages.frames import StatusEvent
-from speechpipe.transport.protocol import CloseCode
+from speechpipe.transport.codes import CloseCode
 from speechpipe.transport.quotas import Quotas
 from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
 from tests.helpers import TickSession, errors, pcm, read_until_closed, recv_json, wait_for

@@ -17,9 +17,8 @@ from speechpipe.stages.frames import (
     UtteranceEnd,
     VadEvent,
 )
+from speechpipe.transport.codes import CloseCode, ErrorCode
 from speechpipe.transport.protocol import (
-    CloseCode,
-    ErrorCode,
     Flush,
     Ice,
     InputResampler,

@@ -14,8 +14,9 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from speechpipe.transport.auth import TokenAuthority
+from speechpipe.transport.codes import CloseCode, ErrorCode
 from speechpipe.transport.limits import Quotas, ServerLimits
-from speechpipe.transport.protocol import CloseCode, ErrorCode, ProtocolError
+from speechpipe.transport.protocol import ProtocolError
 from speechpipe.transport.quotas import (
     EXPIRED,
     Deadline,
