@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import types
 import typing
 from collections.abc import Callable, Iterable
@@ -40,7 +41,7 @@ from speechpipe.voices.piper_engine import PiperOptions
 __all__ = [
     "Config", "PipelineOptions", "ServerOptions", "GROUPS", "apply_overrides", "with_overrides",
     "config_dict", "render_config", "Alias", "add_aliases", "apply_aliases", "MODEL_ALIASES",
-    "groups_of",
+    "groups_of", "Range", "RANGES", "check_leaf", "leaf_range", "check_config",
 ]
 
 
@@ -212,6 +213,7 @@ def apply_overrides(config: Config, overrides: Iterable[str]) -> Config:
                              f"(has: {', '.join(sorted(fields))})")
         try:
             value = fields[name](raw)
+            check_leaf(f"{group}.{name}", value)
             config = _put(config, path, dataclasses.replace(section, **{name: value}))
         except (TypeError, ValueError) as exc:
             raise InputError(f"--set {item!r}: {exc}") from None
@@ -349,6 +351,7 @@ def apply_aliases(config: Config, args: argparse.Namespace, aliases: Iterable[Al
         *parents, name = alias.path
         section = _get(config, tuple(parents))
         try:
+            check_leaf(alias.leaf, value)
             config = _put(config, tuple(parents), dataclasses.replace(section, **{name: value}))
         except (TypeError, ValueError) as exc:
             raise InputError(f"{alias.flag}: {exc}") from None
@@ -362,3 +365,110 @@ MODEL_ALIASES = (
     Alias("--voices-dir", "pipeline.voice_dirs",
           "extra folder with Piper .onnx + .onnx.json voices (repeatable)", repeat=True),
 )
+
+
+# -- what each leaf may be ---------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Range:
+    """The values one numeric leaf (or each item of a tuple leaf) may take: finite, at least
+    ``low`` (more than ``low`` when ``open_low``), at most ``high``."""
+
+    low: float | None = 0.0
+    high: float | None = None
+    open_low: bool = False
+
+    def check(self, value: int | float, name: str = "the value") -> None:
+        """``ValueError`` saying what is allowed, for a value outside the range."""
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number (got {value})")
+        below = self.low is not None and (value <= self.low if self.open_low else value < self.low)
+        if below or (self.high is not None and value > self.high):
+            raise ValueError(f"{name} must be {self} (got {value:g})")
+
+    def __str__(self) -> str:
+        low = "" if self.low is None else f"{'>' if self.open_low else '>='} {self.low:g}"
+        high = "" if self.high is None else f"<= {self.high:g}"
+        return " and ".join(part for part in (low, high) if part) or "any finite number"
+
+
+POSITIVE = Range(0.0, open_low=True)
+NON_NEGATIVE = Range(0.0)
+FRACTION = Range(0.0, 1.0)
+AT_LEAST_ONE = Range(1.0)
+
+# Leaves whose range is not the generic one. The generic rule (``leaf_range``): every number is
+# finite; a leaf whose default is positive must stay positive (a zero size, interval, capacity
+# or step breaks every session: ``limits.outgoing_capacity=0`` did), others must not be
+# negative. Listed here: where 0 means "off" or "none" and where there is an upper bound.
+RANGES: dict[str, Range] = {
+    "pipeline.asr_threads": AT_LEAST_ONE,
+    "pipeline.mt_threads": AT_LEAST_ONE,
+    "pipeline.blas_threads": AT_LEAST_ONE,
+    "vad.aggressiveness": Range(0, 3),  # webrtcvad's modes
+    "vad.start_ratio": Range(0.0, 1.0, open_low=True),
+    "asr.early_words": NON_NEGATIVE,  # 0: no early steps
+    "asr.min_voiced_s": NON_NEGATIVE,
+    "asr.pause_commit_margin_s": NON_NEGATIVE,
+    "asr.language_lock_s": NON_NEGATIVE,
+    "asr.pre_roll_s": NON_NEGATIVE,
+    "asr.min_utterance_voiced_s": NON_NEGATIVE,
+    "asr.align_margin_s": NON_NEGATIVE,
+    "phrases.min_words_at_punctuation": NON_NEGATIVE,
+    "phrases.lead_s": NON_NEGATIVE,
+    "batching.window_s": NON_NEGATIVE,  # 0: no gathering window
+    "batching.group_min_queue": NON_NEGATIVE,
+    "faithful.min_speech_s": NON_NEGATIVE,
+    "faithful.speech_threshold": FRACTION,
+    "faithful.extra_words": NON_NEGATIVE,
+    "faithful.target_extra_words": NON_NEGATIVE,
+    "faithful.min_ratio": FRACTION,
+    "faithful.min_source_words": NON_NEGATIVE,
+    "faithful.max_recoveries": NON_NEGATIVE,  # 0: never translate again
+    "limits.shutdown_grace_s": NON_NEGATIVE,
+    "quotas.expire_grace_s": NON_NEGATIVE,
+    "quotas.min_audio_ratio": FRACTION,  # 0: the pace rule is off
+    "quotas.max_sessions_per_token": NON_NEGATIVE,  # 0: no limit
+    "quotas.max_sessions_per_ip": NON_NEGATIVE,
+    "admission.capacity": AT_LEAST_ONE,
+    "admission.max_queue": NON_NEGATIVE,  # 0: no waiting line
+    "admission.max_wait_s": NON_NEGATIVE,
+    "admission.per_client": NON_NEGATIVE,  # 0: no per-client limit
+    "degrade.max_level": NON_NEGATIVE,  # 0: the ladder never steps down
+}
+
+
+def leaf_range(leaf: str) -> Range:
+    """The range of ``GROUP.FIELD``: declared in ``RANGES``, else from its default."""
+    declared = RANGES.get(leaf)
+    if declared is not None:
+        return declared
+    group, _, name = leaf.partition(".")
+    default = getattr(_get(Config(), GROUPS[group]), name)
+    items = default if isinstance(default, tuple) else (default,)
+    numbers = [v for v in items if isinstance(v, int | float) and not isinstance(v, bool)]
+    return POSITIVE if numbers and all(v > 0 for v in numbers) else NON_NEGATIVE
+
+
+def check_leaf(leaf: str, value: object) -> None:
+    """``ValueError`` when ``value`` may not be set at ``GROUP.FIELD`` (NaN, infinity, out
+    of its range); strings, booleans and None (off) pass: their dataclasses check them."""
+    items = value if isinstance(value, tuple) else (value,)
+    numbers = [v for v in items if isinstance(v, int | float) and not isinstance(v, bool)]
+    if not numbers:
+        return
+    allowed = leaf_range(leaf)
+    name = leaf.partition(".")[2] + (" items" if isinstance(value, tuple) else "")
+    for number in numbers:
+        allowed.check(number, name)
+
+
+def check_config(config: Config) -> None:
+    """``check_leaf`` over every settable leaf of the tree (``InputError`` for the first
+    leaf out of range)."""
+    for group, path in GROUPS.items():
+        section = _get(config, path)
+        for name in settable_fields(section):
+            try:
+                check_leaf(f"{group}.{name}", getattr(section, name))
+            except ValueError as exc:
+                raise InputError(f"{group}.{name}: {exc}") from None
