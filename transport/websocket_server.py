@@ -40,6 +40,7 @@ from websockets.http11 import Request, Response
 from speechpipe.errors import AdmissionError, SessionRedirect, SpeechpipeError
 from speechpipe.stages.channels import Channel, ChannelClosed
 from speechpipe.stages.frames import STREAM_RATE, AudioFrame, OutputEvent, SpeechChunk, StatusEvent
+from speechpipe.transport.audio_io import InputResampler, OutputResampler, RealtimeGuard
 from speechpipe.transport.auth import OriginPolicy, StaticToken
 from speechpipe.transport.codes import CloseCode, ErrorCode, refusal_close
 from speechpipe.transport.frame_guard import (
@@ -61,11 +62,8 @@ from speechpipe.transport.privacy import ContentFreeLogger, describe_content, gu
 from speechpipe.transport.protocol import (
     Flush,
     Ice,
-    InputResampler,
     Offer,
-    OutputResampler,
     ProtocolError,
-    RealtimeGuard,
     Start,
     Stop,
     dumps,
