@@ -40,9 +40,21 @@ from websockets.http11 import Request, Response
 from speechpipe.errors import AdmissionError, SessionRedirect, SpeechpipeError
 from speechpipe.stages.channels import Channel, ChannelClosed
 from speechpipe.stages.frames import STREAM_RATE, AudioFrame, OutputEvent, SpeechChunk, StatusEvent
-from speechpipe.transport.audio_io import InputResampler, OutputResampler, RealtimeGuard
+from speechpipe.transport.audio_io import InputResampler, OutputResampler
 from speechpipe.transport.auth import OriginPolicy, StaticToken
 from speechpipe.transport.codes import CloseCode, ErrorCode, refusal_close
+from speechpipe.transport.connection_core import (
+    AcceptStart,
+    AddIce,
+    ConnectionCore,
+    Fail,
+    FlushInput,
+    OpenPeer,
+    PushAudio,
+    SendError,
+    StopInput,
+    fail,
+)
 from speechpipe.transport.frame_guard import (
     FrameLimits,
     GuardedConnection,
@@ -60,20 +72,15 @@ from speechpipe.transport.hosts import (
 from speechpipe.transport.limits import ServerLimits
 from speechpipe.transport.privacy import ContentFreeLogger, describe_content, guard_library_logs
 from speechpipe.transport.protocol import (
-    Flush,
-    Ice,
     Offer,
     ProtocolError,
     Start,
-    Stop,
     dumps,
     encode_answer,
     encode_end,
     encode_error,
     encode_event,
     encode_started,
-    parse_text,
-    validate_audio,
 )
 from speechpipe.transport.quotas import Expired, QuotaGuard, check_sdp_size
 from speechpipe.transport.session_api import LiveSession, SessionFactory
@@ -168,8 +175,12 @@ class _Close(Exception):
 
 
 def _fatal(exc: ProtocolError, code: int | None = None) -> _Close:
-    close = code if code is not None else (exc.close_code or CloseCode.POLICY)
-    return _Close(close, exc.code, encode_error(exc.code, str(exc), fatal=True))
+    return _raise(fail(exc, code))
+
+
+def _raise(action: Fail) -> _Close:
+    """The core's ``Fail`` as the exception that ends the connection's tasks."""
+    return _Close(action.code, action.reason, action.error)
 
 
 def _load_static() -> dict[str, tuple[str, bytes]]:
@@ -404,7 +415,8 @@ class _Connection:
         self.limits = server.limits
         self.observer = server.observer
         self.id = secrets.token_hex(4)
-        self.session_open = False
+        self.core = ConnectionCore(max_message_bytes=self.limits.max_message_bytes,
+                                   max_lead_s=self.limits.max_lead_s)
         self.peer: WebRtcPeer | None = None
         self.last_pts = 0
         self.outgoing: Channel[list[str | bytes]] = Channel(
@@ -412,10 +424,18 @@ class _Connection:
         )
         self.tasks: list[asyncio.Task[Any]] = []
         self.resampler = InputResampler(16_000)
-        self.stopping = False
         self.quota = QuotaGuard(self.limits.quotas, count_messages=False)  # frames: below
         self.admission: Admission | None = None
-        self.session_started = False
+
+    @property
+    def session_open(self) -> bool:
+        """A session runs on this connection."""
+        return self.core.session_open
+
+    @property
+    def session_started(self) -> bool:
+        """A session ran on this connection (it may have ended)."""
+        return self.core.started
 
     async def run(self) -> None:
         opened = time.monotonic()
@@ -441,8 +461,9 @@ class _Connection:
             if violation is not None:
                 self.observer.error(violation.code)
             if self.session_open:
-                self.session_open = False
+                self.core.closed()
                 self.observer.session_closed(time.monotonic() - opened, self._close_cause(close)[0])
+            self.core.closed()
         if close is not None:
             await self._close(close)
         code, reason = self._close_cause(close)
@@ -489,32 +510,16 @@ class _Connection:
         try:
             async with asyncio.timeout(self.limits.start_timeout_s):
                 while True:
-                    message = await self._recv()
-                    if isinstance(message, bytes):
-                        await self._send_error(
-                            ProtocolError(ErrorCode.NOT_STARTED, "send 'start' before audio")
-                        )
-                        continue
-                    # the session length runs from ``begin_session``, after ``start``
-                    assert not isinstance(message, Expired)
-                    try:
-                        parsed = parse_text(message)
-                    except ProtocolError as exc:
-                        if exc.fatal:
-                            raise _fatal(exc) from None
-                        await self._send_error(exc)
-                        continue
-                    if isinstance(parsed, Start):
-                        self._check_token(parsed)
-                        return parsed
-                    await self._send_error(
-                        ProtocolError(ErrorCode.NOT_STARTED, "no session yet: send 'start' first")
-                    )
+                    for action in self.core.receive(await self._recv(), time.monotonic()):
+                        if isinstance(action, SendError):
+                            await self._send_error(ProtocolError(action.code, action.message))
+                        elif isinstance(action, Fail):
+                            raise _raise(action)
+                        elif isinstance(action, AcceptStart):
+                            self._check_token(action.start)
+                            return action.start
         except TimeoutError:
-            raise _fatal(
-                ProtocolError(ErrorCode.START_TIMEOUT, "no 'start' message in time"),
-                CloseCode.START_TIMEOUT,
-            ) from None
+            raise _raise(self.core.start_timed_out()) from None
 
     def _admit(self) -> None:
         try:
@@ -533,7 +538,7 @@ class _Connection:
         """The next client message under the quotas (rate, idle, session length)."""
         try:
             return await self.quota.recv(
-                self.ws.recv, stopping=self.stopping,
+                self.ws.recv, stopping=self.core.stopping,
                 activity=lambda: self.peer.frames_in if self.peer is not None else 0,
             )
         except ProtocolError as exc:
@@ -597,7 +602,7 @@ class _Connection:
                     extra = {"retry_after_s": exc.retry_after_s}
                 return _Close(refusal_close(exc), exc.code,
                               encode_error(exc.code, str(exc), fatal=True, **extra))
-            self.session_open = self.session_started = True
+            self.core.session_opened(start)
             self.observer.session_opened()
             self.quota.begin_session()
             out_rate = start.request.output_sample_rate
@@ -637,72 +642,35 @@ class _Connection:
 
     # -- the three tasks ---------------------------------------------------------------------
     async def _reader(self, session: LiveSession, start: Start, tg: asyncio.TaskGroup) -> None:
+        """Client messages through the core; its actions performed here."""
         self.resampler = InputResampler(start.sample_rate)
-        guard = RealtimeGuard(self.limits.max_lead_s)
         while True:
             message = await self._recv()
-            if isinstance(message, Expired):
-                await self._reply_error(
-                    ErrorCode.SESSION_EXPIRED,
-                    "the session reached its maximum length: finishing (as after 'stop')",
-                )
-                await self._stop(session)
-                continue
-            if isinstance(message, bytes):
-                if self.stopping:
-                    await self._reply_error(ErrorCode.STOPPING, "audio after 'stop' is ignored")
-                    continue
-                if self.peer is not None:
-                    await self._reply_error(
-                        ErrorCode.WEBRTC_ACTIVE, "audio arrives over WebRTC: binary ignored"
-                    )
-                    continue
-                try:
-                    samples = validate_audio(message, max_bytes=self.limits.max_message_bytes)
-                except ProtocolError as exc:
-                    await self._reply_error(exc.code, str(exc))
-                    continue
-                if not guard.add(len(samples) / start.sample_rate, time.monotonic()):
-                    raise _fatal(
-                        ProtocolError(
-                            ErrorCode.TOO_FAST,
-                            f"audio is more than {self.limits.max_lead_s:g} s ahead of real time",
-                        ),
-                        CloseCode.POLICY,
-                    )
-                self.quota.audio(len(samples) / start.sample_rate)
-                for frame in self.resampler.feed(samples):
-                    await session.push(frame)
-                continue
-            try:
-                parsed = parse_text(message)
-            except ProtocolError as exc:
-                await self._reply_error(exc.code, str(exc))
-                continue
-            if isinstance(parsed, Start):
-                await self._reply_error(ErrorCode.BAD_START, "the session has already started")
-            elif isinstance(parsed, Flush):
-                session.flush()
-            elif isinstance(parsed, Stop):
-                await self._stop(session)
-            elif isinstance(parsed, Offer):
-                if self.stopping:
-                    await self._reply_error(ErrorCode.STOPPING, "the session is stopping")
-                else:
-                    await self._offer(parsed, session, start.sample_rate, tg)
-            elif isinstance(parsed, Ice):
-                if self.peer is None:
-                    await self._reply_error(ErrorCode.BAD_MESSAGE, "'ice' before 'offer'")
-                else:
+            for action in self.core.receive(message, time.monotonic(),
+                                            peer=self.peer is not None):
+                if isinstance(action, SendError):
+                    await self._reply_error(action.code, action.message)
+                elif isinstance(action, Fail):
+                    raise _raise(action)
+                elif isinstance(action, PushAudio):
+                    self.quota.audio(action.seconds)
+                    for frame in self.resampler.feed(action.samples):
+                        await session.push(frame)
+                elif isinstance(action, FlushInput):
+                    session.flush()
+                elif isinstance(action, StopInput):
+                    await self._stop(session)
+                elif isinstance(action, OpenPeer):
+                    await self._offer(action.offer, session, start.sample_rate, tg)
+                elif isinstance(action, AddIce) and self.peer is not None:
                     try:
-                        await self.peer.add_ice(parsed)
+                        await self.peer.add_ice(action.ice)
                     except ProtocolError as exc:
                         await self._reply_error(exc.code, str(exc))
 
     async def _stop(self, session: LiveSession) -> None:
         """No more input: after ``stop``, or when the session reached its maximum length."""
-        if not self.stopping:
-            self.stopping = True
+        if self.core.stop():
             if self.peer is None:
                 for frame in self.resampler.finish():
                     await session.push(frame)
