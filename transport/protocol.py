@@ -420,11 +420,6 @@ class InputResampler:
 
             self._stream = soxr.ResampleStream(sample_rate, STREAM_RATE, 1, dtype="int16")
 
-    @property
-    def received_seconds(self) -> float:
-        """Seconds of client audio received so far."""
-        return self.received / self.sample_rate
-
     def feed(self, samples: NDArray[np.int16]) -> list[AudioFrame]:
         """Client audio in; 16 kHz mono int16 out."""
         self.received += len(samples)

@@ -83,7 +83,7 @@ from speechpipe.transport.session_api import LiveSession, SessionFactory
 if TYPE_CHECKING:
     from speechpipe.transport.webrtc import WebRtcPeer
 
-__all__ = ["ServerObserver", "SpeechServer", "serve"]
+__all__ = ["ServerObserver", "SpeechServer"]
 
 log = logging.getLogger("speechpipe.server")
 
@@ -818,28 +818,4 @@ class _Connection:
         if peer is not None:
             await peer.close()
 
-
-async def serve(
-    factory: SessionFactory,
-    host: str,
-    port: int,
-    *,
-    is_ready: Callable[[], bool],
-    metrics_text: Callable[[], bytes],
-    observer: ServerObserver | None = None,
-    limits: ServerLimits | None = None,
-    webrtc: bool = True,
-) -> SpeechServer:
-    """Start a ``SpeechServer`` (``port=0`` picks a free port; read it from ``.port``)."""
-    server = SpeechServer(
-        factory,
-        host,
-        port,
-        is_ready=is_ready,
-        metrics_text=metrics_text,
-        observer=observer,
-        limits=limits,
-        webrtc=webrtc,
-    )
-    return await server.start()
 

@@ -77,8 +77,9 @@ class TtsWorker:
         self._executor.shutdown(wait=True, cancel_futures=True)
 
     async def aclose(self) -> None:
-        """``close()`` for async callers."""
-        self.close()
+        """``close()`` for async callers, on a helper thread: joining the worker (a synthesis
+        in progress finishes first) never blocks the event loop."""
+        await asyncio.to_thread(self.close)
 
     async def __aenter__(self) -> TtsWorker:
         return self

@@ -92,3 +92,32 @@ async def test_a_live_client_hears_it(scripted: Path, pipeline: Any, stream_ws: 
     spectrum = np.abs(np.fft.rfft(pcm))
     peak_hz = np.argmax(spectrum) * 16_000 / len(pcm)
     assert abs(peak_hz - scripted_tts.TONE_HZ) < 5  # the tone, not a Piper voice
+
+
+async def test_aclose_never_blocks_the_event_loop() -> None:
+    """Closing the worker while a synthesis runs: the loop keeps running until it ends."""
+    import asyncio
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+
+    class Blocking:
+        sample_rate = 16_000
+
+        def synthesize(self, text: str, speed: float = 1.0) -> np.ndarray:
+            started.set()
+            release.wait(10)
+            return np.full(160, 1000, np.int16)  # loud: nothing is trimmed
+
+    worker = TtsWorker(Blocking(), "blocking")
+    job = asyncio.create_task(worker.synthesize("x", 16_000))
+    assert await asyncio.to_thread(started.wait, 10)
+    closing = asyncio.create_task(worker.aclose())
+    await asyncio.sleep(0)  # aclose runs up to its first wait
+    ticked = asyncio.Event()
+    asyncio.get_running_loop().call_soon(ticked.set)
+    await asyncio.wait_for(ticked.wait(), 5)  # the loop is alive while the worker joins
+    assert not closing.done()
+    release.set()
+    await asyncio.wait_for(closing, 10)
+    assert len(await job) == 160
