@@ -148,6 +148,15 @@ def _options(args: argparse.Namespace) -> PipelineOptions:
     return with_overrides(options, args.overrides)
 
 
+def _check_request(args: argparse.Namespace) -> None:
+    """Languages, MT backend and voice, checked without loading a model."""
+    from speechpipe.session import check_request
+    from speechpipe.voices.registry import resolve_voice
+
+    _, target = check_request(_request(args))
+    resolve_voice(args.voice, target, _options(args).voice_dirs)
+
+
 def _load_pipeline(args: argparse.Namespace) -> Pipeline:
     """A loaded, checked and warmed pipeline; closed again (threads joined) if any step
     fails or is interrupted, so no worker thread outlives it."""
@@ -175,6 +184,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
     # Every bad input and output fails here, before the models load.
     source = probe_audio(args.input)
     check_output_rate(args.output_rate)
+    _check_request(args)
     if args.trace:
         check_output_path(args.trace)
     out = Path(args.out)

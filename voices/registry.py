@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from speechpipe.errors import VoiceError
+from speechpipe.errors import UnknownVoiceError, VoiceError
 from speechpipe.models.home import speechpipe_home
 from speechpipe.voices.engines import ENGINES, voice_suffixes
 
@@ -180,12 +180,12 @@ def resolve_voice(
     """
     want_lang = _lang_of(target_lang)
     if not want_lang:
-        raise VoiceError(f"no target language given to pick a voice (got {target_lang!r})")
+        raise UnknownVoiceError(f"no target language given to pick a voice (got {target_lang!r})")
     voices, broken = _scan(extra_dirs)
     if name:
         voice = _by_name(name, voices, broken)
         if voice.lang != want_lang:
-            raise VoiceError(
+            raise UnknownVoiceError(
                 f"voice {voice.name!r} speaks {voice.locale}, not {target_lang!r}; "
                 "choose another with --voice or change the target language"
             )
@@ -199,7 +199,7 @@ def resolve_voice(
         )
     available = ", ".join(f"{v.name} ({v.locale})" for v in voices) or "none"
     hint = f"; broken: {', '.join(sorted(broken))}" if broken else ""
-    raise VoiceError(  # no paths: a live client's request ends here too
+    raise UnknownVoiceError(  # no paths: a live client's request ends here too
         f"no Piper voice speaks {target_lang!r}; available: {available}{hint} - add one "
         "with `speechpipe models add NAME.onnx`"
     )
@@ -214,7 +214,7 @@ def _by_name(name: str, voices: list[VoiceInfo], broken: dict[str, str]) -> Voic
             f"voice {name!r} is installed but broken: `speechpipe models list` says why"
         )
     available = ", ".join(v.name for v in voices) or "none"
-    raise VoiceError(f"no Piper voice named {name!r}; available: {available}")
+    raise UnknownVoiceError(f"no Piper voice named {name!r}; available: {available}")
 
 
 _Stat = tuple[int, int, int] | None
