@@ -58,8 +58,8 @@ __all__ = ["run_load_bench", "register_load", "ClientRun", "commit_latencies", "
 
 RATE = 16_000
 REPO = Path(__file__).resolve().parents[2]
-# 16 000, 16 001, ... Hz: one per client session in this process (see ``run_level``)
-_OUTPUT_RATES = itertools.count(16_000)
+# one phrase-cache namespace per client session of this process (see ``run_level``)
+_SESSIONS = itertools.count()
 
 
 # -- what one client saw: ``transport.client.ClientRun`` -------------------------------
@@ -166,7 +166,7 @@ def playlist(clips: Sequence[Clip], index: int, seconds: float,
 # -- one client -------------------------------------------------------------------------------
 async def run_client(url: str, index: int, audio: np.ndarray, lang: str, *,
                      frame_ms: int = 20, tail_s: float = 2.0, timeout_s: float = 180.0,
-                     output_rate: int = 16_000) -> ClientRun:
+                     output_rate: int = 16_000, phrase_cache: str = "") -> ClientRun:
     """One client: stream its playlist at real time and record every event (the one
     protocol client, ``transport.client.stream_session``)."""
     from websockets.exceptions import ConnectionClosed
@@ -176,7 +176,7 @@ async def run_client(url: str, index: int, audio: np.ndarray, lang: str, *,
             return await stream_session(
                 url, audio, rate=RATE, frame_ms=frame_ms, tail_s=tail_s, index=index,
                 start={"source_lang": lang, "target_lang": "en",
-                       "output_sample_rate": output_rate})
+                       "output_sample_rate": output_rate, "phrase_cache": phrase_cache})
     except TimeoutError:
         return ClientRun(index, error="timeout")
     except (OSError, ConnectionClosed) as exc:
@@ -377,11 +377,11 @@ async def run_level(url: str, clips: Sequence[Clip], sessions: int, *, label: st
     async def client(i: int) -> ClientRun:
         await asyncio.sleep(i * stagger_s)
         audio, lang = playlist(clips, i, duration_s)
-        # a distinct output rate per client and level: the phrase cache keys on it, so no
-        # session gets speech synthesized earlier for free — neither another client's nor its
-        # own from an earlier level (the bench replays the same clips)
+        # a phrase-cache namespace per client and level: no session gets speech synthesized
+        # earlier for free, neither another client's nor its own from an earlier level (the
+        # bench replays the same clips)
         return await run_client(url, i, audio, lang, frame_ms=frame_ms,
-                                output_rate=next(_OUTPUT_RATES),
+                                phrase_cache=f"bench-{next(_SESSIONS)}",
                                 timeout_s=duration_s * 4 + 120)
 
     async def watch() -> None:
