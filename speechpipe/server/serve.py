@@ -374,7 +374,7 @@ def cluster_options(args: argparse.Namespace, load: LoadOptions) -> ClusterOptio
     """``--cluster`` and friends; ``SystemExit`` with one line when they do not fit."""
     if not getattr(args, "cluster", None):
         return None
-    from speechpipe.cluster.node import ClusterOptions, connect_ray
+    from speechpipe.cluster.node import ClusterOptions, cluster_secret, connect_ray
 
     if not args.public_url:
         raise SystemExit("speechpipe: --cluster needs --public-url (this node's ws:// URL)")
@@ -394,6 +394,7 @@ def cluster_options(args: argparse.Namespace, load: LoadOptions) -> ClusterOptio
         public_url=args.public_url,
         capacity=admission.capacity or 0,  # 0: the calibrated capacity, once loaded
         drain_deadline_s=args.drain_deadline,
+        secret=cluster_secret(),  # from the environment: never on the command line
         ledger=LedgerOptions(max_queue=admission.max_queue, max_wait_s=admission.max_wait_s,
                              per_client=admission.per_client or 0,  # explicit only
                              expected_session_s=admission.expected_session_s,
