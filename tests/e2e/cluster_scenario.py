@@ -357,11 +357,13 @@ async def scenario(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
         out["b_close_codes"] = [c.close_code for c in on_b]
         resumed: list[Client] = []
         for c in on_b:
-            again = Client(c.label + "r")
+            again = Client(c.label)  # the same client (a resume is bound to its holder)
             await again.open(URL["a"], resume=c.session)
             resumed.append(again)
             clients.append(again)
-        out["resume_positions"] = [await again.queued_position(5) for again in resumed]
+        # within b's lease they wait behind c6; once b is counted lost they move ahead
+        out["resume_positions"] = [await _position_falling(again, i + 1, limit_s=15.0)
+                                   for i, again in enumerate(resumed)]
         out["c6_position_behind_resumes"] = await _position_reaching(c6, 3, limit_s=10.0)
         out["c6_positions"] = [e["detail"]["position"] for e in c6.statuses("queued")]
         await asyncio.sleep(4.0)  # b's lease (3 s) runs out
@@ -441,6 +443,20 @@ async def _position_reaching(client: Client, at_least: int, limit_s: float) -> i
         queued = client.statuses("queued")
         position = int(queued[-1]["detail"]["position"]) if queued else 0
         if position >= at_least:
+            break
+        await asyncio.sleep(0.1)
+    return position
+
+
+async def _position_falling(client: Client, at_most: int, limit_s: float) -> int:
+    """The client's latest queue position, once it is ``at_most`` or less (or ``limit_s``
+    has passed)."""
+    deadline = time.monotonic() + limit_s
+    position = 0
+    while time.monotonic() < deadline:
+        queued = client.statuses("queued")
+        position = int(queued[-1]["detail"]["position"]) if queued else 0
+        if 0 < position <= at_most:
             break
         await asyncio.sleep(0.1)
     return position

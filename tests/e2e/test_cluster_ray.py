@@ -30,13 +30,14 @@ def _namespace_available() -> str | None:
     return None if probe.returncode == 0 else "cannot create a network namespace (needs root)"
 
 
-def _run_scenario(factory: pytest.TempPathFactory, *flags: str) -> dict[str, Any]:
+def _run_scenario(factory: pytest.TempPathFactory, *flags: str,
+                  script: Path | None = None) -> dict[str, Any]:
     pytest.importorskip("ray", reason="needs the cluster extra: pip install 'speechpipe[cluster]'")
     why = _namespace_available()
     if why:
         pytest.skip(why)
     out = factory.mktemp("cluster") / "scenario.json"
-    script = Path(__file__).with_name("cluster_scenario.py")
+    script = script or Path(__file__).with_name("cluster_scenario.py")
     argv = " ".join(f'"{part}"' for part in (sys.executable, script, out, *flags))
     proc = subprocess.Popen(
         ["unshare", "-n", "--", "sh", "-c", f"ip link set lo up && exec {argv}"],
