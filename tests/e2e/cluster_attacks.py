@@ -147,9 +147,11 @@ async def admission(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
             position = await waiter.queued_position()
             await waiter.close()  # gone while waiting: its turn comes right after
             await holder.stop()
-            freed = await settle(lambda port=PORTS[node]: _zero(port))
+            turn = await settle(lambda: _turn_over(ledger))  # the waiter's turn came, went
+            await asyncio.sleep(1.5)  # a heartbeat brings the figures to /metrics
+            freed = await settle(lambda port=PORTS[node]: _zero(port), 3.0)
             snap = await _snapshot_retry(ledger, 10)
-            rounds.append({"position": position, "node_freed": freed,
+            rounds.append({"position": position, "turn_over": turn, "node_freed": freed,
                            "node_sessions": await node_sessions(PORTS[node]),
                            "ledger": {k: snap[k] for k in ("active", "reserved", "waiting")}})
             if node == "a":  # refill a for the second round, on b
@@ -321,6 +323,11 @@ async def ledger_faults(out: dict[str, Any], procs: Procs) -> None:
             with _suppress():
                 await asyncio.wait_for(client.close(), 5)
         ray.shutdown()
+
+
+async def _turn_over(ledger: Any) -> bool:
+    snap = await snapshot(ledger)
+    return bool(snap["reserved"] == 0 and snap["waiting"] == 0)
 
 
 async def _zero(port: int) -> bool:

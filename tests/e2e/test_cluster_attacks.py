@@ -46,9 +46,9 @@ def test_rogue_registrations_are_refused_without_the_cluster_secret(admission):
 def test_waiters_that_vanish_at_their_turn_leak_no_slot(admission):
     assert admission["vanish_setup"] == ["started", "started", B]
     for one in admission["vanish_rounds"]:
-        assert one["position"] == 1
+        assert one["position"] == 1 and one["turn_over"]
         assert one["node_freed"] and one["node_sessions"] == 0, one
-        assert one["ledger"]["reserved"] == 0 and one["ledger"]["waiting"] == 0, one
+        assert one["ledger"] == {"active": 1, "reserved": 0, "waiting": 0}, one
     assert admission["vanish_rounds"][0]["refill"] == "started"
     assert admission["fair_after_vanish"] == "started"
 
