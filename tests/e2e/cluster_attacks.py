@@ -222,6 +222,7 @@ async def admission(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
         for c in resumes:
             with _suppress():
                 await asyncio.wait_for(c.close(), 5)
+        out["line_cleared"] = await settle(lambda: _line_empty(ledger))  # their places freed
 
         log("item 5: a lost session's resume, taken by someone else")
         filler2 = await opened("filler2", URL["b"], tokens.new())
@@ -313,6 +314,7 @@ async def ledger_faults(out: dict[str, Any], procs: Procs) -> None:
         out["recreated"] = None if recreated is None else {
             "nodes": len(recreated["nodes"]), "active": recreated["active"],
             "signed": recreated["signed"]}
+        await settle(lambda: _metric_is(PORTS["b"], "speechpipe_cluster_capacity", 2.0))
         metrics = dict(line.rsplit(" ", 1) for line in await asyncio.to_thread(
             _metrics, PORTS["b"]))
         out["b_metrics_after"] = {k: metrics.get(k) for k in (
@@ -328,6 +330,15 @@ async def ledger_faults(out: dict[str, Any], procs: Procs) -> None:
 async def _turn_over(ledger: Any) -> bool:
     snap = await snapshot(ledger)
     return bool(snap["reserved"] == 0 and snap["waiting"] == 0)
+
+
+async def _line_empty(ledger: Any) -> bool:
+    return bool((await snapshot(ledger))["waiting"] == 0)
+
+
+async def _metric_is(port: int, name: str, value: float) -> bool:
+    lines = await asyncio.to_thread(_metrics, port)
+    return any(line == f"{name} {value}" for line in lines)
 
 
 async def _zero(port: int) -> bool:

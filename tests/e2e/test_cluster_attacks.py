@@ -79,11 +79,16 @@ def test_resuming_ones_own_live_session_neither_jumps_the_line_nor_passes_the_li
 
 @pytest.mark.slow
 def test_a_lost_sessions_resume_priority_is_its_holders_only(admission):
-    assert admission["filler2"] == "started" and admission["first_position"] == 1
-    assert admission["thief_position"] == 2  # someone else with the id: at the back
-    assert admission["owner_position"] == 1  # the holder: ahead, once its node is lost
-    assert admission["first_position_after"] == 2
-    assert admission["thief_position_after"] == 3
+    seen = {k: admission.get(k) for k in ("line_cleared", "filler2", "first_position",
+                                          "thief_position", "owner_position",
+                                          "first_position_after", "thief_position_after",
+                                          "accounting")}
+    assert admission["line_cleared"], seen
+    assert admission["filler2"] == "started" and admission["first_position"] == 1, seen
+    assert admission["thief_position"] == 2, seen  # someone else with the id: at the back
+    assert admission["owner_position"] == 1, seen  # the holder: ahead, once its node is lost
+    assert admission["first_position_after"] == 2, seen
+    assert admission["thief_position_after"] == 3, seen
     acct = admission["accounting"]
     assert acct["lost"] == 1 and acct["resumed"] == 1
     assert acct["admitted"] == acct["ended"] + acct["lost"] + acct["active"]
@@ -103,5 +108,6 @@ def test_waiters_keep_their_place_across_a_ledger_restart(ledger):
 def test_nodes_recreate_a_ledger_gone_for_good(ledger):
     assert ledger["recreated"] == {"nodes": 2, "active": 2, "signed": True}
     metrics = ledger["b_metrics_after"]
+    assert metrics, ledger
     assert float(metrics["speechpipe_cluster_ledger_reachable"]) == 1
     assert float(metrics["speechpipe_cluster_capacity"]) == 2
