@@ -55,10 +55,16 @@ def test_waiters_that_vanish_at_their_turn_leak_no_slot(admission):
 
 @pytest.mark.slow
 def test_a_ticket_starts_one_session_once(admission):
+    # an active session's id as start.ticket, on a node with room: no session starts on it
+    # (one may start as an ordinary new arrival, with its own id)
+    assert admission["owner_c"] == "started"
+    assert admission["reuse_same_id"] == 0, admission["reuse_sessions"]
+    assert admission["reuse_started"] <= 1
+    # one redirect ticket, 6 connections at once: one session
     assert admission["hop_first"] == "closed 4020"
     outcomes = admission["claim_outcomes"]
-    assert outcomes.count("started") == 1, outcomes  # 6 connections, one redirect ticket
-    assert "started" not in admission["reuse_outcomes"]  # an active session's id
+    assert outcomes.count("started") == 1, outcomes
+    assert admission["claim_sessions_with_the_ticket"] == 1
     after = admission["after_reuse"]
     assert after == {"ledger_active": 2, "a": 1, "b": 1}, after
 
