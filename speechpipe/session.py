@@ -27,24 +27,25 @@ import numpy as np
 from speechpipe.config import PipelineOptions
 from speechpipe.errors import InputError, LanguageError, SessionError, WorkerError
 from speechpipe.models.batching import PRIORITY_LIVE, PRIORITY_REPLAY, AsrBatcher
+from speechpipe.models.ct2_folder import WHISPER_LANGUAGES
 from speechpipe.models.ct2_translator import Ct2TextTranslator
 from speechpipe.models.ct2_worker import Ct2TranslationWorker
 from speechpipe.models.whisper_engine import WhisperEngine
 from speechpipe.models.whisper_weights import resolve_whisper_model
-from speechpipe.server.degrade import MODE_FLOOR, DegradeState, SessionLadder
 from speechpipe.stages.asr import AsrOptions, AsrStage
 from speechpipe.stages.cache import LruCache
 from speechpipe.stages.channels import Channel, ChannelClosed, Overflow
 from speechpipe.stages.clock import BasisStreamClock, StreamClock, WallStreamClock
 from speechpipe.stages.faithfulness import SileroSpeech
 from speechpipe.stages.frames import AudioFrame, OutputEvent, TextHypothesis
+from speechpipe.stages.ladder import MODE_FLOOR, DegradeState, SessionLadder
 from speechpipe.stages.mt import SpeechTranslationPassthrough
 from speechpipe.stages.request import SessionRequest
 from speechpipe.stages.text_mt import TextMtStage
 from speechpipe.stages.translation_memory import TranslationMemory
 from speechpipe.stages.tts import TtsStage
 from speechpipe.stages.vad import LabeledAudio, VadStage, merge_labeled
-from speechpipe.voices.piper_engine import PiperOptions, PiperSynthesizer
+from speechpipe.voices.engines import load_synthesizer
 from speechpipe.voices.registry import VoiceInfo, resolve_voice
 from speechpipe.voices.tts_worker import TtsWorker
 
@@ -64,6 +65,30 @@ def check_output_rate(rate: int) -> None:
     if not MIN_OUTPUT_RATE <= rate <= MAX_OUTPUT_RATE:
         raise InputError(f"output sample rate {rate} outside "
                          f"{MIN_OUTPUT_RATE}..{MAX_OUTPUT_RATE} Hz")
+
+
+def check_request(request: SessionRequest) -> tuple[str, str]:
+    """What a request can be checked for without models: language codes (Whisper's), the MT
+    backend and the output rate. Returns (source, target), normalized. The CLI calls it
+    (and ``resolve_voice``) before loading models; ``Pipeline.resolve`` calls it first."""
+    source = request.source_lang.strip().lower()
+    if source != "auto" and source not in WHISPER_LANGUAGES:
+        raise LanguageError(f"unknown source language {source!r}; Whisper knows: "
+                            + " ".join(sorted(WHISPER_LANGUAGES)))
+    target = request.target_lang.strip().lower()
+    if target not in WHISPER_LANGUAGES:
+        raise LanguageError(f"unknown target language {target!r}: use an ISO 639-1 code such "
+                            "as en, de or fr")
+    if request.mt == "whisper":
+        if target != "en":
+            raise LanguageError(
+                f"target language {target!r} needs a text MT model: the embedded default "
+                "translates to English only (bring one with --mt ct2:MODEL)"
+            )
+    elif not request.mt.startswith("ct2:"):
+        raise InputError(f"unknown MT backend {request.mt!r} (use whisper or ct2:MODEL)")
+    check_output_rate(request.output_sample_rate)
+    return source, target
 
 
 def _merge_frames(first: AudioFrame, second: AudioFrame) -> AudioFrame:
@@ -199,23 +224,13 @@ class Pipeline:
     # -- requests ------------------------------------------------------------------------
     def resolve(self, request: SessionRequest) -> ResolvedRequest:
         """Validate a request; raises ``InputError`` subclasses with one clear message."""
-        source = request.source_lang.strip().lower()
+        source, target = check_request(request)
         if source != "auto":
-            self.engine.check_language(source)
-        target = request.target_lang.strip().lower()
+            self.engine.check_language(source)  # the loaded model's own languages
         text_mt = None
-        if request.mt == "whisper":
-            if target != "en":
-                raise LanguageError(
-                    f"target language {target!r} needs a text MT model: the embedded default "
-                    "translates to English only (bring one with --mt ct2:MODEL)"
-                )
-        elif request.mt.startswith("ct2:"):
+        if request.mt.startswith("ct2:"):
             text_mt = self.text_mt_worker(request.mt)
             text_mt.check_languages(source, target)
-        else:
-            raise InputError(f"unknown MT backend {request.mt!r} (use whisper or ct2:MODEL)")
-        check_output_rate(request.output_sample_rate)
         voice = resolve_voice(request.voice, target, self.options.voice_dirs)
         asr = self.options.asr
         if request.mode == "fast":
@@ -245,8 +260,9 @@ class Pipeline:
             worker = self._tts.get(voice.name)
             if worker is None:
                 self._check_open()
-                piper_options = PiperOptions(length_scale=self.options.tts_length_scale)
-                worker = TtsWorker(PiperSynthesizer(voice, piper_options), voice.name)
+                # an engine's options are the pipeline group of its name (options.piper)
+                engine_options = getattr(self.options, voice.engine, None)
+                worker = TtsWorker(load_synthesizer(voice, engine_options), voice.name)
                 self._tts[voice.name] = worker
                 self._phrase_caches[voice.name] = LruCache(self.options.phrase_cache_items)
             return worker

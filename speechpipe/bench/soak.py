@@ -376,8 +376,8 @@ async def run_soak(
     trim: bool = False,
 ) -> SoakReport:
     """Run the soak against an in-process server; returns its report."""
-    from speechpipe.transport.quotas import Quotas
-    from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
+    from speechpipe.transport.limits import Quotas, ServerLimits
+    from speechpipe.transport.websocket_server import SpeechServer
 
     clips = load_clips(clips_dir)
     own_pipeline = pipeline is None

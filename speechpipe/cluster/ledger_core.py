@@ -41,6 +41,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Literal
 
+from speechpipe.cluster.options import ClusterSettings
+
 __all__ = ["LedgerOptions", "LedgerCore", "Verdict", "NodeView", "HeldSession"]
 
 
@@ -53,10 +55,10 @@ class LedgerOptions:
     per_token: int = 0  # the same per token key, cluster-wide; 0 = no limit
     expected_session_s: float = 120.0  # prior for the wait estimate
     min_retry_s: float = 5.0  # smallest retry hint given
-    lease_s: float = 6.0  # a node silent this long is lost
+    lease_s: float = ClusterSettings().lease_s  # a node silent this long is lost
     ticket_ttl_s: float = 10.0  # a reservation must be claimed within this
     waiter_ttl_s: float = 10.0  # a waiting ticket not asked about this long leaves the line
-    resume_window_s: float = 60.0  # a lost session may resume ahead of the line this long
+    resume_window_s: float = ClusterSettings().resume_window_s  # lost sessions resume ahead
 
 
 Kind = Literal["admitted", "redirect", "queued", "refused"]

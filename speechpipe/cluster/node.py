@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speechpipe.cluster.ledger_core import LedgerOptions, Verdict
+from speechpipe.cluster.options import ClusterSettings
 from speechpipe.errors import AdmissionError, SessionRedirect
 from speechpipe.stages.frames import StatusEvent
 
@@ -59,7 +60,7 @@ class ClusterOptions:
     call_timeout_s: float = 5.0
     poll_s: float = 0.5  # a waiting client's ticket is asked about this often
     status_interval_s: float = 2.0  # a waiting client hears at least this often
-    drain_deadline_s: float = 120.0  # after a drain: close the rest (4021) at this deadline
+    drain_deadline_s: float = ClusterSettings().drain_deadline_s  # then close the rest (4021)
     ledger: LedgerOptions = field(default_factory=LedgerOptions)
     secret: str = field(default="", repr=False)  # the cluster secret (SPEECHPIPE_CLUSTER_SECRET)
 

@@ -108,7 +108,7 @@ async def test_overload_runs_past_the_capacity_the_server_announces(pipeline):
     runs past it; the extra session is refused with the documented code and a retry hint."""
     from speechpipe.bench.load import run_load_bench
     from speechpipe.server.admission import AdmissionOptions
-    from speechpipe.server.load_control import LoadOptions
+    from speechpipe.server.options import LoadOptions
     from speechpipe.server.serve import ServerApp
 
     app = ServerApp("127.0.0.1", 0, pipeline=pipeline,
