@@ -129,7 +129,7 @@ class Pipeline:
         self.degrade = DegradeState()  # the server's degrade level (speechpipe.server.degrade)
         self.live_sessions: set[PipelineSession] = set()
         self._tts: dict[str, TtsWorker] = {}
-        self._phrase_caches: dict[str, LruCache[tuple[str, int, float], np.ndarray]] = {}
+        self._phrase_caches: dict[str, LruCache[tuple[str, str, int, float], np.ndarray]] = {}
         self._tts_lock = threading.Lock()
         self._text_mt: dict[str, Ct2TranslationWorker] = {}
         self._text_mt_lock = threading.Lock()
@@ -267,8 +267,11 @@ class Pipeline:
                 self._phrase_caches[voice.name] = LruCache(self.options.phrase_cache_items)
             return worker
 
-    def phrase_cache(self, voice: VoiceInfo) -> LruCache[tuple[str, int, float], np.ndarray]:
-        """The shared cache of synthesized phrases for ``voice``."""
+    def phrase_cache(
+        self, voice: VoiceInfo,
+    ) -> LruCache[tuple[str, str, int, float], np.ndarray]:
+        """The shared cache of synthesized phrases for ``voice``, keyed by (namespace, text,
+        rate, speed): ``SessionRequest.phrase_cache`` is the namespace."""
         self.tts_worker(voice)
         return self._phrase_caches[voice.name]
 
@@ -307,9 +310,10 @@ class PipelineSession:
         tts_worker = await asyncio.to_thread(pipeline.tts_worker, resolved.voice)
         cache = pipeline.phrase_cache(resolved.voice)
         rate = self.request.output_sample_rate
+        namespace = self.request.phrase_cache
 
         async def speak(text: str, speed: float = 1.0) -> np.ndarray:
-            key = (text, rate, speed)
+            key = (namespace, text, rate, speed)
             cached = cache.get(key)
             if cached is not None:
                 return cached
