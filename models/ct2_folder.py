@@ -174,7 +174,7 @@ def _load_vocab(path: Path, side: str) -> list[str]:
                 return tokens
             if txt_path.is_file():
                 return txt_path.read_text(encoding="utf-8").split("\n")
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise ModelError(f"cannot read the vocabulary in {path}: {exc}") from None
     raise ModelError(
         f"{path} has no CTranslate2 vocabulary (shared_vocabulary.json or "
@@ -187,6 +187,8 @@ def _read_json(path: Path) -> dict[str, Any]:
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ModelError(f"{path} is nested too deeply to be a model config") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ModelError(f"{path} is not valid JSON ({exc})") from None
     if not isinstance(data, dict):

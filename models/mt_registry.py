@@ -37,7 +37,7 @@ def _read_registry(path: Path) -> dict[str, Any]:
         return {"version": _REGISTRY_VERSION, "mt": {}}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ModelError(f"model registry {path} is unreadable ({exc}); fix or delete it") from None
     if not isinstance(data, dict) or not isinstance(data.get("mt", {}), dict):
         raise ModelError(f"model registry {path} is malformed; fix or delete it")

@@ -15,9 +15,16 @@ is first used. ``speechpipe.errors`` is a leaf every layer imports.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# onnxruntime (Piper's voices, the Silero VAD) records telemetry events in
+# ~/.cache/Microsoft/DeveloperTools/.onnxruntime/onnxruntime.db unless this is set when the
+# library loads; ``disable_telemetry_events()`` does not stop that file. Set here, before
+# any speechpipe module can import onnxruntime; an explicit ORT_DISABLE_TELEMETRY=0 wins.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 # name -> module that defines it
 _EXPORTS: dict[str, str] = {

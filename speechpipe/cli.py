@@ -26,11 +26,6 @@ __all__ = ["main", "build_parser"]
 
 log = logging.getLogger("speechpipe")
 
-# ``--set`` groups (``speechpipe.config.GROUPS``; a test keeps these lists equal to it)
-PIPELINE_GROUPS = "pipeline, vad, asr, phrases, catch_up, batching, text_mt, faithful"
-SERVER_GROUPS = "limits, quotas, load, admission, degrade"
-
-
 def _add_session_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pace", choices=("realtime", "fast"), default="realtime",
                         help="realtime: wall-clock paced (computation-aware); fast: as fast "
@@ -44,14 +39,13 @@ def _add_session_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=("balanced", "fast", "quality"), default="balanced")
     parser.add_argument("--output-rate", type=int, default=22_050,
                         help="sample rate of the translated speech (Hz)")
-    parser.add_argument("--asr-model", default="whisper-base",
-                        help="bundled model name or a CTranslate2 Whisper folder")
-    parser.add_argument("--voices-dir", action="append", default=[],
-                        help="extra folder with Piper .onnx + .onnx.json voices")
+    from speechpipe.config import MODEL_ALIASES, add_aliases, groups_of
+
+    add_aliases(parser, MODEL_ALIASES)
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="GROUP.FIELD=VALUE",
                         help="override an option (repeatable), e.g. asr.step_s=1.0; groups: "
-                             f"{PIPELINE_GROUPS}; `speechpipe config` lists every option")
+                             f"{groups_of('pipeline')}; `speechpipe config` lists every option")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -148,10 +142,19 @@ def _request(args: argparse.Namespace) -> SessionRequest:
 
 
 def _options(args: argparse.Namespace) -> PipelineOptions:
-    from speechpipe.config import PipelineOptions, with_overrides
+    from speechpipe.config import MODEL_ALIASES, Config, apply_aliases, with_overrides
 
-    options = PipelineOptions(asr_model=args.asr_model, voice_dirs=tuple(args.voices_dir))
+    options = apply_aliases(Config(), args, MODEL_ALIASES).pipeline
     return with_overrides(options, args.overrides)
+
+
+def _check_request(args: argparse.Namespace) -> None:
+    """Languages, MT backend and voice, checked without loading a model."""
+    from speechpipe.session import check_request
+    from speechpipe.voices.registry import resolve_voice
+
+    _, target = check_request(_request(args))
+    resolve_voice(args.voice, target, _options(args).voice_dirs)
 
 
 def _load_pipeline(args: argparse.Namespace) -> Pipeline:
@@ -181,6 +184,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
     # Every bad input and output fails here, before the models load.
     source = probe_audio(args.input)
     check_output_rate(args.output_rate)
+    _check_request(args)
     if args.trace:
         check_output_path(args.trace)
     out = Path(args.out)
@@ -217,7 +221,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """``speechpipe eval``: score the clips of a manifest."""
-    from speechpipe.evaluation.evaluate import run_eval
+    from speechpipe.evaluation.command import run_eval
 
     return run_eval(args, _options(args), _request(args))
 

@@ -2,36 +2,46 @@
 
 ``Config`` holds ``pipeline`` (``PipelineOptions``: what every session is built with) and
 ``server`` (``ServerOptions``: the server's limits and quotas, admission and the degrade
-ladder). Every scalar leaf can be set with ``--set GROUP.FIELD=VALUE``; ``GROUPS`` names the
-groups and where they sit in the tree; ``speechpipe config`` prints the effective tree.
-Defaults live only in the dataclasses: command-line flags default to ``None`` and, when
-given, write into the tree.
+ladder, the cluster). Every scalar leaf can be set with ``--set GROUP.FIELD=VALUE``;
+``GROUPS`` (derived from the tree: every option dataclass is a group, named by its field)
+says where each group sits; ``speechpipe config`` prints the effective tree. Defaults live
+only in the dataclasses. A shorthand flag (``--capacity 3``) is an ``Alias`` of one leaf
+(``admission.capacity``): it defaults to ``None`` and, when given, writes that leaf, exactly
+as ``--set`` would (``apply_aliases``).
+
+Every module this one imports holds options (and pure cores) only: reading the tree loads
+no server, no websockets library and no model.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
+import math
 import types
 import typing
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from speechpipe.cluster.options import ClusterSettings
 from speechpipe.errors import InputError
 from speechpipe.models.batching import BatchOptions
-from speechpipe.server.load_control import LoadOptions
+from speechpipe.server.options import LoadOptions
 from speechpipe.stages.asr import AsrOptions
 from speechpipe.stages.faithfulness import FaithfulnessOptions
 from speechpipe.stages.phrases import PhraseOptions
 from speechpipe.stages.text_mt import TextMtOptions
 from speechpipe.stages.tts import CatchUpOptions
 from speechpipe.stages.vad import VadOptions
-from speechpipe.transport.websocket_server import ServerLimits
+from speechpipe.transport.limits import ServerLimits
+from speechpipe.voices.piper_engine import PiperOptions
 
 __all__ = [
     "Config", "PipelineOptions", "ServerOptions", "GROUPS", "apply_overrides", "with_overrides",
-    "config_dict", "render_config",
+    "config_dict", "render_config", "Alias", "add_aliases", "apply_aliases", "MODEL_ALIASES",
+    "groups_of", "Range", "RANGES", "check_leaf", "leaf_range", "check_config",
 ]
 
 
@@ -44,7 +54,6 @@ class PipelineOptions:
     asr_encode_bucket_s: float = 1.0  # encode lengths are multiples of this (batching)
     voice_dirs: tuple[str, ...] = ()
     phrase_cache_items: int = 512  # per voice; ~1 s of audio each
-    tts_length_scale: float | None = 0.9  # Piper speaking rate: < 1 is faster (None: voice's)
     catch_up: CatchUpOptions = field(default_factory=CatchUpOptions)
     mt_threads: int = 2
     translation_memory_items: int = 4096
@@ -56,6 +65,9 @@ class PipelineOptions:
     batching: BatchOptions = field(default_factory=BatchOptions)  # the shared ASR worker
     faithful: FaithfulnessOptions = field(default_factory=FaithfulnessOptions)  # guards
     text_mt: TextMtOptions = field(default_factory=TextMtOptions)  # --mt ct2:MODEL sessions
+    # the Piper engine's voices (voices/engines.py: an engine's options are the group of its
+    # name); speaking rate 0.9: a little faster than the voices' own (< 1 is faster)
+    piper: PiperOptions = field(default_factory=lambda: PiperOptions(length_scale=0.9))
     # numpy BLAS threads for the whole process, set by the CLI and server entry points before
     # they load the models (``apply_process_limits``); None leaves the process as it is.
     # ``Pipeline.load`` itself never changes process-wide settings.
@@ -70,6 +82,7 @@ class ServerOptions:
 
     limits: ServerLimits = field(default_factory=ServerLimits)  # quotas: limits.quotas
     load: LoadOptions = field(default_factory=LoadOptions)  # admission, degrade: load.*
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)  # serve --cluster
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,23 +93,18 @@ class Config:
     server: ServerOptions = field(default_factory=ServerOptions)
 
 
-# ``--set`` group -> where it sits in ``Config``
-GROUPS: dict[str, tuple[str, ...]] = {
-    "pipeline": ("pipeline",),
-    "vad": ("pipeline", "vad"),
-    "asr": ("pipeline", "asr"),
-    "phrases": ("pipeline", "phrases"),
-    "catch_up": ("pipeline", "catch_up"),
-    "batching": ("pipeline", "batching"),
-    "text_mt": ("pipeline", "text_mt"),
-    "faithful": ("pipeline", "faithful"),
-    "limits": ("server", "limits"),
-    "quotas": ("server", "limits", "quotas"),
-    "load": ("server", "load"),
-    "admission": ("server", "load", "admission"),
-    "degrade": ("server", "load", "degrade"),
-}
-SERVER_GROUPS = frozenset(g for g, path in GROUPS.items() if path[0] == "server")
+def _derive_groups(node: Any, path: tuple[str, ...], out: dict[str, tuple[str, ...]]) -> None:
+    """Every option dataclass under ``node`` that has settable leaves, by its field name."""
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            if settable_fields(value):
+                if f.name in out:
+                    raise TypeError(f"two option groups are called {f.name!r}")
+                out[f.name] = (*path, f.name)
+            _derive_groups(value, (*path, f.name), out)
+
+
 _SCALARS = (bool, int, float, str)
 
 
@@ -175,6 +183,17 @@ def settable_fields(section: Any) -> dict[str, Parser]:
     return out
 
 
+# ``--set`` group -> where it sits in ``Config`` (tree order: pipeline groups, then server's)
+GROUPS: dict[str, tuple[str, ...]] = {}
+_derive_groups(Config(), (), GROUPS)
+SERVER_GROUPS = frozenset(g for g, path in GROUPS.items() if path[0] == "server")
+
+
+def groups_of(tree: str) -> str:
+    """The ``--set`` groups under ``pipeline`` or ``server``, comma-separated (help texts)."""
+    return ", ".join(g for g, path in GROUPS.items() if path[0] == tree)
+
+
 def apply_overrides(config: Config, overrides: Iterable[str]) -> Config:
     """Apply ``GROUP.FIELD=VALUE`` overrides (``--set``) to the tree, converting each value
     to the field's type; a bad key or value raises ``InputError`` naming what is accepted."""
@@ -194,6 +213,7 @@ def apply_overrides(config: Config, overrides: Iterable[str]) -> Config:
                              f"(has: {', '.join(sorted(fields))})")
         try:
             value = fields[name](raw)
+            check_leaf(f"{group}.{name}", value)
             config = _put(config, path, dataclasses.replace(section, **{name: value}))
         except (TypeError, ValueError) as exc:
             raise InputError(f"--set {item!r}: {exc}") from None
@@ -253,3 +273,202 @@ def render_config(config: Config, fmt: str = "toml") -> str:
                         "# groups: " + ", ".join(f"{g} = {'.'.join(p)}" for g, p in GROUPS.items())]
     _toml_table("", tree, lines)
     return "\n".join(lines).strip() + "\n"
+
+
+# -- shorthand flags ---------------------------------------------------------------------------
+_SWITCH = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Alias:
+    """A shorthand flag of one ``--set`` leaf: ``Alias("--capacity", "admission.capacity",
+    ...)`` makes ``--capacity 3`` write what ``--set admission.capacity=3`` writes. ``type``
+    reads the flag's value (it may map a flag's own spelling, e.g. 0 = off, onto the leaf's
+    None); ``switch`` makes a flag without a value that writes that value; ``repeat`` makes
+    a repeatable flag whose values form the leaf's tuple. Its default is the leaf's."""
+
+    flag: str
+    leaf: str  # GROUP.FIELD
+    help: str
+    type: Callable[[str], Any] = str
+    switch: Any = _SWITCH
+    repeat: bool = False
+    metavar: str | None = None
+
+    @property
+    def is_switch(self) -> bool:
+        """True for a flag without a value (it writes ``switch``)."""
+        return self.switch is not _SWITCH
+
+    @property
+    def dest(self) -> str:
+        """The argparse attribute the flag's value lands in."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        """Where the leaf sits in ``Config``."""
+        group, _, name = self.leaf.partition(".")
+        return (*GROUPS[group], name)
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, tuple):
+        return ",".join(map(str, value)) or "none"
+    return str(value)
+
+
+def add_aliases(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+                aliases: Iterable[Alias]) -> None:
+    """Add each alias as a flag defaulting to ``None``; its help names the leaf and the
+    leaf's default (read from the tree: defaults are written once, in the dataclasses)."""
+    defaults = Config()
+    for alias in aliases:
+        default = _get(defaults, alias.path)
+        text = f"{alias.help} (default {_shown(default)}; --set {alias.leaf})".replace("%", "%%")
+        if alias.is_switch:
+            parser.add_argument(alias.flag, dest=alias.dest, action="store_const",
+                                const=alias.switch, default=None, help=text)
+        elif alias.repeat:
+            parser.add_argument(alias.flag, dest=alias.dest, action="append", default=None,
+                                type=alias.type, metavar=alias.metavar, help=text)
+        else:
+            parser.add_argument(alias.flag, dest=alias.dest, type=alias.type, default=None,
+                                metavar=alias.metavar, help=text)
+
+
+def apply_aliases(config: Config, args: argparse.Namespace, aliases: Iterable[Alias]) -> Config:
+    """The tree with every alias flag given in ``args`` written to its leaf (flags not given
+    leave the tree as it is); a value its dataclass refuses raises ``InputError``."""
+    for alias in aliases:
+        value = getattr(args, alias.dest, None)
+        if value is None:
+            continue
+        if alias.repeat:
+            value = tuple(value)
+        *parents, name = alias.path
+        section = _get(config, tuple(parents))
+        try:
+            check_leaf(alias.leaf, value)
+            config = _put(config, tuple(parents), dataclasses.replace(section, **{name: value}))
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"{alias.flag}: {exc}") from None
+    return config
+
+
+# The model flags of translate, eval and serve
+MODEL_ALIASES = (
+    Alias("--asr-model", "pipeline.asr_model",
+          "bundled model name or a CTranslate2 Whisper folder"),
+    Alias("--voices-dir", "pipeline.voice_dirs",
+          "extra folder with Piper .onnx + .onnx.json voices (repeatable)", repeat=True),
+)
+
+
+# -- what each leaf may be ---------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Range:
+    """The values one numeric leaf (or each item of a tuple leaf) may take: finite, at least
+    ``low`` (more than ``low`` when ``open_low``), at most ``high``."""
+
+    low: float | None = 0.0
+    high: float | None = None
+    open_low: bool = False
+
+    def check(self, value: int | float, name: str = "the value") -> None:
+        """``ValueError`` saying what is allowed, for a value outside the range."""
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number (got {value})")
+        below = self.low is not None and (value <= self.low if self.open_low else value < self.low)
+        if below or (self.high is not None and value > self.high):
+            raise ValueError(f"{name} must be {self} (got {value:g})")
+
+    def __str__(self) -> str:
+        low = "" if self.low is None else f"{'>' if self.open_low else '>='} {self.low:g}"
+        high = "" if self.high is None else f"<= {self.high:g}"
+        return " and ".join(part for part in (low, high) if part) or "any finite number"
+
+
+POSITIVE = Range(0.0, open_low=True)
+NON_NEGATIVE = Range(0.0)
+FRACTION = Range(0.0, 1.0)
+AT_LEAST_ONE = Range(1.0)
+
+# Leaves whose range is not the generic one. The generic rule (``leaf_range``): every number is
+# finite; a leaf whose default is positive must stay positive (a zero size, interval, capacity
+# or step breaks every session: ``limits.outgoing_capacity=0`` did), others must not be
+# negative. Listed here: where 0 means "off" or "none" and where there is an upper bound.
+RANGES: dict[str, Range] = {
+    "pipeline.asr_threads": AT_LEAST_ONE,
+    "pipeline.mt_threads": AT_LEAST_ONE,
+    "pipeline.blas_threads": AT_LEAST_ONE,
+    "vad.aggressiveness": Range(0, 3),  # webrtcvad's modes
+    "vad.start_ratio": Range(0.0, 1.0, open_low=True),
+    "asr.early_words": NON_NEGATIVE,  # 0: no early steps
+    "asr.min_voiced_s": NON_NEGATIVE,
+    "asr.pause_commit_margin_s": NON_NEGATIVE,
+    "asr.language_lock_s": NON_NEGATIVE,
+    "asr.pre_roll_s": NON_NEGATIVE,
+    "asr.min_utterance_voiced_s": NON_NEGATIVE,
+    "asr.align_margin_s": NON_NEGATIVE,
+    "phrases.min_words_at_punctuation": NON_NEGATIVE,
+    "phrases.lead_s": NON_NEGATIVE,
+    "batching.window_s": NON_NEGATIVE,  # 0: no gathering window
+    "batching.group_min_queue": NON_NEGATIVE,
+    "faithful.min_speech_s": NON_NEGATIVE,
+    "faithful.speech_threshold": FRACTION,
+    "faithful.extra_words": NON_NEGATIVE,
+    "faithful.target_extra_words": NON_NEGATIVE,
+    "faithful.min_ratio": FRACTION,
+    "faithful.min_source_words": NON_NEGATIVE,
+    "faithful.max_recoveries": NON_NEGATIVE,  # 0: never translate again
+    "limits.shutdown_grace_s": NON_NEGATIVE,
+    "quotas.expire_grace_s": NON_NEGATIVE,
+    "quotas.min_audio_ratio": FRACTION,  # 0: the pace rule is off
+    "quotas.max_sessions_per_token": NON_NEGATIVE,  # 0: no limit
+    "quotas.max_sessions_per_ip": NON_NEGATIVE,
+    "admission.capacity": AT_LEAST_ONE,
+    "admission.max_queue": NON_NEGATIVE,  # 0: no waiting line
+    "admission.max_wait_s": NON_NEGATIVE,
+    "admission.per_client": NON_NEGATIVE,  # 0: no per-client limit
+    "degrade.max_level": NON_NEGATIVE,  # 0: the ladder never steps down
+}
+
+
+def leaf_range(leaf: str) -> Range:
+    """The range of ``GROUP.FIELD``: declared in ``RANGES``, else from its default."""
+    declared = RANGES.get(leaf)
+    if declared is not None:
+        return declared
+    group, _, name = leaf.partition(".")
+    default = getattr(_get(Config(), GROUPS[group]), name)
+    items = default if isinstance(default, tuple) else (default,)
+    numbers = [v for v in items if isinstance(v, int | float) and not isinstance(v, bool)]
+    return POSITIVE if numbers and all(v > 0 for v in numbers) else NON_NEGATIVE
+
+
+def check_leaf(leaf: str, value: object) -> None:
+    """``ValueError`` when ``value`` may not be set at ``GROUP.FIELD`` (NaN, infinity, out
+    of its range); strings, booleans and None (off) pass: their dataclasses check them."""
+    items = value if isinstance(value, tuple) else (value,)
+    numbers = [v for v in items if isinstance(v, int | float) and not isinstance(v, bool)]
+    if not numbers:
+        return
+    allowed = leaf_range(leaf)
+    name = leaf.partition(".")[2] + (" items" if isinstance(value, tuple) else "")
+    for number in numbers:
+        allowed.check(number, name)
+
+
+def check_config(config: Config) -> None:
+    """``check_leaf`` over every settable leaf of the tree (``InputError`` for the first
+    leaf out of range)."""
+    for group, path in GROUPS.items():
+        section = _get(config, path)
+        for name in settable_fields(section):
+            try:
+                check_leaf(f"{group}.{name}", getattr(section, name))
+            except ValueError as exc:
+                raise InputError(f"{group}.{name}: {exc}") from None

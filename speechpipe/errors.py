@@ -8,6 +8,7 @@
     │   └── LanguageError           unknown or unsupported language code / pair
     ├── ModelError                  weights missing, corrupt, or of the wrong kind
     │   └── VoiceError              no usable Piper voice (lists the available ones)
+    │       └── UnknownVoiceError   the voice asked for is not there (also an InputError)
     ├── SessionError                a session cannot start or must end (carries a code)
     │   └── AdmissionError          over capacity (carries a retry hint)
     │       └── SessionRedirect     cluster: admitted on another node (URL + ticket)
@@ -30,6 +31,7 @@ __all__ = [
     "LanguageError",
     "ModelError",
     "VoiceError",
+    "UnknownVoiceError",
     "SessionError",
     "AdmissionError",
     "SessionRedirect",
@@ -67,6 +69,12 @@ class ModelError(SpeechpipeError):
 
 class VoiceError(ModelError):
     """A Piper voice that cannot be found or loaded."""
+    code = "no_voice"
+
+
+class UnknownVoiceError(VoiceError, InputError):
+    """The voice asked for (a name, or any voice for a language) is not installed: bad input
+    (exit code 2), where a broken installed voice is a ``VoiceError`` (exit code 1)."""
     code = "no_voice"
 
 

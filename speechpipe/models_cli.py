@@ -146,7 +146,12 @@ def _add_mt(path: Path, name: str | None, replace: bool) -> int:
 
 def _add_voice(path: Path, name: str | None, replace: bool) -> int:
     from speechpipe.voices.piper_engine import PiperSynthesizer
-    from speechpipe.voices.registry import load_voice_info, voices_home
+    from speechpipe.voices.registry import (
+        MAX_VOICE_NAME,
+        is_voice_name,
+        load_voice_info,
+        voices_home,
+    )
 
     onnx = path.with_name(path.name.removesuffix(".json"))
     config = onnx.with_name(onnx.name + ".json")
@@ -155,9 +160,12 @@ def _add_voice(path: Path, name: str | None, replace: bool) -> int:
     if not config.is_file():
         raise VoiceError(f"Piper voice {onnx} has no config beside it ({config.name})")
     name = name or onnx.name.removesuffix(".onnx")
-    if not _NAME.match(name):
-        raise InputError(f"cannot use {name!r} as a voice name; pass --name")
-    info = load_voice_info(config, name=name)  # sample rate and language
+    if not is_voice_name(name):  # the rule start.voice and GET /voices follow
+        raise InputError(
+            f"cannot use {name!r} as a voice name (ASCII letters, digits and '_.+-', at most "
+            f"{MAX_VOICE_NAME} characters); pass --name"
+        )
+    info = load_voice_info(config, name=name)  # size, shape, sample rate and language
     PiperSynthesizer(info)  # the model loads with this config
     home = voices_home()
     dest_onnx, dest_config = home / f"{name}.onnx", home / f"{name}.onnx.json"
@@ -285,7 +293,7 @@ def _write_family_hint(src: Path, out: Path) -> None:
         tok = json.loads((src / "tokenizer_config.json").read_text(encoding="utf-8")) if (
             src / "tokenizer_config.json"
         ).is_file() else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return
     model_type = str(config.get("model_type", ""))
     tokenizer = str(tok.get("tokenizer_class", config.get("tokenizer_class", "")))

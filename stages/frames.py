@@ -26,7 +26,6 @@ __all__ = [
     "ErrorEvent",
     "StageTiming",
     "OutputEvent",
-    "samples_to_seconds",
 ]
 
 STREAM_RATE = 16_000
@@ -34,11 +33,6 @@ STREAM_RATE = 16_000
 
 FRAME_SAMPLES = 320
 """20 ms at ``STREAM_RATE``."""
-
-
-def samples_to_seconds(samples: int) -> float:
-    """Stream samples to seconds."""
-    return samples / STREAM_RATE
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,6 +62,16 @@ def check_output_path(path: str | Path) -> Path:
             raise InputError(f"{path}: not writable")
     elif not os.access(folder, os.W_OK | os.X_OK):
         raise InputError(f"{path.parent}: output folder is not writable")
+    else:  # access() says yes to root everywhere (/proc too): make and remove a file there
+        try:
+            fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".probe")
+        except OSError as exc:
+            raise InputError(
+                f"{path.parent}: cannot create files in the output folder ({exc.strerror})"
+            ) from None
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(probe)
     return target
 
 
@@ -82,8 +92,13 @@ class SpeechFileWriter:
         self.samples_written = 0
         self._temp: Path | None = None
         if not self._target.exists() or self._target.is_file():
-            fd, name = tempfile.mkstemp(dir=self._target.parent,
-                                        prefix=f".{self._target.name}.", suffix=".part")
+            try:
+                fd, name = tempfile.mkstemp(dir=self._target.parent,
+                                            prefix=f".{self._target.name}.", suffix=".part")
+            except OSError as exc:
+                raise InputError(
+                    f"{self.path}: cannot write a file here ({exc.strerror})"
+                ) from None
             os.close(fd)
             self._temp = Path(name)
         try:

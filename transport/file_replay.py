@@ -35,19 +35,11 @@ __all__ = [
     "read_audio",
     "replay",
     "stream_audio",
-    "to_stream_rate",
 ]
 
 MIN_INPUT_RATE = 8_000  # Hz; below this no speech survives (telephony is 8 kHz)
 READ_BLOCK_S = 2.0  # seconds of input read (and resampled) at a time
 _FLOAT_SUBTYPES = {"FLOAT", "DOUBLE"}  # the only ones that can hold NaN or infinity
-
-
-def to_stream_rate(audio: NDArray[np.floating], rate: int) -> NDArray[np.int16]:
-    """Mono float audio at ``rate`` -> int16 at the stream rate."""
-    if rate != STREAM_RATE:
-        audio = soxr.resample(audio.astype(np.float32), rate, STREAM_RATE, quality="HQ")
-    return _to_int16(audio)
 
 
 def _to_int16(audio: NDArray[np.floating]) -> NDArray[np.int16]:

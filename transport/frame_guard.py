@@ -18,6 +18,9 @@ arrive, before the application is involved:
   exceeds it, the client cannot read a close frame either, so the TCP connection is
   aborted at once (``not_reading``, seen by the client as 1006).
 
+The keepalive is websockets' own, except for what a missing pong means: the client stopped
+reading (``not_reading``, close 4011), not an internal error (the library's 1011).
+
 ``violation`` tells the server's handler why the connection ended, so it can count the real
 reason instead of a client leaving.
 """
@@ -30,15 +33,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
 from websockets.frames import CTRL_OPCODES, Frame
 from websockets.protocol import OPEN
 
-from speechpipe.transport.protocol import CloseCode, ErrorCode, dumps, encode_error
+from speechpipe.transport.codes import CloseCode, ErrorCode
+from speechpipe.transport.limits import DEFAULT_MAX_UNREAD_BYTES
+from speechpipe.transport.protocol import dumps, encode_error
 from speechpipe.transport.quotas import TokenBucket
 
 __all__ = ["FrameLimits", "Violation", "GuardedConnection", "guarded_connection_class"]
 
-DEFAULT_MAX_UNREAD_BYTES = 4 << 20
 """Unread server output that drops a client: far above ``write_limit`` (32 KiB, after which
 our own sends wait) plus the largest audio message (seconds of 48 kHz PCM, under 1 MiB)."""
 
@@ -131,6 +136,26 @@ class GuardedConnection(ServerConnection):
             self.send_data()
         self.transport.close()  # stops reading; closes once the write buffer is flushed
         self._linger = self.loop.call_later(self.limits.linger_s, self.transport.abort)
+
+    async def keepalive(self) -> None:
+        """Ping every ``ping_interval``; fail a client whose pong has not come within
+        ``ping_timeout`` (sending the ping included: it waits while our write buffer is
+        full) with ``not_reading``, close 4011."""
+        assert self.ping_interval is not None
+        latency = 0.0
+        try:
+            while True:
+                await asyncio.sleep(self.ping_interval - latency)
+                try:
+                    async with asyncio.timeout(self.ping_timeout):
+                        pong = await self.ping()
+                        latency = await pong
+                except TimeoutError:
+                    async with self.send_context():
+                        self.protocol.fail(CloseCode.NOT_READING, ErrorCode.NOT_READING)
+                    return  # send_context waited for connection_lost, which cancels this task
+        except ConnectionClosed:
+            pass
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Cancel the pending forced close, then let the library clean up."""

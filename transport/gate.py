@@ -25,9 +25,11 @@ from websockets.http11 import Request, Response
 
 from speechpipe.transport.auth import AuthError, Identity, OriginPolicy, TokenVerifier
 from speechpipe.transport.auth import token_from_request as _token_from_request
+from speechpipe.transport.codes import CloseCode, ErrorCode
 from speechpipe.transport.hosts import HeaderError, single_header
-from speechpipe.transport.protocol import CloseCode, ErrorCode, ProtocolError
-from speechpipe.transport.quotas import Quotas, SessionCounter, quota_error
+from speechpipe.transport.limits import Quotas
+from speechpipe.transport.protocol import ProtocolError
+from speechpipe.transport.quotas import SessionCounter, quota_error
 
 __all__ = ["AccessGate", "Admission"]
 

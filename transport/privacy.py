@@ -10,8 +10,9 @@ DEBUG level, so the server guards them:
   ``ContentFreeLogger``, which reports DEBUG as disabled: websockets checks that once per
   connection and then skips those calls entirely. Its INFO and above (connection errors)
   still flow. This holds with ``log_content`` too: headers carry tokens.
-- Piper logs the text it speaks (``text=..., phonemes=...``) at DEBUG. ``guard_library_logs``
-  caps such loggers at INFO unless ``log_content`` is on.
+- TTS engines may log the text they speak: Piper does (``text=..., phonemes=...``) at DEBUG.
+  Each engine declares those loggers (``TtsEngine.text_loggers``, ``voices/engines.py``);
+  ``guard_library_logs`` caps them at INFO unless ``log_content`` is on.
 """
 
 from __future__ import annotations
@@ -20,11 +21,15 @@ import logging
 from typing import Any
 
 from speechpipe.stages.frames import OutputEvent, SpeechChunk, TextHypothesis, UtteranceEnd
+from speechpipe.voices.engines import text_loggers
 
-__all__ = ["ContentFreeLogger", "guard_library_logs", "CONTENT_LOGGERS", "describe_content"]
+__all__ = ["ContentFreeLogger", "guard_library_logs", "content_loggers", "describe_content"]
 
-CONTENT_LOGGERS = ("piper",)
-"""Third-party loggers that log spoken or recognized text at DEBUG."""
+
+def content_loggers() -> tuple[str, ...]:
+    """Third-party loggers that log spoken or recognized text at DEBUG: every registered TTS
+    engine's ``text_loggers``."""
+    return text_loggers()
 
 
 class ContentFreeLogger(logging.LoggerAdapter):
@@ -43,11 +48,11 @@ class ContentFreeLogger(logging.LoggerAdapter):
 
 
 def guard_library_logs(log_content: bool = False) -> None:
-    """Cap the ``CONTENT_LOGGERS`` at INFO (idempotent; left alone with ``log_content``).
+    """Cap the ``content_loggers()`` at INFO (idempotent; left alone with ``log_content``).
     A level an operator set above DEBUG is kept."""
     if log_content:
         return
-    for name in CONTENT_LOGGERS:
+    for name in content_loggers():
         logger = logging.getLogger(name)
         if logger.level < logging.INFO:
             logger.setLevel(logging.INFO)

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,9 +24,7 @@ from numpy.typing import NDArray
 
 from speechpipe.errors import InputError
 from speechpipe.stages.frames import (
-    FRAME_SAMPLES,
     STREAM_RATE,
-    AudioFrame,
     ErrorEvent,
     OutputEvent,
     SpeechChunk,
@@ -38,14 +34,14 @@ from speechpipe.stages.frames import (
     VadEvent,
 )
 from speechpipe.stages.request import SessionRequest
+from speechpipe.transport.codes import CloseCode, ErrorCode
+from speechpipe.voices.registry import is_voice_name
 
 __all__ = [
     "PROTOCOL_VERSION",
     "MAX_MESSAGE_BYTES",
     "MIN_SAMPLE_RATE",
     "MAX_SAMPLE_RATE",
-    "CloseCode",
-    "ErrorCode",
     "ProtocolError",
     "Start",
     "Flush",
@@ -61,9 +57,6 @@ __all__ = [
     "encode_started",
     "encode_answer",
     "encode_end",
-    "InputResampler",
-    "OutputResampler",
-    "RealtimeGuard",
     "dumps",
 ]
 
@@ -77,67 +70,6 @@ MAX_SAMPLE_RATE = 48_000
 SAMPLE_WIDTH = 2  # bytes per int16 sample
 FORMATS = ("pcm_s16le",)
 MODES = ("balanced", "fast", "quality")
-
-
-class CloseCode:
-    """WebSocket close codes the server uses (RFC 6455 ones, then application 4xxx ones)."""
-
-    NORMAL = 1000  # after ``stop``: every event and all audio were sent
-    GOING_AWAY = 1001  # the server is shutting down
-    ABNORMAL = 1006  # never sent: the TCP connection dropped without a close frame
-    POLICY = 1008  # audio far faster than real time
-    TOO_BIG = 1009  # a message over MAX_MESSAGE_BYTES (sent by the websockets library)
-    INTERNAL = 1011  # an unexpected server error ended the session
-    TRY_AGAIN = 1013  # over capacity or still loading: retry later
-    BAD_START = 4000  # ``start`` missing, malformed or sent twice
-    UNSUPPORTED_FORMAT = 4001  # ``format`` other than pcm_s16le
-    UNSUPPORTED_RATE = 4002  # sample rate outside 8000-48000
-    UNSUPPORTED_REQUEST = 4003  # the pipeline refused the request (language, voice ...)
-    UNAUTHORIZED = 4004  # the server wants a token and did not get the right one
-    START_TIMEOUT = 4005  # no ``start`` within the server's start timeout
-    SESSION_EXPIRED = 4006  # the session reached its maximum length (after a graceful finish)
-    IDLE_TIMEOUT = 4007  # no message from the client for the idle timeout
-    RATE_LIMITED = 4008  # messages faster than the rate limit allows (after the burst)
-    TOO_MANY_SESSIONS = 4009  # too many sessions for this token or address
-    TOO_SLOW = 4010  # audio fell far behind real time for a sustained period
-    REDIRECT = 4020  # cluster: admitted on another node; reconnect there with the ticket
-    NODE_DRAINED = 4021  # cluster: this node was drained; resume on another node
-
-
-class ErrorCode:
-    """``code`` values of ``error`` events. Recoverable unless the table in the docs says so."""
-
-    BAD_JSON = "bad_json"
-    UNKNOWN_TYPE = "unknown_type"
-    BAD_MESSAGE = "bad_message"
-    NOT_STARTED = "not_started"
-    BAD_START = "bad_start"
-    UNSUPPORTED_FORMAT = "unsupported_format"
-    UNSUPPORTED_RATE = "unsupported_rate"
-    UNAUTHORIZED = "unauthorized"
-    START_TIMEOUT = "start_timeout"
-    BAD_FRAME = "bad_frame"
-    TOO_FAST = "too_fast"
-    STOPPING = "stopping"
-    BAD_SDP = "bad_sdp"
-    WEBRTC_ACTIVE = "webrtc_active"
-    WEBRTC_TIMEOUT = "webrtc_timeout"
-    WEBRTC_FAILED = "webrtc_failed"
-    INTERNAL = "internal"
-    OVER_CAPACITY = "over_capacity"  # speechpipe.errors.AdmissionError
-    NOT_READY = "not_ready"
-    NO_VOICE = "no_voice"  # speechpipe.errors.VoiceError; also a voice that is not a name
-    NOT_READING = "not_reading"  # counted only: the client cannot read an error any more
-    TOO_SLOW = "too_slow"
-    # quotas (transport/quotas.py)
-    SESSION_EXPIRED = "session_expired"
-    IDLE_TIMEOUT = "idle_timeout"
-    RATE_LIMITED = "rate_limited"
-    TOO_MANY_SESSIONS = "too_many_sessions"
-    SDP_TOO_LARGE = "sdp_too_large"
-    # cluster mode (speechpipe.cluster; docs/protocol.md "Cluster")
-    REDIRECT = "redirect"
-    NODE_DRAINED = "node_drained"
 
 
 class ProtocolError(InputError):
@@ -266,9 +198,6 @@ def _rate(data: dict[str, Any], key: str, default: int, *, code: str, close: int
     return value
 
 
-_VOICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
-
-
 def _voice_name(data: dict[str, Any]) -> str | None:
     """``start.voice``: the name of a voice the server offers (``GET /voices``), never a path.
     Anything that is not a plain name is refused here, before the server looks at any file,
@@ -278,7 +207,7 @@ def _voice_name(data: dict[str, Any]) -> str | None:
         return None
     if not isinstance(value, str):
         raise _bad_start("'voice' must be a string")
-    if not _VOICE_NAME.fullmatch(value) or value.lower().endswith((".onnx", ".json")):
+    if not is_voice_name(value):  # the rule GET /voices lists by (voices.registry)
         raise ProtocolError(
             ErrorCode.NO_VOICE,
             "'voice' must be the name of a voice this server offers (see GET /voices)",
@@ -315,6 +244,7 @@ def parse_start(data: dict[str, Any]) -> Start:
         raise _bad_start("'token' must be a string")
     ticket = _opt_str(data, "ticket", None) or None
     resume = _opt_str(data, "resume", None) or None
+    phrase_cache = _opt_str(data, "phrase_cache", None) or ""
     request = SessionRequest(
         source_lang=source,
         target_lang=target,
@@ -323,6 +253,7 @@ def parse_start(data: dict[str, Any]) -> Start:
         mode=mode,
         priority="live",
         pace="realtime",
+        phrase_cache=phrase_cache,
     )
     return Start(request=request, sample_rate=rate, format=fmt, token=token, ticket=ticket,
                  resume=resume)
@@ -466,110 +397,4 @@ def _jsonable(detail: dict[str, object]) -> dict[str, object]:
 
 # --------------------------------------------------------------------------- audio
 
-
-class InputResampler:
-    """Client PCM at any rate -> contiguous 20 ms ``AudioFrame``s at 16 kHz, pts increasing.
-
-    Streaming (``soxr.ResampleStream``), so chunk boundaries leave no clicks; at 16 kHz it
-    only re-chunks. ``finish()`` flushes the resampler and pads the last frame with silence.
-    """
-
-    def __init__(self, sample_rate: int, *, start_pts: int = 0) -> None:
-        self.sample_rate = sample_rate
-        self.pts = start_pts
-        self.received = 0  # input samples seen, at the client's rate
-        self._pending = np.zeros(0, dtype=np.int16)
-        self._stream: Any = None
-        if sample_rate != STREAM_RATE:
-            import soxr
-
-            self._stream = soxr.ResampleStream(sample_rate, STREAM_RATE, 1, dtype="int16")
-
-    @property
-    def received_seconds(self) -> float:
-        """Seconds of client audio received so far."""
-        return self.received / self.sample_rate
-
-    def feed(self, samples: NDArray[np.int16]) -> list[AudioFrame]:
-        """Client audio in; 16 kHz mono int16 out."""
-        self.received += len(samples)
-        if self._stream is not None:
-            samples = self._stream.resample_chunk(samples)
-        return list(self._chunk(samples))
-
-    def finish(self) -> list[AudioFrame]:
-        """The resampler's remaining output."""
-        tail = np.zeros(0, dtype=np.int16)
-        if self._stream is not None:
-            tail = self._stream.resample_chunk(np.zeros(0, dtype=np.int16), last=True)
-        frames = list(self._chunk(tail))
-        if len(self._pending):
-            pad = np.zeros(FRAME_SAMPLES - len(self._pending), dtype=np.int16)
-            frames.extend(self._chunk(pad))
-        return frames
-
-    def _chunk(self, samples: NDArray[np.int16]) -> Iterator[AudioFrame]:
-        if len(samples):
-            buf = np.concatenate([self._pending, samples.astype(np.int16, copy=False)])
-        else:
-            buf = self._pending
-        whole = len(buf) - len(buf) % FRAME_SAMPLES
-        for start in range(0, whole, FRAME_SAMPLES):
-            yield AudioFrame(buf[start : start + FRAME_SAMPLES].copy(), self.pts)
-            self.pts += FRAME_SAMPLES
-        self._pending = buf[whole:].copy()
-
-
-class OutputResampler:
-    """Translated speech -> the client's ``output_sample_rate`` (one-shot per phrase)."""
-
-    def __init__(self, sample_rate: int) -> None:
-        self.sample_rate = sample_rate
-
-    def convert(self, chunk: SpeechChunk) -> NDArray[np.int16]:
-        """Translated speech at the client's sample rate."""
-        if chunk.sample_rate == self.sample_rate or len(chunk.samples) == 0:
-            return np.asarray(chunk.samples, dtype=np.int16)
-        import soxr
-
-        out = soxr.resample(
-            np.asarray(chunk.samples, dtype=np.int16), chunk.sample_rate, self.sample_rate
-        )
-        return np.asarray(out, dtype=np.int16)
-
-    def encode(self, chunk: SpeechChunk) -> tuple[dict[str, Any], bytes]:
-        """The ``audio`` header and its binary PCM (little-endian int16)."""
-        pcm = self.convert(chunk)
-        header = encode_event(chunk)
-        header["sample_rate"] = self.sample_rate
-        header["samples"] = int(len(pcm))
-        return header, pcm.astype("<i2", copy=False).tobytes()
-
-
-@dataclass
-class RealtimeGuard:
-    """Flags audio arriving far faster than real time.
-
-    A live client may run ahead of the wall clock by at most ``max_lead_s`` (network bursts,
-    audio buffered while connecting). Beyond that it is replaying a file as fast as it can,
-    which a live session cannot serve: the connection is closed with ``CloseCode.POLICY``.
-    Pure: the caller passes ``now`` (monotonic seconds).
-    """
-
-    max_lead_s: float = 5.0
-    _t0: float | None = None
-    _seconds: float = 0.0
-
-    def add(self, seconds: float, now: float) -> bool:
-        """Account for ``seconds`` of audio received at ``now``; False if too far ahead."""
-        if self._t0 is None:
-            self._t0 = now
-        self._seconds += seconds
-        return self.lead(now) <= self.max_lead_s
-
-    def lead(self, now: float) -> float:
-        """How far the client's audio runs ahead of the wall clock, in seconds."""
-        if self._t0 is None:
-            return 0.0
-        return self._seconds - (now - self._t0)
 

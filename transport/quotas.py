@@ -34,10 +34,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from speechpipe.transport.protocol import CloseCode, ErrorCode, ProtocolError
+from speechpipe.transport.codes import ErrorCode
+from speechpipe.transport.limits import Quotas
+from speechpipe.transport.protocol import ProtocolError
 
 __all__ = [
-    "Quotas",
     "TokenBucket",
     "SessionTimers",
     "Deadline",
@@ -51,35 +52,11 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Quotas:
-    """Limits per connection and per client; ``None`` (or 0 for counts) switches one off."""
-
-    max_session_s: float | None = 4 * 3600.0
-    expire_grace_s: float = 30.0  # after max_session_s: time to finish and send what is due
-    max_idle_s: float | None = 60.0
-    messages_per_s: float = 200.0  # 20 ms frames are 50/s; this leaves room for 5 ms frames
-    message_burst: int = 500  # ~ max_lead_s of 20 ms frames arriving at once after a stall
-    control_frames_per_s: float = 10.0  # of those, ping/pong/close frames (frame_guard)
-    control_frame_burst: int = 20
-    max_sdp_bytes: int = 32 * 1024  # browser offers are 2-8 KiB
-    max_sessions_per_token: int | None = 4
-    max_sessions_per_ip: int | None = 32
-    client_ip_header: str | None = None  # e.g. X-Forwarded-For, only behind a trusted proxy
-    audio_window_s: float | None = 20.0  # the audio pace rule (AudioPace); None: off
-    min_audio_ratio: float = 0.5  # of real time, over every audio window
-
-
 def quota_error(code: str, message: str) -> ProtocolError:
-    """A quota violation as the protocol's error (fatal ones carry their close code)."""
-    close = {
-        ErrorCode.IDLE_TIMEOUT: CloseCode.IDLE_TIMEOUT,
-        ErrorCode.RATE_LIMITED: CloseCode.RATE_LIMITED,
-        ErrorCode.TOO_MANY_SESSIONS: CloseCode.TOO_MANY_SESSIONS,
-        ErrorCode.SESSION_EXPIRED: CloseCode.SESSION_EXPIRED,
-        ErrorCode.TOO_SLOW: CloseCode.TOO_SLOW,
-    }.get(code)
-    return ProtocolError(code, message, close_code=close)
+    """A quota violation as the protocol's error (fatal ones carry their close code, from the
+    code table: ``transport/codes.py``)."""
+    row = ErrorCode.lookup(code)
+    return ProtocolError(code, message, close_code=None if row is None else row.close)
 
 
 def check_sdp_size(sdp: str, max_bytes: int) -> None:

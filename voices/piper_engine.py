@@ -26,12 +26,13 @@ from speechpipe.voices.registry import VoiceInfo, load_voice_info
 if TYPE_CHECKING:
     from piper import PiperVoice
 
-__all__ = ["PiperOptions", "PiperSynthesizer"]
+__all__ = ["PiperOptions", "PiperSynthesizer", "load_piper"]
 
 
 @dataclass(frozen=True, slots=True)
 class PiperOptions:
-    """How a voice runs; ``None`` keeps the value from the voice's own config."""
+    """How a voice runs; ``None`` keeps the value from the voice's own config. The pipeline's
+    ``piper`` group (``--set piper.FIELD=VALUE``)."""
 
     intra_op_threads: int = 1
     """Threads one synthesis may use; 1 scales best when many sessions share few cores."""
@@ -79,6 +80,11 @@ class PiperSynthesizer:
         if not chunks:
             return np.zeros(0, dtype=np.int16)
         return np.concatenate(chunks).astype(np.int16, copy=False)
+
+
+def load_piper(voice: VoiceInfo, options: PiperOptions | None) -> PiperSynthesizer:
+    """The ``piper`` engine's loader (``voices/engines.py``)."""
+    return PiperSynthesizer(voice, options)
 
 
 def _import_piper() -> Any:

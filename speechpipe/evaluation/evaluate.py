@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 
-from speechpipe.config import PipelineOptions
 from speechpipe.errors import InputError
 from speechpipe.evaluation.scores import (
     corpus_bleu,
@@ -41,13 +40,13 @@ from speechpipe.evaluation.scores import (
     wer,
 )
 from speechpipe.file_translation import translate_audio
-from speechpipe.session import Pipeline, apply_process_limits
+from speechpipe.session import Pipeline
 from speechpipe.stages.coverage import MIN_RATIO, MIN_SOURCE_WORDS, classify_utterance
 from speechpipe.stages.frames import FRAME_SAMPLES, STREAM_RATE
 from speechpipe.stages.request import SessionRequest
 from speechpipe.transport.file_replay import read_audio
 
-__all__ = ["run_eval", "load_manifest", "evaluate_clips", "words_in_non_speech",
+__all__ = ["load_manifest", "evaluate_clips", "words_in_non_speech",
            "transcribe_speech", "listener_figures", "count_unfaithful", "utterance_texts"]
 
 STAGES = ("vad", "queue.asr", "asr.encode", "asr.langid", "asr.decode", "queue.tts", "tts")
@@ -339,52 +338,3 @@ def print_report(report: dict[str, Any], out=sys.stdout) -> None:
               f"{_fmt(f.get('p99')):>8}{f.get('n', 0):>6}{f['share'] * 100:>7.1f}%", file=out)
 
 
-def run_eval(args: argparse.Namespace, options: PipelineOptions, request: SessionRequest) -> int:
-    """The ``eval`` command: evaluate the manifest's clips; returns the exit code."""
-    clips = select_clips(load_manifest(args.manifest), args, request.target_lang)
-    if not clips:
-        raise InputError(f"{args.manifest}: no clips to evaluate (check --category/--all)")
-    missing = [c["path"] for c in clips if not Path(c["path"]).is_file()]
-    if missing:
-        raise InputError(f"{missing[0]}: listed in the manifest but missing")
-    if getattr(args, "compare", None):  # a bad variant fails before any model loads
-        from speechpipe.config import with_overrides
-        from speechpipe.evaluation.compare import parse_variant
-
-        for text in args.compare:
-            with_overrides(options, parse_variant(text)[1])
-    apply_process_limits(options)
-    pipeline = Pipeline.load(options)
-    try:
-        pipeline.resolve(request)
-        pipeline.warm_up()
-        if getattr(args, "compare", None):
-            return _run_comparison(args, pipeline, clips, request)
-        report = asyncio.run(evaluate_clips(
-            pipeline, clips, request, detect_language=args.detect_language))
-    finally:
-        pipeline.close()
-    report["settings"] = {"pace": request.pace, "mode": request.mode,
-                          "detect_language": args.detect_language}
-    print_report(report)
-    if args.report:
-        Path(args.report).write_text(json.dumps(report, indent=2, ensure_ascii=False))
-        print(f"\nwrote {args.report}")
-    return 0
-
-
-def _run_comparison(args: argparse.Namespace, pipeline: Pipeline, clips: list[dict[str, Any]],
-                    request: SessionRequest) -> int:
-    """``--compare``: the base options and each variant, interleaved per clip."""
-    from speechpipe.evaluation.compare import compare_variants, print_comparison, variant_pipelines
-
-    pipelines = variant_pipelines(pipeline, args.compare)
-    report = asyncio.run(compare_variants(pipelines, clips, request,
-                                          detect_language=args.detect_language))
-    report["settings"] = {"pace": request.pace, "mode": request.mode,
-                          "detect_language": args.detect_language, "compare": args.compare}
-    print_comparison(report)
-    if args.report:
-        Path(args.report).write_text(json.dumps(report, indent=2, ensure_ascii=False))
-        print(f"\nwrote {args.report}")
-    return 0

@@ -55,12 +55,6 @@ class TraceBuilder:
         self._committed: dict[tuple[str, int], str] = {}
         self._laid_end = 0.0
 
-    def add_all(self, events: Iterable[ReplayEvent]) -> TraceBuilder:
-        """Add every event; returns the builder."""
-        for item in events:
-            self.add(item)
-        return self
-
     def add(self, item: ReplayEvent) -> dict[str, Any]:
         """Add one event as trace records."""
         event = item.event

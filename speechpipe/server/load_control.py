@@ -9,7 +9,6 @@ sessions about level changes (``status`` events) and updates the metrics.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
@@ -17,45 +16,27 @@ import math
 import os
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from speechpipe.server.admission import AdmissionCore, AdmissionGate, AdmissionOptions
-from speechpipe.server.degrade import (
-    DegradeController,
-    DegradeOptions,
-    LoadSample,
-    degrade_max_utterance,
-    level_status,
-)
+from speechpipe.server.admission import AdmissionCore, AdmissionGate
+from speechpipe.server.degrade import DegradeController, LoadSample
+from speechpipe.server.options import LoadOptions
 from speechpipe.stages.frames import StatusEvent
+from speechpipe.stages.ladder import degrade_max_utterance, level_status
 
 if TYPE_CHECKING:
-    from speechpipe.config import PipelineOptions
     from speechpipe.models.batching import BatchObserver
     from speechpipe.server.metrics import LoadMetrics
     from speechpipe.session import Pipeline
 
 __all__ = [
-    "LoadOptions",
     "LoadControl",
     "CapacityEstimate",
     "calibrate_capacity",
-    "add_load_arguments",
-    "load_options_from_args",
 ]
 
 log = logging.getLogger("speechpipe.load")
-
-
-@dataclass(frozen=True, slots=True)
-class LoadOptions:
-    """Admission, the degrade ladder and load sampling (``--set load.*``)."""
-    admission: AdmissionOptions = field(default_factory=AdmissionOptions)
-    degrade: DegradeOptions = field(default_factory=DegradeOptions)
-    degrade_enabled: bool = True
-    tick_s: float = 0.5  # load sampling period (also the loop-lag probe's timer)
-    latency_window_s: float = 3.0  # ASR turnarounds of this recent past count as "current"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +63,7 @@ def calibrate_capacity(pipeline: Pipeline, *, batch: int = 4, audio_s: float = 4
     import numpy as np
 
     from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest
-    from speechpipe.server.degrade import degrade_asr
+    from speechpipe.stages.ladder import degrade_asr
     from speechpipe.voices.registry import resolve_voice
     from speechpipe.voices.tts_worker import resample_int16
 
@@ -282,44 +263,3 @@ class LoadControl:
         metrics.degrade_level.set(level)
         if changed:
             metrics.degrade_transitions.inc()
-
-
-# -- CLI --------------------------------------------------------------------------------------
-def add_load_arguments(parser: argparse.ArgumentParser) -> None:
-    """Shorthand flags for the most used admission settings (each writes one leaf of the
-    configuration tree; defaults live in ``AdmissionOptions``/``LoadOptions`` only). Batching
-    and the rest: ``--set batching.FIELD=...``, ``--set admission.FIELD=...``."""
-    group = parser.add_argument_group("peak load (admission, degrade ladder)")
-    defaults = AdmissionOptions()  # for the help text only
-    group.add_argument("--capacity", type=int, default=None,
-                       help="sessions held at once; more wait in line or are refused "
-                            "(default: estimated at start-up by a short calibration; "
-                            "admission.capacity)")
-    group.add_argument("--max-queue", type=int, default=None,
-                       help=f"sessions that may wait for a slot (default {defaults.max_queue}; "
-                            "admission.max_queue)")
-    group.add_argument("--max-queue-wait", type=float, default=None,
-                       help="refuse (1013) when the estimated wait is longer, in seconds "
-                            f"(default {defaults.max_wait_s}; admission.max_wait_s)")
-    group.add_argument("--per-client-sessions", type=int, default=None,
-                       help="capacity slots (active + waiting) per client address; 0 = no "
-                            "limit (default: half the capacity, rounded up, for addresses "
-                            "other than loopback; admission.per_client)")
-    group.add_argument("--no-degrade", action="store_true",
-                       help="never step down the degrade ladder (load.degrade_enabled=false)")
-
-
-def load_options_from_args(
-    args: argparse.Namespace, options: PipelineOptions
-) -> tuple[PipelineOptions, LoadOptions]:
-    """The load options the shorthand flags give (unset flags keep the defaults)."""
-    given = {
-        "capacity": getattr(args, "capacity", None),
-        "max_queue": getattr(args, "max_queue", None),
-        "max_wait_s": getattr(args, "max_queue_wait", None),
-        "per_client": getattr(args, "per_client_sessions", None),
-    }
-    admission = AdmissionOptions(**{k: v for k, v in given.items() if v is not None})
-    load = LoadOptions(admission=admission,
-                       degrade_enabled=not getattr(args, "no_degrade", False))
-    return options, load

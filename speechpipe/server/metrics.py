@@ -29,6 +29,7 @@ from speechpipe.stages.frames import (
     UtteranceEnd,
     VadEvent,
 )
+from speechpipe.transport.codes import SERVER_CLOSE_CODES
 
 __all__ = ["ServerMetrics", "LoadMetrics", "ListenerMetrics", "CONTENT_TYPE_LATEST"]
 
@@ -42,12 +43,6 @@ WAIT_BUCKETS = (0.01, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 # Refusals at the HTTP upgrade of ``/ws``, by status (the transport's ``upgrade_refused``).
 UPGRADE_REFUSALS = {400: "bad_header", 401: "unauthorized", 403: "origin_not_allowed",
                     429: "too_many_sessions", 503: "not_ready"}
-# Close codes the server sends (``docs/protocol.md``); anything else is labelled ``other``.
-SERVER_CLOSE_CODES = frozenset(
-    {1000, 1001, 1008, 1009, 1011, 1013, *range(4000, 4100)}
-)
-
-
 def _event_type(event: OutputEvent) -> str:
     if isinstance(event, TextHypothesis):
         return event.side
@@ -65,7 +60,7 @@ def _event_type(event: OutputEvent) -> str:
 
 
 class ServerMetrics:
-    """Implements ``transport.websocket_server.ServerObserver``; ``text()`` serves /metrics."""
+    """Implements ``transport.ws_connection.ServerObserver``; ``text()`` serves /metrics."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = r = registry or CollectorRegistry()

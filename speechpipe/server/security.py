@@ -20,14 +20,16 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from speechpipe.config import Alias, add_aliases
 from speechpipe.errors import InputError
 
 if TYPE_CHECKING:
-    from speechpipe.transport.websocket_server import ServerLimits
+    from speechpipe.transport.limits import ServerLimits
 
 __all__ = [
     "SECRET_ENV",
     "register",
+    "SECURITY_ALIASES",
     "add_security_arguments",
     "security_limits",
     "resolve_secret",
@@ -48,11 +50,56 @@ def _ratio(text: str) -> float:
     return value
 
 
+def _count_or_off(text: str) -> int | None:
+    return int(text) or None
+
+
+# Each a shorthand of one leaf of ``limits.*`` / ``quotas.*`` (``speechpipe.config.Alias``)
+SECURITY_ALIASES = (
+    Alias("--allow-origin", "limits.allowed_origins",
+          "a web origin allowed to open WebSocket sessions, e.g. https://example.com "
+          "(repeatable; '*' = any; none: same origin only)", repeat=True, metavar="ORIGIN"),
+    Alias("--allow-host", "limits.allowed_hosts",
+          "a host name this server answers to besides IP addresses and localhost, e.g. "
+          "translate.example.com (repeatable; '*' = any). Guards against DNS rebinding; "
+          "needed behind a proxy that forwards Host, and for scraping /metrics by name",
+          repeat=True, metavar="NAME"),
+    Alias("--max-session-s", "quotas.max_session_s",
+          "maximum session length in seconds (0 = no limit)", type=_positive_or_off),
+    Alias("--max-idle-s", "quotas.max_idle_s",
+          "close a session after this many seconds without input (0 = off)",
+          type=_positive_or_off),
+    Alias("--rate", "quotas.messages_per_s",
+          "client frames per second allowed, pings included (token bucket rate)", type=float),
+    Alias("--burst", "quotas.message_burst",
+          "client frames allowed in a burst (token bucket size)", type=int),
+    Alias("--audio-window-s", "quotas.audio_window_s",
+          "audio pace rule: close a session (4010) whose audio over any S seconds is under "
+          "--min-audio-ratio of real time (0 = off)", type=_positive_or_off, metavar="S"),
+    Alias("--min-audio-ratio", "quotas.min_audio_ratio",
+          "seconds of audio per second that must arrive over every audio window",
+          type=_ratio, metavar="R"),
+    Alias("--max-sdp-bytes", "quotas.max_sdp_bytes", "largest WebRTC offer accepted", type=int),
+    Alias("--max-sessions-per-token", "quotas.max_sessions_per_token",
+          "concurrent sessions one issued token may hold (0 = no limit)", type=_count_or_off),
+    Alias("--max-sessions-per-ip", "quotas.max_sessions_per_ip",
+          "concurrent connections from one address (0 = no limit)", type=_count_or_off),
+    Alias("--client-ip-header", "quotas.client_ip_header",
+          "take the client address from this header (e.g. X-Forwarded-For; only behind a "
+          "reverse proxy that sets it)", metavar="NAME"),
+    Alias("--ping-interval", "limits.ping_interval_s",
+          "seconds between keepalive pings (0 = off)", type=_positive_or_off),
+    Alias("--ping-timeout", "limits.ping_timeout_s",
+          "drop a client that does not answer a ping within this many s (0 = off)",
+          type=_positive_or_off),
+    Alias("--log-content", "limits.log_content",
+          "DEBUGGING ONLY: log captions and translations at DEBUG level (never audio or "
+          "tokens)", switch=True),
+)
+
+
 def add_security_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags for ``serve``: auth, origins, quotas, keepalive and the content-logging switch."""
-    from speechpipe.transport.quotas import Quotas
-
-    q = Quotas()
     group = parser.add_argument_group("security and quotas")
     group.add_argument("--auth-secret", default=None,
                        help=f"require signed session tokens made with this secret (default: "
@@ -60,47 +107,7 @@ def add_security_arguments(parser: argparse.ArgumentParser) -> None:
                             "arguments show in the process list)")
     group.add_argument("--auth-secret-file", default=None,
                        help="read the auth secret from this file")
-    group.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
-                       help="a web origin allowed to open WebSocket sessions, e.g. "
-                            "https://example.com (repeatable; '*' = any; default: same origin)")
-    group.add_argument("--allow-host", action="append", default=[], metavar="NAME",
-                       help="a host name this server answers to besides IP addresses and "
-                            "localhost, e.g. translate.example.com (repeatable; '*' = any). "
-                            "Guards against DNS rebinding; needed behind a proxy that "
-                            "forwards Host, and for scraping /metrics by name")
-    group.add_argument("--max-session-s", type=_positive_or_off, default=q.max_session_s,
-                       help="maximum session length in seconds (0 = no limit)")
-    group.add_argument("--max-idle-s", type=_positive_or_off, default=q.max_idle_s,
-                       help="close a session after this many seconds without input (0 = off)")
-    group.add_argument("--rate", type=float, default=q.messages_per_s,
-                       help="client frames per second allowed, pings included (token bucket "
-                            "rate)")
-    group.add_argument("--burst", type=int, default=q.message_burst,
-                       help="client frames allowed in a burst (token bucket size)")
-    group.add_argument("--audio-window-s", type=_positive_or_off, default=q.audio_window_s,
-                       metavar="S",
-                       help="audio pace rule: close a session (4010) whose audio over any S "
-                            "seconds is under --min-audio-ratio of real time (0 = off; "
-                            "default %(default)s)")
-    group.add_argument("--min-audio-ratio", type=_ratio, default=q.min_audio_ratio,
-                       metavar="R", help="seconds of audio per second that must arrive over "
-                                         "every audio window (default %(default)s)")
-    group.add_argument("--max-sdp-bytes", type=int, default=q.max_sdp_bytes,
-                       help="largest WebRTC offer accepted")
-    group.add_argument("--max-sessions-per-token", type=int, default=q.max_sessions_per_token,
-                       help="concurrent sessions one issued token may hold (0 = no limit)")
-    group.add_argument("--max-sessions-per-ip", type=int, default=q.max_sessions_per_ip,
-                       help="concurrent connections from one address (0 = no limit)")
-    group.add_argument("--client-ip-header", default=None, metavar="NAME",
-                       help="take the client address from this header (e.g. X-Forwarded-For; "
-                            "only behind a reverse proxy that sets it)")
-    group.add_argument("--ping-interval", type=_positive_or_off, default=20.0,
-                       help="seconds between keepalive pings (0 = off)")
-    group.add_argument("--ping-timeout", type=_positive_or_off, default=20.0,
-                       help="drop a client that does not answer a ping within this many s")
-    group.add_argument("--log-content", action="store_true",
-                       help="DEBUGGING ONLY: log captions and translations at DEBUG level "
-                            "(never audio or tokens)")
+    add_aliases(group, SECURITY_ALIASES)
 
 
 def resolve_secret(args: argparse.Namespace) -> str | None:
@@ -115,53 +122,33 @@ def resolve_secret(args: argparse.Namespace) -> str | None:
 
 
 def security_limits(args: argparse.Namespace, limits: ServerLimits) -> ServerLimits:
-    """``limits`` (a ``ServerLimits``) with the security flags of ``args`` applied."""
+    """``limits`` with the signed-token authority of ``args`` (the secret is never a leaf of
+    the tree: ``speechpipe config`` prints the tree), after checking the allowed origins and
+    host names; warns when a non-loopback server takes sessions without auth."""
     from speechpipe.transport.auth import TokenAuthority
-    from speechpipe.transport.quotas import Quotas
 
     secret = resolve_secret(args)
     auth = TokenAuthority(secret) if secret else None
-    quotas = Quotas(
-        max_session_s=args.max_session_s,
-        max_idle_s=args.max_idle_s,
-        messages_per_s=args.rate,
-        message_burst=args.burst,
-        max_sdp_bytes=args.max_sdp_bytes,
-        max_sessions_per_token=args.max_sessions_per_token or None,
-        max_sessions_per_ip=args.max_sessions_per_ip or None,
-        client_ip_header=args.client_ip_header,
-        audio_window_s=getattr(args, "audio_window_s", Quotas().audio_window_s),
-        min_audio_ratio=getattr(args, "min_audio_ratio", Quotas().min_audio_ratio),
-    )
     host = getattr(args, "host", "127.0.0.1")
     if auth is None and limits.token is None and not _is_loopback(host):
         print(f"speechpipe: warning: serving on {host} without --auth-secret: anyone who can "
               "reach this port can open sessions", file=sys.stderr)
     from speechpipe.transport.hosts import HeaderError, parse_host, parse_origin
 
-    for origin in args.allow_origin:
+    for origin in limits.allowed_origins:
         try:
             if origin.strip() != "*":
                 parse_origin(origin)
         except HeaderError:
             raise InputError(f"--allow-origin {origin!r}: not an origin such as "
                              "https://example.com") from None
-    for name in getattr(args, "allow_host", ()):
+    for name in limits.allowed_hosts:
         try:
             if name.strip() != "*":
                 parse_host(name)
         except HeaderError:
             raise InputError(f"--allow-host {name!r}: not a host name") from None
-    return dataclasses.replace(
-        limits,
-        auth=auth,
-        allowed_origins=tuple(args.allow_origin),
-        allowed_hosts=tuple(getattr(args, "allow_host", ())),
-        quotas=quotas,
-        ping_interval_s=args.ping_interval,
-        ping_timeout_s=args.ping_timeout,
-        log_content=args.log_content,
-    )
+    return dataclasses.replace(limits, auth=auth)
 
 
 def _is_loopback(host: str) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
 import sys
@@ -18,18 +19,16 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
+from speechpipe.config import MODEL_ALIASES, Alias, add_aliases, apply_aliases, groups_of
 from speechpipe.errors import SessionError
-from speechpipe.server.load_control import (
-    LoadControl,
-    LoadOptions,
-    add_load_arguments,
-    load_options_from_args,
-)
+from speechpipe.server.load_control import LoadControl
 from speechpipe.server.metrics import ServerMetrics
 from speechpipe.server.observe import ObservedSession
+from speechpipe.server.options import LoadOptions
 from speechpipe.stages.request import SessionRequest
+from speechpipe.transport.limits import ServerLimits
 from speechpipe.transport.session_api import LiveSession
-from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
+from speechpipe.transport.websocket_server import SpeechServer
 
 if TYPE_CHECKING:
     from speechpipe.cluster.node import ClusterNode, ClusterOptions
@@ -42,6 +41,7 @@ __all__ = ["run_server", "add_serve_arguments", "serve_main", "serve_options", "
 log = logging.getLogger("speechpipe.serve")
 
 VOICES_TTL_S = 10.0  # GET /voices: how long one scan of the voices folders is reused
+TRACE_FLUSH_MIN_S = 0.25  # at shutdown, the trace flush gets at least this (past the grace)
 
 
 class ServerApp:
@@ -144,14 +144,16 @@ class ServerApp:
     async def stop(self, *, close_pipeline: bool = True) -> None:
         """Stop serving; then (``close_pipeline``) wait out a load still running, join the
         pipeline's workers and release its models on this thread."""
+        began = time.monotonic()
         self._stopping = True
         self._ready = False
         self.metrics.set_ready(False)
         if self.load_control is not None:
             await self.load_control.stop()
         await self.server.stop()
-        if self.tracing is not None:  # flushes what is queued, bounded by the export timeout
-            await asyncio.to_thread(self.tracing.shutdown)
+        if self.tracing is not None:  # the last spans get what is left of the grace
+            left = began + self.server.limits.shutdown_grace_s - time.monotonic()
+            await asyncio.to_thread(self.tracing.shutdown, max(left, TRACE_FLUSH_MIN_S))
         if not close_pipeline:
             return
         loading = self._loading
@@ -253,7 +255,6 @@ async def run_server(
 
 
 async def _join_cluster(app: ServerApp, node: ClusterNode) -> None:
-    import dataclasses
 
     if app.load_control is not None and node.options.capacity <= 0:  # calibrated
         node.options = dataclasses.replace(node.options, capacity=app.load_control.gate.capacity)
@@ -265,7 +266,8 @@ async def _join_cluster(app: ServerApp, node: ClusterNode) -> None:
 
 async def _close_drained(app: ServerApp, node: ClusterNode) -> None:
     """Drain finished (or its deadline passed): leave; close what still runs with 4021."""
-    from speechpipe.transport.protocol import CloseCode, ErrorCode, encode_error
+    from speechpipe.transport.codes import CloseCode, ErrorCode
+    from speechpipe.transport.protocol import encode_error
 
     await node.stop()
     closed = await app.server.close_sessions(
@@ -286,28 +288,62 @@ def _grace(text: str) -> float:
     return value
 
 
+# Each a shorthand of one leaf of the tree (``speechpipe.config.Alias``); the security and
+# quota flags are ``speechpipe.server.security.SECURITY_ALIASES``.
+LIMITS_ALIASES = (
+    Alias("--token", "limits.token", "require this token in every 'start' message"),
+    Alias("--start-timeout", "limits.start_timeout_s",
+          "seconds a connection may wait before sending 'start'", type=float),
+    Alias("--webrtc-timeout", "limits.webrtc_connect_timeout_s",
+          "seconds for a WebRTC peer's ICE + DTLS to complete", type=float),
+    Alias("--shutdown-grace", "limits.shutdown_grace_s",
+          "on SIGTERM/SIGINT: seconds sessions get to close before their connections are "
+          "dropped (keep it under the 10 s container runtimes wait before SIGKILL)",
+          type=_grace, metavar="S"),
+)
+LOAD_ALIASES = (
+    Alias("--capacity", "admission.capacity",
+          "sessions held at once; more wait in line or are refused (none: estimated at "
+          "start-up by a short calibration)", type=int),
+    Alias("--max-queue", "admission.max_queue", "sessions that may wait for a slot", type=int),
+    Alias("--max-queue-wait", "admission.max_wait_s",
+          "refuse (1013) when the estimated wait is longer, in seconds", type=float),
+    Alias("--per-client-sessions", "admission.per_client",
+          "capacity slots (active + waiting) per client address; 0 = no limit (none: half "
+          "the capacity, rounded up, for addresses other than loopback)", type=int),
+    Alias("--no-degrade", "load.degrade_enabled", "never step down the degrade ladder",
+          switch=False),
+)
+CLUSTER_ALIASES = (
+    Alias("--cluster", "cluster.address",
+          "join the Ray cluster at HEAD:PORT as one node (docs/scaling.md)", metavar="HEAD:PORT"),
+    Alias("--public-url", "cluster.public_url",
+          "this node's /ws URL as clients reach it (sent in redirects)"),
+    Alias("--drain-deadline", "cluster.drain_deadline_s",
+          "seconds a drained node lets sessions finish", type=float),
+    Alias("--cluster-lease", "cluster.lease_s",
+          "seconds without a heartbeat before the ledger counts a node lost (set by the node "
+          "that creates the ledger)", type=float),
+    Alias("--resume-window", "cluster.resume_window_s",
+          "seconds a lost session may resume ahead of the line (set by the node that creates "
+          "the ledger)", type=float),
+)
+
+
+def serve_aliases() -> tuple[Alias, ...]:
+    """Every shorthand flag of ``serve`` (and ``config``)."""
+    from speechpipe.server.security import SECURITY_ALIASES
+
+    return (*MODEL_ALIASES, *LIMITS_ALIASES, *SECURITY_ALIASES, *LOAD_ALIASES,
+            *CLUSTER_ALIASES)
+
+
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``speechpipe serve``'s arguments to ``parser``."""
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any)")
-    parser.add_argument("--asr-model", default="whisper-base",
-                        help="bundled model name or a CTranslate2 Whisper folder")
-    parser.add_argument("--voices-dir", action="append", default=[],
-                        help="extra folder with Piper .onnx + .onnx.json voices")
-    parser.add_argument("--token", default=None,
-                        help="require this token in every 'start' message")
-    parser.add_argument("--start-timeout", type=float, default=None,
-                        help="seconds a connection may wait before sending 'start' "
-                             "(limits.start_timeout_s)")
-    parser.add_argument("--webrtc-timeout", type=float, default=None,
-                        help="seconds for a WebRTC peer's ICE + DTLS to complete "
-                             "(limits.webrtc_connect_timeout_s)")
+    add_aliases(parser, (*MODEL_ALIASES, *LIMITS_ALIASES))
     parser.add_argument("--no-webrtc", action="store_true", help="refuse WebRTC offers")
-    parser.add_argument("--shutdown-grace", type=_grace, default=ServerLimits().shutdown_grace_s,
-                        metavar="S",
-                        help="on SIGTERM/SIGINT: seconds sessions get to close before their "
-                             "connections are dropped (default %(default)s; keep it under "
-                             "the 10 s container runtimes wait before SIGKILL)")
     parser.add_argument("--otlp-endpoint", default=None, metavar="URL",
                         help="send one OpenTelemetry trace per session to this OTLP/HTTP "
                              "endpoint, e.g. http://127.0.0.1:4318/v1/traces (off by default; "
@@ -315,51 +351,31 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="GROUP.FIELD=VALUE",
                         help="override an option (repeatable), e.g. asr.step_s=1.5 or "
-                             "admission.max_queue=8; groups: pipeline, vad, asr, phrases, "
-                             "catch_up, batching, text_mt, faithful, limits, quotas, load, "
-                             "admission, degrade; `speechpipe config` lists every option")
+                             f"admission.max_queue=8; groups: {groups_of('pipeline')}, "
+                             f"{groups_of('server')}; `speechpipe config` lists every option")
     from speechpipe.server.security import add_security_arguments
 
     add_security_arguments(parser)  # auth, origins, quotas, keepalive, --log-content
-    add_load_arguments(parser)  # --capacity, --max-queue, ... (speechpipe.server.load_control)
-    group = parser.add_argument_group("cluster (Ray; pip install 'speechpipe[cluster]')")
-    group.add_argument("--cluster", metavar="HEAD:PORT", default=None,
-                       help="join the Ray cluster at HEAD:PORT as one node (docs/scaling.md)")
-    group.add_argument("--public-url", default=None,
-                       help="this node's /ws URL as clients reach it (sent in redirects)")
-    group.add_argument("--drain-deadline", type=float, default=120.0,
-                       help="seconds a drained node lets sessions finish (default %(default)s)")
-    group.add_argument("--cluster-lease", type=float, default=6.0,
-                       help="seconds without a heartbeat before the ledger counts a node lost "
-                            "(set by the node that creates the ledger; default %(default)s)")
-    group.add_argument("--resume-window", type=float, default=60.0,
-                       help="seconds a lost session may resume ahead of the line "
-                            "(set by the node that creates the ledger; default %(default)s)")
+    add_aliases(parser.add_argument_group("peak load (admission, degrade ladder)"),
+                LOAD_ALIASES)
+    add_aliases(parser.add_argument_group("cluster (Ray; pip install 'speechpipe[cluster]')"),
+                CLUSTER_ALIASES)
     # TEST ONLY: serve scripted sessions without models (speechpipe.cluster.scripted)
     parser.add_argument("--scripted-pipeline", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(handler=serve_main)
 
 
 def serve_config(args: argparse.Namespace) -> Config:
-    """``serve``'s configuration tree: the defaults, then the flags, then ``--set``."""
-    from speechpipe.config import Config, PipelineOptions, ServerOptions, apply_overrides
+    """``serve``'s configuration tree: the defaults, then the flags, then ``--set``; then the
+    auth secret (never a leaf) and the check of the allowed origins and hosts."""
+    from speechpipe.config import Config, apply_overrides
     from speechpipe.server.security import security_limits
 
-    options = PipelineOptions(
-        asr_model=getattr(args, "asr_model", None) or "whisper-base",
-        voice_dirs=tuple(getattr(args, "voices_dir", ()) or ()),
-    )
-    given = {
-        "token": getattr(args, "token", None),
-        "start_timeout_s": getattr(args, "start_timeout", None),
-        "webrtc_connect_timeout_s": getattr(args, "webrtc_timeout", None),
-        "shutdown_grace_s": getattr(args, "shutdown_grace", None),
-    }
-    limits = security_limits(args, ServerLimits(**{k: v for k, v in given.items()
-                                                   if v is not None}))
-    options, load = load_options_from_args(args, options)
-    config = Config(options, ServerOptions(limits=limits, load=load))
-    return apply_overrides(config, getattr(args, "overrides", ()) or ())
+    config = apply_aliases(Config(), args, serve_aliases())
+    config = apply_overrides(config, getattr(args, "overrides", ()) or ())
+    server = config.server
+    return dataclasses.replace(
+        config, server=dataclasses.replace(server, limits=security_limits(args, server.limits)))
 
 
 def serve_options(
@@ -370,55 +386,53 @@ def serve_options(
     return config.pipeline, config.server.limits, config.server.load
 
 
-def cluster_options(args: argparse.Namespace, load: LoadOptions) -> ClusterOptions | None:
-    """``--cluster`` and friends; ``SystemExit`` with one line when they do not fit."""
-    if not getattr(args, "cluster", None):
+def cluster_options(config: Config) -> ClusterOptions | None:
+    """The tree's ``cluster`` group as this node's ``ClusterOptions`` (None: no ``--cluster``);
+    ``SystemExit`` with one line when the settings do not fit."""
+    settings = config.server.cluster
+    if not settings.address:
         return None
-    from speechpipe.cluster.node import ClusterOptions, connect_ray
+    from speechpipe.cluster.node import ClusterOptions, cluster_secret, connect_ray
 
-    if not args.public_url:
+    if not settings.public_url:
         raise SystemExit("speechpipe: --cluster needs --public-url (this node's ws:// URL)")
-    if ":" not in args.cluster:
-        raise SystemExit(f"speechpipe: --cluster wants HEAD:PORT, got {args.cluster!r}")
-    if not args.public_url.startswith(("ws://", "wss://")):
+    if ":" not in settings.address:
+        raise SystemExit(f"speechpipe: --cluster wants HEAD:PORT, got {settings.address!r}")
+    if not settings.public_url.startswith(("ws://", "wss://")):
         raise SystemExit("speechpipe: --public-url must start with ws:// or wss://")
     try:
         import ray  # noqa: F401  (fail before loading models when Ray is missing)
     except ImportError:
-        connect_ray(args.cluster)  # raises SystemExit with what to install
+        connect_ray(settings.address)  # raises SystemExit with what to install
     from speechpipe.cluster.ledger_core import LedgerOptions
 
-    admission = load.admission
+    admission = config.server.load.admission
     return ClusterOptions(
-        address=args.cluster,
-        public_url=args.public_url,
+        address=settings.address,
+        public_url=settings.public_url,
         capacity=admission.capacity or 0,  # 0: the calibrated capacity, once loaded
-        drain_deadline_s=args.drain_deadline,
+        drain_deadline_s=settings.drain_deadline_s,
+        secret=cluster_secret(),  # from the environment: never on the command line
         ledger=LedgerOptions(max_queue=admission.max_queue, max_wait_s=admission.max_wait_s,
                              per_client=admission.per_client or 0,  # explicit only
                              expected_session_s=admission.expected_session_s,
-                             min_retry_s=admission.min_retry_s, lease_s=args.cluster_lease,
-                             resume_window_s=args.resume_window,
-                             per_token=limits_per_token(args)),
+                             min_retry_s=admission.min_retry_s, lease_s=settings.lease_s,
+                             resume_window_s=settings.resume_window_s,
+                             per_token=config.server.limits.quotas.max_sessions_per_token or 0),
     )
-
-
-def limits_per_token(args: argparse.Namespace) -> int:
-    """The ``--max-sessions-per-token`` limit; 0 when unset."""
-    value = getattr(args, "max_sessions_per_token", None)
-    return int(value) if value else 0
 
 
 def serve_main(args: argparse.Namespace) -> int:
     """``speechpipe serve``: run until SIGINT/SIGTERM."""
-    options, limits, load = serve_options(args)
+    config = serve_config(args)
+    options, limits, load = config.pipeline, config.server.limits, config.server.load
     otlp = getattr(args, "otlp_endpoint", None)
     if otlp is not None:  # a bad URL or a missing extra fails now, with one line
         from speechpipe.server.tracing import check_otlp_endpoint, require_otel
 
         check_otlp_endpoint(otlp)
         require_otel()
-    cluster = cluster_options(args, load)
+    cluster = cluster_options(config)
     pipeline: Pipeline | None = None
     if getattr(args, "scripted_pipeline", False):  # TEST ONLY
         from speechpipe.cluster.scripted import ScriptedPipeline

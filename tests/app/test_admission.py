@@ -3,7 +3,6 @@ with ``--capacity 1`` over the real pipeline, what the N+1th and N+2th clients r
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 from typing import Any
@@ -15,9 +14,9 @@ from websockets.asyncio.client import connect
 from speechpipe.config import PipelineOptions
 from speechpipe.errors import AdmissionError
 from speechpipe.server.admission import AdmissionCore, AdmissionGate, AdmissionOptions
-from speechpipe.server.load_control import LoadOptions, add_load_arguments, load_options_from_args
+from speechpipe.server.options import LoadOptions
 from speechpipe.stages.frames import StatusEvent
-from speechpipe.transport.protocol import CloseCode
+from speechpipe.transport.codes import CloseCode
 
 
 def core(**kwargs: Any) -> AdmissionCore:
@@ -100,18 +99,22 @@ async def test_gate_sends_queued_then_admitted_and_refuses_with_a_retry_hint():
 
 
 def test_cli_flags_reach_the_options():
-    parser = argparse.ArgumentParser()
-    add_load_arguments(parser)
-    args = parser.parse_args(["--capacity", "3", "--max-queue", "2",
-                              "--per-client-sessions", "1", "--no-degrade"])
-    options, load = load_options_from_args(args, PipelineOptions())
-    assert options == PipelineOptions()
+    from speechpipe.cli import build_parser
+    from speechpipe.config import Config
+    from speechpipe.server.serve import serve_config
+
+    parser = build_parser()
+    config = serve_config(parser.parse_args([
+        "serve", "--capacity", "3", "--max-queue", "2", "--per-client-sessions", "1",
+        "--no-degrade"]))
+    assert config.pipeline == PipelineOptions()
+    load = config.server.load
     assert load.admission.capacity == 3 and load.admission.max_queue == 2
     assert load.admission.per_client == 1
     assert load.degrade_enabled is False
     # unset flags keep the dataclass defaults (one place for every default)
-    _, default = load_options_from_args(parser.parse_args([]), PipelineOptions())
-    assert default == LoadOptions()
+    assert serve_config(parser.parse_args(["serve"])).server.load == LoadOptions()
+    assert serve_config(parser.parse_args(["serve"])).server.load == Config().server.load
 
 
 # -- a real server, real pipeline ---------------------------------------------------------

@@ -163,7 +163,8 @@ def test_bad_cluster_flags_fail_with_one_line(argv: list[str], message: str):
 
 
 def test_start_carries_ticket_and_resume_and_rejects_bad_ones():
-    from speechpipe.transport.protocol import CloseCode, ProtocolError, parse_start
+    from speechpipe.transport.codes import CloseCode
+    from speechpipe.transport.protocol import ProtocolError, parse_start
 
     start = parse_start({"type": "start", "ticket": "abc123", "resume": "def456"})
     assert (start.ticket, start.resume) == ("abc123", "def456")

@@ -8,13 +8,14 @@ import tomllib
 
 import pytest
 
-from speechpipe.cli import PIPELINE_GROUPS, SERVER_GROUPS, build_parser, main
+from speechpipe.cli import build_parser, main
 from speechpipe.config import (
     GROUPS,
     Config,
     PipelineOptions,
     apply_overrides,
     config_dict,
+    groups_of,
     render_config,
     settable_fields,
     with_overrides,
@@ -28,21 +29,33 @@ def _help_of(command: str) -> str:
     return " ".join(sub.format_help().split())
 
 
-def test_cli_group_lists_are_the_tree_groups() -> None:
-    listed = [g.strip() for g in f"{PIPELINE_GROUPS}, {SERVER_GROUPS}".split(",")]
+def test_groups_are_derived_from_the_tree() -> None:
+    """Every option dataclass of the tree with settable leaves is a group (none listed by
+    hand); the help texts list them from ``GROUPS``."""
+    def sections(node: object, path: tuple[str, ...]) -> dict[tuple[str, ...], object]:
+        out = {}
+        for f in dataclasses.fields(node):  # type: ignore[arg-type]
+            value = getattr(node, f.name)
+            if dataclasses.is_dataclass(value):
+                out[(*path, f.name)] = value
+                out.update(sections(value, (*path, f.name)))
+        return out
+
+    with_leaves = {path for path, value in sections(Config(), ()).items()
+                   if settable_fields(value)}
+    assert set(GROUPS.values()) == with_leaves
+    assert {"cluster", "quotas", "admission", "vad"} <= set(GROUPS)
+    listed = [g.strip() for g in f"{groups_of('pipeline')}, {groups_of('server')}".split(",")]
     assert sorted(listed) == sorted(GROUPS)
-    assert {g.strip() for g in SERVER_GROUPS.split(",")} == {
-        g for g, path in GROUPS.items() if path[0] == "server"
-    }
 
 
 @pytest.mark.parametrize("command", ["translate", "eval", "serve", "config"])
 def test_set_help_lists_the_groups_the_command_accepts(command: str) -> None:
     text = _help_of(command)
-    groups = PIPELINE_GROUPS if command in ("translate", "eval") else (
-        f"{PIPELINE_GROUPS}, {SERVER_GROUPS}")
-    for group in groups.split(","):
-        assert group.strip() in text, (command, group)
+    groups = [g for g, path in GROUPS.items()
+              if command in ("serve", "config") or path[0] == "pipeline"]
+    for group in groups:
+        assert group in text, (command, group)
 
 
 def test_every_group_has_settable_leaves_and_each_takes_a_value() -> None:
@@ -137,10 +150,71 @@ def test_removed_duplicate_flags_are_gone() -> None:
             build_parser().parse_args(["serve", flag, "1"])
 
 
-def test_serve_flags_without_values_keep_the_tree_defaults() -> None:
+def test_serve_flags_without_values_keep_the_tree_defaults(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from speechpipe.server.serve import serve_config
 
-    config = serve_config(build_parser().parse_args(["serve"]))
-    assert config == dataclasses.replace(Config(), server=config.server)
-    assert config.server.load == Config().server.load
-    assert config.server.limits.start_timeout_s == Config().server.limits.start_timeout_s
+    monkeypatch.delenv("SPEECHPIPE_AUTH_SECRET", raising=False)
+    assert serve_config(build_parser().parse_args(["serve"])) == Config()
+
+
+def _leaf_value(config: Config, leaf: str) -> object:
+    group, _, name = leaf.partition(".")
+    section: object = config
+    for part in GROUPS[group]:
+        section = getattr(section, part)
+    return getattr(section, name)
+
+
+def test_every_shorthand_flag_is_an_alias_of_one_leaf(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each alias flag writes its leaf and nothing else; its help names the leaf."""
+    from speechpipe.server.serve import serve_aliases, serve_config
+
+    monkeypatch.delenv("SPEECHPIPE_AUTH_SECRET", raising=False)
+    help_text = _help_of("serve")
+    aliases = serve_aliases()
+    assert len({a.leaf for a in aliases}) == len(aliases)  # one flag per leaf
+    serve = next(a for a in build_parser()._actions if a.dest == "command").choices["serve"]
+    dests = {a.dest for a in aliases}
+    flagged = [a for a in serve._actions if a.dest in dests]
+    assert len(flagged) == len(aliases)
+    assert all(a.default is None for a in flagged)  # the default is the leaf's, written once
+    base = Config()
+    for alias in aliases:
+        assert f"--set {alias.leaf}" in help_text, alias.flag
+        if alias.repeat:
+            argv, expected = [alias.flag, "*", alias.flag, "*"], ("*", "*")
+        elif alias.is_switch:
+            argv, expected = [alias.flag], alias.switch
+        else:
+            raw = "ws://h:1/ws" if alias.type is str else (
+                "0.25" if alias.flag == "--min-audio-ratio" else "3")
+            argv, expected = [alias.flag, raw], alias.type(raw)
+        config = serve_config(build_parser().parse_args(["serve", *argv]))
+        assert _leaf_value(config, alias.leaf) == expected != _leaf_value(base, alias.leaf), (
+            alias.flag)
+        for other in aliases:
+            if other.leaf != alias.leaf:
+                assert _leaf_value(config, other.leaf) == _leaf_value(base, other.leaf), (
+                    alias.flag, other.leaf)
+
+
+def test_cluster_options_come_from_the_tree() -> None:
+    from speechpipe.cluster.ledger_core import LedgerOptions
+    from speechpipe.cluster.node import ClusterOptions
+    from speechpipe.cluster.options import ClusterSettings
+    from speechpipe.server.serve import cluster_options, serve_config
+
+    settings = ClusterSettings()
+    assert LedgerOptions().lease_s == settings.lease_s
+    assert LedgerOptions().resume_window_s == settings.resume_window_s
+    assert ClusterOptions("h:1", "ws://x", 1).drain_deadline_s == settings.drain_deadline_s
+    pytest.importorskip("ray")
+    config = serve_config(build_parser().parse_args([
+        "serve", "--cluster", "h:1", "--public-url", "ws://n:1/ws", "--cluster-lease", "9",
+        "--set", "cluster.resume_window_s=7", "--drain-deadline", "30",
+        "--set", "quotas.max_sessions_per_token=2"]))
+    node = cluster_options(config)
+    assert node is not None and node.address == "h:1" and node.drain_deadline_s == 30.0
+    assert node.ledger.lease_s == 9.0 and node.ledger.resume_window_s == 7.0
+    assert node.ledger.per_token == 2

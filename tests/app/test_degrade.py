@@ -12,21 +12,20 @@ import pytest
 
 from speechpipe.models.whisper_engine import DecodeResult, WhisperRequest, WhisperResult
 from speechpipe.server.admission import AdmissionOptions
-from speechpipe.server.degrade import (
-    MAX_LEVEL,
-    DegradeController,
-    DegradeOptions,
-    DegradeState,
-    LoadSample,
-    SessionLadder,
-    degrade_asr,
-    degrade_max_utterance,
-)
-from speechpipe.server.load_control import LoadControl, LoadOptions
+from speechpipe.server.degrade import DegradeController, DegradeOptions, LoadSample
+from speechpipe.server.load_control import LoadControl
+from speechpipe.server.options import LoadOptions
 from speechpipe.stages.asr import AsrOptions, AsrStage
 from speechpipe.stages.channels import Channel
 from speechpipe.stages.clock import BasisStreamClock
 from speechpipe.stages.frames import STREAM_RATE, StatusEvent, VadEvent
+from speechpipe.stages.ladder import (
+    MAX_LEVEL,
+    DegradeState,
+    SessionLadder,
+    degrade_asr,
+    degrade_max_utterance,
+)
 from speechpipe.stages.vad import LabeledAudio
 
 OVER = LoadSample(asr_latency_s=1.5)

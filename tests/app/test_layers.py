@@ -103,3 +103,87 @@ def test_imports_flow_downward_only() -> None:
                     f"{imported} ({LAYER_NAMES[target]})"
                 )
     assert not violations, "\n".join(violations)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the package modules it imports, by every import statement (function-level
+    and ``TYPE_CHECKING`` ones included); ``from X import name`` counts ``X.name`` when that
+    is a module of the package, ``X`` otherwise."""
+    files = package_files()
+    modules = {module for _, module, _ in files}
+    graph: dict[str, set[str]] = {module: set() for module in modules}
+    for path, module, _ in files:
+        for _, imported in imported_modules(path, module):
+            if imported in modules and imported != module:
+                graph[module].add(imported)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    if sub in modules and sub != module:
+                        graph[module].add(sub)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in sorted(graph.get(node, ())):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_a_cycle_is_seen() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles() -> None:
+    """No two package modules import each other, directly or round a loop, by any import
+    statement (function-level and ``TYPE_CHECKING`` imports included): a cycle means the
+    options or a core cannot be read without loading what sits above it."""
+    found = cycles(import_graph())
+    assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_options_tree_loads_no_server() -> None:
+    """The options are leaves: reading the tree imports no server, no session, no
+    websockets library (a subprocess, so nothing this test run imported counts)."""
+    import subprocess
+    import sys
+
+    heavy = ("websockets", "aiortc", "speechpipe.server.load_control", "speechpipe.server.serve",
+             "speechpipe.session", "speechpipe.transport.websocket_server")
+    code = ("import sys, speechpipe.config; print(','.join(sorted(m for m in sys.modules if "
+            f"m.startswith({heavy!r}))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert out.stdout.strip() == ""

@@ -196,4 +196,4 @@ def test_compare_variants_vary_only_per_session_options():
         "asr.commit_policy=align, phrases.cut=count",
         ["asr.commit_policy=align", "phrases.cut=count"])
     with pytest.raises(InputError, match="loaded once"):
-        parse_variant("pipeline.tts_length_scale=0.8")
+        parse_variant("piper.length_scale=0.8")

@@ -322,3 +322,59 @@ def test_failed_convert_leaves_nothing(
     err = capsys.readouterr().err
     assert "unsupported architecture" in err and err.count("\n") == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["opus-mt-hf"]
+
+
+# --- issue 21, items 10 and 14: what ``models add`` refuses before installing anything ----
+
+
+@pytest.mark.parametrize("case", ["huge", "deep", "non-ascii-name", "long-name"])
+def test_voices_add_refuses_huge_deep_and_unusable_names(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    """A 300 MB config was accepted; 200,000 levels of nesting raised RecursionError; names
+    that ``start.voice`` refuses were installed (and listed by ``GET /voices``)."""
+    pytest.importorskip("piper")
+    model, config = _joe()
+    folder = tmp_path / "voice"
+    folder.mkdir()
+    name = {"non-ascii-name": "en_US-jos\u00e9-medium", "long-name": "en_US-" + "x" * 70}.get(
+        case, "en_US-odd-medium")
+    onnx = folder / f"{name}.onnx"
+    onnx.symlink_to(model)
+    data = json.loads(config.read_text())
+    if case == "huge":
+        data["padding"] = "x" * (3 << 20)  # 3 MB is enough to show the bound (300 MB is slow)
+        text = json.dumps(data)
+    elif case == "deep":
+        text = "[" * 200_000 + "]" * 200_000
+    else:
+        text = json.dumps(data)
+    (folder / f"{name}.onnx.json").write_text(text)
+    capsys.readouterr()
+    assert run("models", "add", str(onnx)) in (1, 2)
+    err = capsys.readouterr().err
+    assert err.startswith("speechpipe: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err and "RecursionError" not in err
+    assert {"huge": "over 1024 KiB", "deep": "nested too deeply"}.get(case, "voice name") in err
+    voices = home / "voices"
+    assert not voices.exists() or list(voices.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["config.json", "speechpipe.json"])
+def test_mt_add_refuses_a_deeply_nested_config_in_one_line(
+    home: Path, tmp_path: Path, tiny_models: dict[str, Path],
+    capsys: pytest.CaptureFixture[str], where: str,
+) -> None:
+    """Item 14 for an MT folder: a Hugging Face ``config.json`` (read when there is no
+    ``model.bin``) or speechpipe's own ``speechpipe.json`` nested 200,000 deep."""
+    folder = tmp_path / "mt"
+    shutil.copytree(tiny_models["nllb"], folder)
+    if where == "config.json":
+        (folder / "model.bin").unlink()
+    (folder / where).write_text("{\"a\":" * 200_000 + "1" + "}" * 200_000)
+    capsys.readouterr()
+    assert run("models", "add", str(folder)) in (1, 2)
+    err = capsys.readouterr().err
+    assert err.startswith("speechpipe: error: ") and err.count("\n") == 1, err
+    assert "nested too deeply" in err or "not valid JSON" in err, err
+    assert not (home / "registry.json").exists()

@@ -19,9 +19,10 @@ from speechpipe.server.metrics import ServerMetrics
 from speechpipe.server.observe import ListenerLatency, Observation
 from speechpipe.stages.frames import SpeechChunk, TextHypothesis, UtteranceEnd, VadEvent
 from speechpipe.transport.auth import TokenAuthority
-from speechpipe.transport.protocol import MAX_MESSAGE_BYTES, CloseCode
-from speechpipe.transport.quotas import Quotas
-from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
+from speechpipe.transport.codes import CloseCode
+from speechpipe.transport.limits import Quotas, ServerLimits
+from speechpipe.transport.protocol import MAX_MESSAGE_BYTES
+from speechpipe.transport.websocket_server import SpeechServer
 from tests.helpers import pcm, wait_for
 from tests.transport.test_ws_server import FakeFactory, expect_close, start
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import connect
 
-from speechpipe.transport.protocol import CloseCode
-from speechpipe.transport.websocket_server import ServerLimits
+from speechpipe.transport.codes import CloseCode
+from speechpipe.transport.limits import ServerLimits
 from tests.helpers import (
     errors,
     http_request,

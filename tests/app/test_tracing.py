@@ -173,8 +173,8 @@ async def test_real_session_trace_and_an_unreachable_collector(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     from speechpipe.server.serve import ServerApp
+    from speechpipe.transport.codes import CloseCode
     from speechpipe.transport.file_replay import read_audio
-    from speechpipe.transport.protocol import CloseCode
 
     app = ServerApp("127.0.0.1", 0, pipeline=pipeline)
     # the CLI's path (--otlp-endpoint) to a port where nothing listens, plus an in-memory copy

@@ -18,7 +18,7 @@ import soundfile as sf
 from websockets.asyncio.client import connect
 
 from speechpipe.transport.file_replay import read_audio
-from speechpipe.transport.quotas import Quotas
+from speechpipe.transport.limits import Quotas
 from speechpipe.transport.websocket_server import SpeechServer
 from tests.e2e.test_page import chromium_args
 from tests.helpers import TickFactory, pcm, read_until_closed

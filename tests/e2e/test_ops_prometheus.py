@@ -141,10 +141,10 @@ async def test_every_dashboard_query_answers_during_a_real_session(
     from websockets.exceptions import InvalidStatus
 
     from speechpipe.server.admission import AdmissionOptions
-    from speechpipe.server.load_control import LoadOptions
+    from speechpipe.server.options import LoadOptions
     from speechpipe.server.serve import ServerApp
+    from speechpipe.transport.codes import CloseCode
     from speechpipe.transport.file_replay import read_audio
-    from speechpipe.transport.protocol import CloseCode
 
     queries = dashboard_queries()
     assert len(queries) >= 20

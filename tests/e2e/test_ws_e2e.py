@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from speechpipe.transport.codes import CloseCode
 from speechpipe.transport.file_replay import read_audio
-from speechpipe.transport.protocol import CloseCode
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="session")]
 

@@ -26,10 +26,10 @@ from speechpipe.transport.auth import (
     TokenAuthority,
     token_from_request,
 )
+from speechpipe.transport.codes import CloseCode
 from speechpipe.transport.gate import AccessGate
-from speechpipe.transport.protocol import CloseCode
-from speechpipe.transport.quotas import Quotas
-from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
+from speechpipe.transport.limits import Quotas, ServerLimits
+from speechpipe.transport.websocket_server import SpeechServer
 from tests.helpers import (
     SECRET,
     TickFactory,

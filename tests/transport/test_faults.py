@@ -24,10 +24,10 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from speechpipe.models.whisper_engine import WhisperRequest
+from speechpipe.transport.codes import CloseCode
 from speechpipe.transport.file_replay import read_audio
-from speechpipe.transport.protocol import CloseCode
-from speechpipe.transport.quotas import Quotas
-from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
+from speechpipe.transport.limits import Quotas, ServerLimits
+from speechpipe.transport.websocket_server import SpeechServer
 from tests.helpers import (
     TickFactory,
     assert_released,

@@ -338,7 +338,8 @@ def test_any_message_sequence_ends_cleanly_on_a_live_server(
     from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed
 
-    from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
+    from speechpipe.transport.limits import ServerLimits
+    from speechpipe.transport.websocket_server import SpeechServer
     from tests.helpers import TickFactory
 
     server = SpeechServer(TickFactory(), port=0,

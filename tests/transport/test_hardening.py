@@ -17,10 +17,12 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from speechpipe.transport.auth import TokenAuthority
+from speechpipe.transport.codes import CloseCode
 from speechpipe.transport.hosts import HeaderError, HostPolicy, WebOrigin, parse_host, parse_origin
-from speechpipe.transport.protocol import MAX_MESSAGE_BYTES, CloseCode, ProtocolError, parse_start
-from speechpipe.transport.quotas import AudioPace, Quotas
-from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
+from speechpipe.transport.limits import Quotas, ServerLimits
+from speechpipe.transport.protocol import MAX_MESSAGE_BYTES, ProtocolError, parse_start
+from speechpipe.transport.quotas import AudioPace
+from speechpipe.transport.websocket_server import SpeechServer
 from tests.helpers import (
     SECRET,
     TickFactory,

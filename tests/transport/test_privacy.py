@@ -18,9 +18,10 @@ import pytest
 from websockets.asyncio.client import connect
 
 from speechpipe.transport.auth import TokenAuthority
+from speechpipe.transport.codes import CloseCode
 from speechpipe.transport.file_replay import read_audio
-from speechpipe.transport.protocol import CloseCode
-from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
+from speechpipe.transport.limits import ServerLimits
+from speechpipe.transport.websocket_server import SpeechServer
 from tests.helpers import (
     FAKE_SOURCE,
     FAKE_TARGET,

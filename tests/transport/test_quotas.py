@@ -14,19 +14,20 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from speechpipe.transport.auth import TokenAuthority
-from speechpipe.transport.protocol import CloseCode, ErrorCode, ProtocolError
+from speechpipe.transport.codes import CloseCode, ErrorCode
+from speechpipe.transport.limits import Quotas, ServerLimits
+from speechpipe.transport.protocol import ProtocolError
 from speechpipe.transport.quotas import (
     EXPIRED,
     Deadline,
     QuotaGuard,
-    Quotas,
     SessionCounter,
     SessionTimers,
     TokenBucket,
     check_sdp_size,
     quota_error,
 )
-from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
+from speechpipe.transport.websocket_server import SpeechServer
 from tests.helpers import (
     SECRET,
     TickFactory,

@@ -18,9 +18,10 @@ from aiortc.mediastreams import MediaStreamError
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from speechpipe.transport.codes import CloseCode
 from speechpipe.transport.file_replay import read_audio
-from speechpipe.transport.protocol import CloseCode
-from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
+from speechpipe.transport.limits import ServerLimits
+from speechpipe.transport.websocket_server import SpeechServer
 
 # local_ice: skips where aiortc's ICE would use the machine's interface addresses (outside a
 # private network namespace), which the socket guard refuses (tests/netguard.py)

@@ -26,8 +26,10 @@ from speechpipe.stages.frames import (
     VadEvent,
 )
 from speechpipe.stages.request import SessionRequest
-from speechpipe.transport.protocol import MAX_MESSAGE_BYTES, CloseCode
-from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
+from speechpipe.transport.codes import CloseCode
+from speechpipe.transport.limits import ServerLimits
+from speechpipe.transport.protocol import MAX_MESSAGE_BYTES
+from speechpipe.transport.websocket_server import SpeechServer
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")  # the loop the fixtures run in
 

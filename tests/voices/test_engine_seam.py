@@ -1,0 +1,163 @@
+"""The TTS engine seam: a test-only engine (``tests/voices/scripted_tts.py``), registered
+here, is found, loaded, spoken through the shared worker, guarded by the privacy rule and
+heard by a live client, with no other change to the code."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from speechpipe.voices.engines import ENGINES, load_synthesizer, register_engine, unregister_engine
+from speechpipe.voices.registry import list_voices, resolve_voice
+from speechpipe.voices.tts_worker import TtsWorker
+from tests.voices import scripted_tts
+
+
+@pytest.fixture
+def scripted(tmp_path: Path) -> Iterator[Path]:
+    register_engine(scripted_tts.ENGINE)  # the one registration
+    scripted_tts.write_voice(tmp_path)
+    try:
+        yield tmp_path
+    finally:
+        unregister_engine(scripted_tts.ENGINE.name)
+
+
+def test_its_voices_are_found_and_name_their_engine(scripted: Path) -> None:
+    voice = resolve_voice("scripted-en", "en", [scripted])
+    assert voice.engine == "scripted" and voice.sample_rate == 16_000 and voice.lang == "en"
+    assert "scripted-en" in {v.name for v in list_voices([scripted])}
+    piper = resolve_voice(None, "en", [scripted])  # the built-in voice still wins by default
+    assert piper.engine == "piper"
+
+
+def test_without_the_registration_its_voices_are_not_voices(tmp_path: Path) -> None:
+    scripted_tts.write_voice(tmp_path)
+    assert "scripted" not in ENGINES
+    assert "scripted-en" not in {v.name for v in list_voices([tmp_path])}
+
+
+async def test_the_shared_worker_speaks_it(scripted: Path) -> None:
+    voice = resolve_voice("scripted-en", "en", [scripted])
+    synthesizer = load_synthesizer(voice)
+    assert isinstance(synthesizer, scripted_tts.ToneSynthesizer)
+    async with TtsWorker(synthesizer, voice.name) as worker:
+        speech = await worker.synthesize("hello there", 22_050)
+    assert synthesizer.spoken == ["hello there"]
+    expected = len("hello there") * scripted_tts.SECONDS_PER_CHAR * 22_050
+    assert abs(len(speech) - expected) < 0.1 * expected  # resampled to the asked rate
+
+
+def test_its_text_logger_is_guarded(scripted: Path) -> None:
+    from speechpipe.transport.privacy import content_loggers, guard_library_logs
+
+    logger = logging.getLogger(scripted_tts.LOGGER)
+    logger.setLevel(logging.DEBUG)
+    try:
+        assert scripted_tts.LOGGER in content_loggers() and "piper" in content_loggers()
+        guard_library_logs()
+        assert logger.level == logging.INFO
+    finally:
+        logger.setLevel(logging.NOTSET)
+
+
+@pytest.mark.slow
+async def test_a_live_client_hears_it(scripted: Path, pipeline: Any, stream_ws: Any,
+                                      spanish_clip: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real models, a real server and client: a session that asks for the scripted voice
+    gets its tone as the translated speech."""
+    from speechpipe.server.serve import ServerApp
+    from speechpipe.transport.file_replay import read_audio
+
+    monkeypatch.setenv("SPEECHPIPE_HOME", str(scripted.parent / "home"))
+    scripted_tts.write_voice(scripted.parent / "home" / "voices")
+    path, row = spanish_clip
+    audio = read_audio(path)  # 16 kHz mono int16
+    app = ServerApp("127.0.0.1", 0, pipeline=pipeline)
+    await app.start()
+    try:
+        await app.load()
+        run = await stream_ws(f"ws://127.0.0.1:{app.server.port}/ws", audio[: 16_000 * 6],
+                              start={"source_lang": row["lang"], "voice": "scripted-en",
+                                     "output_sample_rate": 16_000})
+    finally:
+        await app.stop(close_pipeline=False)
+    assert run.close_code == 1000 and run.audio, run.of("error")
+    pcm = np.concatenate([chunk for _, _, chunk in run.audio]).astype(np.float32)
+    spectrum = np.abs(np.fft.rfft(pcm))
+    peak_hz = np.argmax(spectrum) * 16_000 / len(pcm)
+    assert abs(peak_hz - scripted_tts.TONE_HZ) < 5  # the tone, not a Piper voice
+
+
+async def test_aclose_never_blocks_the_event_loop() -> None:
+    """Closing the worker while a synthesis runs: the loop keeps running until it ends."""
+    import asyncio
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+
+    class Blocking:
+        sample_rate = 16_000
+
+        def synthesize(self, text: str, speed: float = 1.0) -> np.ndarray:
+            started.set()
+            release.wait(10)
+            return np.full(160, 1000, np.int16)  # loud: nothing is trimmed
+
+    worker = TtsWorker(Blocking(), "blocking")
+    job = asyncio.create_task(worker.synthesize("x", 16_000))
+    assert await asyncio.to_thread(started.wait, 10)
+    closing = asyncio.create_task(worker.aclose())
+    await asyncio.sleep(0)  # aclose runs up to its first wait
+    ticked = asyncio.Event()
+    asyncio.get_running_loop().call_soon(ticked.set)
+    await asyncio.wait_for(ticked.wait(), 5)  # the loop is alive while the worker joins
+    assert not closing.done()
+    release.set()
+    await asyncio.wait_for(closing, 10)
+    assert len(await job) == 160
+
+
+@pytest.mark.slow
+async def test_phrase_cache_namespaces(scripted: Path, pipeline: Any, spanish_clip: Any,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions reuse synthesized phrases within one ``phrase_cache`` namespace only (the
+    scripted engine counts what it is asked to speak). Fast pace: the same text each run."""
+    import asyncio
+
+    from speechpipe.stages.request import SessionRequest
+    from speechpipe.transport.file_replay import frames_of, stream_audio
+
+    monkeypatch.setenv("SPEECHPIPE_HOME", str(scripted.parent / "home"))
+    scripted_tts.write_voice(scripted.parent / "home" / "voices")
+    path, row = spanish_clip
+
+    async def run(namespace: str) -> None:
+        request = SessionRequest(source_lang=row["lang"], voice="scripted-en", pace="fast",
+                                 priority="replay", phrase_cache=namespace)
+        async with pipeline.session(request) as session:
+            async def feed() -> None:
+                for frame in frames_of(stream_audio(path)):
+                    await session.push(frame)
+                await session.finish()
+
+            async with asyncio.TaskGroup() as group:
+                group.create_task(feed())
+                async with asyncio.timeout(120):
+                    async for _ in session.events():
+                        pass
+
+    voice = pipeline.resolve(SessionRequest(target_lang="en", voice="scripted-en")).voice
+    spoken = pipeline.tts_worker(voice).synthesizer.spoken
+    await run("ns-a")
+    first = len(spoken)
+    assert first > 0
+    await run("ns-a")
+    assert len(spoken) == first  # every phrase came from the namespace's cache
+    await run("ns-b")
+    assert len(spoken) > first  # another namespace: synthesized again
