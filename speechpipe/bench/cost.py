@@ -21,8 +21,8 @@ server runs them), it prints per audio second of input:
 ``--compare GROUP.FIELD=VALUE[,...]`` runs each input again with those overrides, interleaved,
 e.g. ``--compare asr.windowing=false`` for the unbounded windows of earlier builds. Sessions of
 one run are offset (a rotated playlist, or leading silence for a file) so that they never send
-identical requests, and each gets its own output rate so that no session is served another's
-phrases from the shared phrase cache.
+identical requests, and each gets its own phrase-cache namespace
+(``SessionRequest.phrase_cache``) so that no session is served another's phrases.
 """
 
 from __future__ import annotations
@@ -229,21 +229,21 @@ def cost_figures(records_per_session: list[list[dict[str, Any]]],
 
 
 async def _run_sessions(pipeline: Any, inputs: list[CostInput], pace: str,
-                        rate_base: int) -> tuple[list[list[dict[str, Any]]], float, float,
+                        run: int, ct2_threads: set[int]) -> tuple[list[list[dict[str, Any]]], float, float,
                                                  dict[str, float]]:
     from speechpipe.file_translation import translate_audio
     from speechpipe.stages.request import SessionRequest
 
     before, cpu0, wall0 = pipeline.engine.stats.snapshot(), _cpu(), time.monotonic()
-    ct2_0 = threads_cpu(pipeline.cost_threads["ct2"])
+    ct2_0 = threads_cpu(ct2_threads)
     tts_before = {tid: threads_cpu({tid}) for tid in _tts_thread_ids()}
     runs = await asyncio.gather(*(
         translate_audio(pipeline, item.audio, SessionRequest(
             source_lang=item.lang, pace=pace, priority="live",  # type: ignore[arg-type]
-            output_sample_rate=rate_base + index))
+            phrase_cache=f"bench cost {run}.{index}"))
         for index, item in enumerate(inputs)))
     cpu, wall = _cpu() - cpu0, time.monotonic() - wall0
-    ct2 = threads_cpu(pipeline.cost_threads["ct2"]) - ct2_0
+    ct2 = threads_cpu(ct2_threads) - ct2_0
     # Piper's worker thread starts with its first phrase: a new thread counts from zero
     tts = sum(threads_cpu({tid}) - tts_before.get(tid, 0.0) for tid in _tts_thread_ids())
     after = pipeline.engine.stats.snapshot()
@@ -322,21 +322,19 @@ def _run_cost(args: argparse.Namespace) -> int:
         pipeline.whisper.warm_up()
         engine_threads = thread_ids()
         pipeline.warm_up()
-        threads = {"ct2": engine_threads - before_load - _python_threads()}
+        ct2_threads = engine_threads - before_load - _python_threads()
         views = variant_pipelines(pipeline, args.compare)
-        for _, view in views:
-            view.cost_threads = threads
         print(f"command: speechpipe bench cost {' '.join(sys.argv[3:])}")
         print(f"machine: {os.cpu_count()} cores, load average at start "
               + " ".join(f"{x:.2f}" for x in os.getloadavg()), flush=True)
-        rate = 16_000
+        run = 0
         for count in counts:
             for item in inputs:
                 for label, view in views:
                     copies = [_offset(item, k) for k in range(count)]
                     records, cpu, wall, engine = asyncio.run(
-                        _run_sessions(view, copies, args.pace, rate))
-                    rate += count
+                        _run_sessions(view, copies, args.pace, run, ct2_threads))
+                    run += 1
                     row = {"input": item.name, "variant": label,
                            **cost_figures(records, copies, cpu, engine, wall,
                                           engine["ct2_cpu"], engine["tts_cpu"],
