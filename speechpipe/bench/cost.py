@@ -228,9 +228,11 @@ def cost_figures(records_per_session: list[list[dict[str, Any]]],
     }
 
 
+RunResult = tuple[list[list[dict[str, Any]]], float, float, dict[str, float]]
+
+
 async def _run_sessions(pipeline: Any, inputs: list[CostInput], pace: str,
-                        run: int, ct2_threads: set[int]) -> tuple[list[list[dict[str, Any]]], float, float,
-                                                 dict[str, float]]:
+                        run: int, ct2_threads: set[int]) -> RunResult:
     from speechpipe.file_translation import translate_audio
     from speechpipe.stages.request import SessionRequest
 
