@@ -285,8 +285,9 @@ COLUMNS = (("CPU/s", "cpu_per_audio_s", 3), ("enc", "encoder_per_audio_s", 3),
            ("EO50", "end_offset_p50", 2), ("EO95", "end_offset_p95", 2))
 
 
-def print_rows(rows: list[dict[str, Any]], out: Any = sys.stdout) -> None:
+def print_rows(rows: list[dict[str, Any]], out: Any = None) -> None:
     """The figures as a table, one row per (input, sessions, variant)."""
+    out = out or sys.stdout
     print(f"{'input':<28}{'N':>3} {'variant':<26}" + "".join(f"{c:>9}" for c, _, _ in COLUMNS),
           file=out)
     for row in rows:
@@ -326,7 +327,7 @@ def _run_cost(args: argparse.Namespace) -> int:
         pipeline.warm_up()
         ct2_threads = engine_threads - before_load - _python_threads()
         views = variant_pipelines(pipeline, args.compare)
-        print(f"command: speechpipe bench cost {' '.join(sys.argv[3:])}")
+        print(f"command: speechpipe {' '.join(sys.argv[1:])}")
         print(f"machine: {os.cpu_count()} cores, load average at start "
               + " ".join(f"{x:.2f}" for x in os.getloadavg()), flush=True)
         run = 0
