@@ -125,6 +125,7 @@ class AsrOptions:
     sentence_advance_s: float = 2.0
     cut_grace_s: float = 2.0  # ... or this much later, whatever the audio
     context_tokens: int = 32  # committed-text tokens given as context (multiples of 8)
+    cap_by_window: bool = True  # partials: new-token cap less the forced prefix's tokens
 
     def __post_init__(self) -> None:
         if self.commit_policy not in ("agreement", "align"):
@@ -307,7 +308,7 @@ class UtteranceDecoder:
             partial=kind == "partial",
             word_times=self._word_times(kind),
             max_context_tokens=self.options.context_tokens,
-            cap_by_window=self.options.windowing and kind == "partial",
+            cap_by_window=self.options.cap_by_window and kind == "partial",
         ))
 
     def _word_times(self, kind: str) -> tuple[str, ...]:
