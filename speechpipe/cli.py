@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("manifest",
                           help="JSON-lines manifest (file, lang, transcript, translation_en)")
     evaluate.add_argument("--report", default=None, help="write per-clip and aggregate JSON")
-    evaluate.add_argument("--limit", type=int, default=None, help="first N matching clips")
+    evaluate.add_argument("--limit", type=int, default=None,
+                          help="first N matching clips (N >= 1)")
     evaluate.add_argument("--category", action="append", default=None,
                           help="only clips of this category (repeatable; default: clips "
                                "whose language differs from the target)")
