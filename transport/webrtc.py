@@ -40,8 +40,9 @@ from numpy.typing import NDArray
 from speechpipe.errors import SessionError
 from speechpipe.stages.channels import ChannelClosed
 from speechpipe.stages.frames import STREAM_RATE, AudioFrame, SpeechChunk
+from speechpipe.transport.audio_io import InputResampler
 from speechpipe.transport.codes import ErrorCode
-from speechpipe.transport.protocol import Ice, InputResampler, ProtocolError
+from speechpipe.transport.protocol import Ice, ProtocolError
 
 __all__ = ["WebRtcPeer", "SpeechTrack", "PeerError", "RTC_RATE", "RTC_FRAME_SAMPLES"]
 

@@ -13,7 +13,7 @@ full, the estimated wait exceeds ``max_wait_s``, or its client already holds
 by default half the capacity, loopback clients exempt: ``AdmissionCore.client_limit``).
 
 ``AdmissionCore`` is pure (time is a parameter); ``AdmissionGate`` is the thin async shell the
-server calls (``transport.websocket_server.CapacityGate``): it holds a slot for the life of a
+server calls (``transport.ws_connection.CapacityGate``): it holds a slot for the life of a
 session and sends the status events.
 
 The wait estimate for line position p (1-based) with C active sessions whose expected

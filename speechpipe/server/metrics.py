@@ -60,7 +60,7 @@ def _event_type(event: OutputEvent) -> str:
 
 
 class ServerMetrics:
-    """Implements ``transport.websocket_server.ServerObserver``; ``text()`` serves /metrics."""
+    """Implements ``transport.ws_connection.ServerObserver``; ``text()`` serves /metrics."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = r = registry or CollectorRegistry()

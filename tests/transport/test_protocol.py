@@ -17,15 +17,13 @@ from speechpipe.stages.frames import (
     UtteranceEnd,
     VadEvent,
 )
+from speechpipe.transport.audio_io import InputResampler, OutputResampler, RealtimeGuard
 from speechpipe.transport.codes import CloseCode, ErrorCode
 from speechpipe.transport.protocol import (
     Flush,
     Ice,
-    InputResampler,
     Offer,
-    OutputResampler,
     ProtocolError,
-    RealtimeGuard,
     Start,
     Stop,
     dumps,

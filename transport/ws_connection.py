@@ -1,0 +1,554 @@
+"""One WebSocket client's connection, the asyncio layer: it moves messages between the socket,
+the connection core (``transport.connection_core``: the protocol's rules, without I/O), the
+session and (maybe) a WebRTC peer.
+
+Once ``start`` is accepted, three tasks run in one ``asyncio.TaskGroup``:
+
+- *reader*: client messages through the core; performs its actions (audio resampled into the
+  session, ``flush``/``stop``, WebRTC signalling);
+- *pump*: session events -> encoded messages on the bounded outgoing channel;
+- *sender*: the only task that writes to the socket, so an ``audio`` header and its binary
+  PCM are never split by another message (only a fatal ``rate_limited`` from
+  ``transport.frame_guard``, the last message, can come between).
+
+Whichever task ends the connection raises; the group cancels the rest, the session's own
+``async with`` cancels its stages, and the close code is sent. A client's garbage ends at
+most its own connection: every failure is caught per connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
+
+from speechpipe.errors import AdmissionError, SessionRedirect, SpeechpipeError
+from speechpipe.stages.channels import Channel, ChannelClosed
+from speechpipe.stages.frames import STREAM_RATE, AudioFrame, OutputEvent, SpeechChunk, StatusEvent
+from speechpipe.transport.audio_io import InputResampler, OutputResampler
+from speechpipe.transport.codes import CloseCode, ErrorCode, refusal_close
+from speechpipe.transport.connection_core import (
+    AcceptStart,
+    AddIce,
+    ConnectionCore,
+    Fail,
+    FlushInput,
+    OpenPeer,
+    PushAudio,
+    SendError,
+    StopInput,
+    fail,
+)
+from speechpipe.transport.frame_guard import (
+    GuardedConnection,
+    Violation,
+)
+from speechpipe.transport.gate import AccessGate, Admission
+from speechpipe.transport.limits import ServerLimits
+from speechpipe.transport.privacy import describe_content
+from speechpipe.transport.protocol import (
+    Offer,
+    ProtocolError,
+    Start,
+    dumps,
+    encode_answer,
+    encode_end,
+    encode_error,
+    encode_event,
+    encode_started,
+)
+from speechpipe.transport.quotas import Expired, QuotaGuard, check_sdp_size
+from speechpipe.transport.session_api import LiveSession, SessionFactory
+
+if TYPE_CHECKING:
+    from speechpipe.transport.webrtc import WebRtcPeer
+
+__all__ = ["ServerObserver", "CapacityGate", "ServerSide"]
+
+log = logging.getLogger("speechpipe.server")
+
+
+class ServerObserver(Protocol):
+    """Hooks for the app layer's metrics; the transport never imports a metrics registry."""
+
+    def session_opened(self) -> None:
+        """A session started."""
+        ...
+
+    def session_closed(self, seconds: float, close_code: int | None) -> None:
+        """A session lasting ``seconds`` ended with ``close_code`` (None: by the client)."""
+        ...
+
+    def output_event(self, event: OutputEvent) -> None:
+        """A session emitted ``event``."""
+        ...
+
+    def error(self, code: str) -> None:
+        """A session or connection failed with this error code."""
+        ...
+
+    def upgrade_refused(self, status: int, reason: str | None = None) -> None:
+        """The HTTP upgrade of ``/ws`` was refused with ``status`` (400/401/403/429/503);
+        ``reason`` when the status alone does not say it (403 ``host_not_served``)."""
+
+    def connection_closed(self, code: int | None, reason: str, *, session: bool) -> None:
+        """A WebSocket connection ended. ``code``: the close code the server sent (``None``
+        when the client closed or vanished first); ``reason``: a short server-chosen error
+        code; ``session``: whether a session had started on it."""
+
+
+class CapacityGate(Protocol):
+    """The app layer's admission control (``speechpipe.server.admission.AdmissionGate``)."""
+
+    def slot(
+        self, client: str, notify: Callable[[StatusEvent], Awaitable[None]], *,
+        token: str = "", ticket: str = "", resume: str = "",
+    ) -> contextlib.AbstractAsyncContextManager[str | None]:
+        """Hold one session slot while the session runs. While the server is full it waits,
+        sending ``status`` events through ``notify``; raises ``AdmissionError`` to refuse
+        (``SessionRedirect``: the slot is on another node). In cluster mode the slot yields
+        the session's cluster ticket, which becomes its ``session`` id."""
+        ...
+
+
+class ServerSide(Protocol):
+    """What a connection uses of its server (``transport.websocket_server.SpeechServer``)."""
+
+    factory: SessionFactory
+    limits: ServerLimits
+    observer: ServerObserver
+    gate: AccessGate
+    capacity: CapacityGate | None
+    webrtc: bool
+
+
+class _NullObserver:
+    def session_opened(self) -> None:
+        pass
+
+    def session_closed(self, seconds: float, close_code: int | None) -> None:
+        pass
+
+    def output_event(self, event: OutputEvent) -> None:
+        pass
+
+    def error(self, code: str) -> None:
+        pass
+
+    def upgrade_refused(self, status: int, reason: str | None = None) -> None:
+        pass
+
+    def connection_closed(self, code: int | None, reason: str, *, session: bool) -> None:
+        pass
+
+
+class _Close(Exception):
+    """Ends a connection: optionally sends an error event, then closes with ``code``."""
+
+    def __init__(self, code: int, reason: str = "", error: dict[str, Any] | None = None) -> None:
+        super().__init__(code, reason)
+        self.code = code
+        self.reason = reason
+        self.error = error
+
+
+def _fatal(exc: ProtocolError, code: int | None = None) -> _Close:
+    return _raise(fail(exc, code))
+
+
+def _raise(action: Fail) -> _Close:
+    """The core's ``Fail`` as the exception that ends the connection's tasks."""
+    return _Close(action.code, action.reason, action.error)
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
+
+
+class _Connection:
+    """One WebSocket client: its session, its tasks and (maybe) its WebRTC peer."""
+
+    def __init__(self, server: ServerSide, ws: ServerConnection) -> None:
+        self.server = server
+        self.ws = ws
+        self.limits = server.limits
+        self.observer = server.observer
+        self.id = secrets.token_hex(4)
+        self.core = ConnectionCore(max_message_bytes=self.limits.max_message_bytes,
+                                   max_lead_s=self.limits.max_lead_s)
+        self.peer: WebRtcPeer | None = None
+        self.last_pts = 0
+        self.outgoing: Channel[list[str | bytes]] = Channel(
+            self.limits.outgoing_capacity, name="outgoing"
+        )
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.resampler = InputResampler(16_000)
+        self.quota = QuotaGuard(self.limits.quotas, count_messages=False)  # frames: below
+        self.admission: Admission | None = None
+
+    @property
+    def session_open(self) -> bool:
+        """A session runs on this connection."""
+        return self.core.session_open
+
+    @property
+    def session_started(self) -> bool:
+        """A session ran on this connection (it may have ended)."""
+        return self.core.started
+
+    async def run(self) -> None:
+        opened = time.monotonic()
+        close: _Close | None = None
+        try:
+            self._admit()
+            start = await self._await_start()
+            close = await self._run_session(start)
+        except _Close as exc:
+            close = exc
+        except ConnectionClosed:
+            pass
+        except Exception:
+            log.exception("session %s: unexpected server error", self.id)
+            close = _Close(
+                CloseCode.INTERNAL,
+                ErrorCode.INTERNAL,
+                encode_error(ErrorCode.INTERNAL, "internal server error", fatal=True),
+            )
+        finally:
+            self.server.gate.release(self.admission)
+            violation = self._violation()
+            if violation is not None:
+                self.observer.error(violation.code)
+            if self.session_open:
+                self.core.closed()
+                self.observer.session_closed(time.monotonic() - opened, self._close_cause(close)[0])
+            self.core.closed()
+        if close is not None:
+            await self._close(close)
+        code, reason = self._close_cause(close)
+        if close is None and reason == ErrorCode.NOT_READING and self._violation() is None:
+            self.observer.error(reason)  # the keepalive found the client not reading
+        self.observer.connection_closed(code, reason, session=self.session_started)
+        log.info("session %s closed: code=%s reason=%s", self.id, code, reason)
+
+    def _violation(self) -> Violation | None:
+        """Why the connection layer ended this connection (flood, not reading), if it did."""
+        return self.ws.violation if isinstance(self.ws, GuardedConnection) else None
+
+    def _close_cause(self, close: _Close | None) -> tuple[int | None, str]:
+        """(the close code the server sent or ``None`` if the client closed or vanished
+        first, a short reason) for the metrics; the server's own codes only."""
+        if close is not None:
+            return close.code, close.reason or "closed"
+        violation = self._violation()  # a flood (4008), or a client that did not read (1006)
+        if violation is not None:
+            return violation.close_code, violation.code
+        protocol = self.ws.protocol
+        sent = protocol.close_sent
+        if sent is not None and not protocol.close_rcvd_then_sent:
+            reasons: dict[int, str] = {CloseCode.TOO_BIG: "message_too_big",
+                                       CloseCode.NOT_READING: "not_reading",
+                                       CloseCode.GOING_AWAY: "going_away"}
+            reason = reasons.get(sent.code, "closed")
+            return sent.code, reason
+        return None, "client_closed" if protocol.close_rcvd is not None else "connection_lost"
+
+    async def _close(self, close: _Close) -> None:
+        if close.error is not None:
+            self.observer.error(close.error["code"])
+            with contextlib.suppress(ConnectionClosed):
+                await self.ws.send(dumps(close.error))
+        await self.ws.close(close.code, close.reason[:120])
+
+    async def _send_error(self, exc: ProtocolError) -> None:
+        """Before the session exists: the connection is idle, so send directly."""
+        self.observer.error(exc.code)
+        await self.ws.send(dumps(encode_error(exc.code, str(exc))))
+
+    async def _await_start(self) -> Start:
+        try:
+            async with asyncio.timeout(self.limits.start_timeout_s):
+                while True:
+                    for action in self.core.receive(await self._recv(), time.monotonic()):
+                        if isinstance(action, SendError):
+                            await self._send_error(ProtocolError(action.code, action.message))
+                        elif isinstance(action, Fail):
+                            raise _raise(action)
+                        elif isinstance(action, AcceptStart):
+                            self._check_token(action.start)
+                            return action.start
+        except TimeoutError:
+            raise _raise(self.core.start_timed_out()) from None
+
+    def _admit(self) -> None:
+        try:
+            self.admission = self.server.gate.admit(self.ws.remote_address, self.ws.request)
+        except ProtocolError as exc:
+            raise _fatal(exc) from None
+
+    def _check_token(self, start: Start) -> None:
+        assert self.admission is not None, "connection not admitted"
+        try:
+            self.server.gate.authorize(self.admission, start.token)
+        except ProtocolError as exc:
+            raise _fatal(exc) from None
+
+    async def _recv(self) -> str | bytes | Expired:
+        """The next client message under the quotas (rate, idle, session length)."""
+        try:
+            return await self.quota.recv(
+                self.ws.recv, stopping=self.core.stopping,
+                activity=lambda: self.peer.frames_in if self.peer is not None else 0,
+            )
+        except ProtocolError as exc:
+            if exc.code == ErrorCode.TOO_SLOW and not await self._client_reads():
+                raise _fatal(ProtocolError(
+                    ErrorCode.NOT_READING,
+                    "the client stopped reading: it did not answer a ping within "
+                    f"{self.limits.read_check_s:g} s",
+                ), CloseCode.NOT_READING) from None
+            raise _fatal(exc) from None
+
+    async def _client_reads(self) -> bool:
+        """Whether the client still reads what the server sends: it answers a ping within
+        ``read_check_s`` (its pong comes after everything sent before the ping). Audio that
+        stopped arriving means ``too_slow`` only for a client that is still listening."""
+        try:
+            async with asyncio.timeout(self.limits.read_check_s):
+                pong = await self.ws.ping()  # waits while our write buffer is full
+                await pong
+        except TimeoutError:
+            return False
+        except ConnectionClosed:
+            return True  # gone: the close says why, not this check
+        return True
+
+    async def _hold_capacity(self, stack: contextlib.AsyncExitStack, start: Start) -> None:
+        """A capacity slot for this session (waiting in line with ``status`` events)."""
+        if self.server.capacity is None:
+            return
+        ip = getattr(self.admission, "ip", None)
+        client = start.request.client_id or ip or self.id
+
+        async def notify(event: StatusEvent) -> None:  # the connection is idle: send directly
+            await self.ws.send(dumps(encode_event(event)))
+
+        identity = getattr(self.admission, "identity", None)
+        held = await stack.enter_async_context(self.server.capacity.slot(
+            client, notify, token=(identity.key or "") if identity is not None else "",
+            ticket=start.ticket or "", resume=start.resume or "",
+        ))
+        if isinstance(held, str) and held:
+            self.id = held
+
+    async def _run_session(self, start: Start) -> _Close | None:
+        try:
+            return await self._session(start)
+        except ExceptionGroup as group:  # e.g. the client left while the session was set up:
+            return self._outcome(group)  # ConnectionClosed through the session's TaskGroup
+
+    async def _session(self, start: Start) -> _Close | None:
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                await self._hold_capacity(stack, start)
+                session = await stack.enter_async_context(self.server.factory(start.request))
+            except SpeechpipeError as exc:  # refused: the close code by the code table
+                extra: dict[str, Any] = {}
+                if isinstance(exc, SessionRedirect):
+                    extra = {"url": exc.url, "ticket": exc.ticket,
+                             "expires_in_s": round(exc.expires_in_s, 1)}
+                elif isinstance(exc, AdmissionError):
+                    extra = {"retry_after_s": exc.retry_after_s}
+                return _Close(refusal_close(exc), exc.code,
+                              encode_error(exc.code, str(exc), fatal=True, **extra))
+            self.core.session_opened(start)
+            self.observer.session_opened()
+            self.quota.begin_session()
+            out_rate = start.request.output_sample_rate
+            await self.ws.send(dumps(encode_started(self.id, start, output_sample_rate=out_rate)))
+            log.info(
+                "session %s started: rate=%d out_rate=%d mode=%s",
+                self.id, start.sample_rate, out_rate, start.request.mode,
+            )
+            stack.push_async_callback(self._close_peer)
+            try:
+                async with asyncio.TaskGroup() as tg:
+                    self.tasks = [
+                        tg.create_task(self._reader(session, start, tg), name=f"{self.id}:reader"),
+                        tg.create_task(self._pump(session, out_rate), name=f"{self.id}:pump"),
+                        tg.create_task(self._sender(), name=f"{self.id}:sender"),
+                    ]
+            except ExceptionGroup as group:
+                return self._outcome(group)
+        return None
+
+    def _outcome(self, group: ExceptionGroup) -> _Close | None:
+        """Which close a failed task group calls for: a deliberate close wins, then a gone
+        client; anything else is a server error (the original exception is re-raised)."""
+        leaves = _leaves(group)
+        for exc in leaves:
+            if isinstance(exc, _Close):
+                return exc
+        if any(isinstance(exc, ConnectionClosed) for exc in leaves):
+            return None
+        for exc in leaves:
+            if isinstance(exc, SpeechpipeError):
+                log.warning("session %s failed: %s", self.id, type(exc).__name__)
+                return _Close(
+                    CloseCode.INTERNAL, exc.code, encode_error(exc.code, str(exc), fatal=True)
+                )
+        raise group
+
+    # -- the three tasks ---------------------------------------------------------------------
+    async def _reader(self, session: LiveSession, start: Start, tg: asyncio.TaskGroup) -> None:
+        """Client messages through the core; its actions performed here."""
+        self.resampler = InputResampler(start.sample_rate)
+        while True:
+            message = await self._recv()
+            for action in self.core.receive(message, time.monotonic(),
+                                            peer=self.peer is not None):
+                if isinstance(action, SendError):
+                    await self._reply_error(action.code, action.message)
+                elif isinstance(action, Fail):
+                    raise _raise(action)
+                elif isinstance(action, PushAudio):
+                    self.quota.audio(action.seconds)
+                    for frame in self.resampler.feed(action.samples):
+                        await session.push(frame)
+                elif isinstance(action, FlushInput):
+                    session.flush()
+                elif isinstance(action, StopInput):
+                    await self._stop(session)
+                elif isinstance(action, OpenPeer):
+                    await self._offer(action.offer, session, start.sample_rate, tg)
+                elif isinstance(action, AddIce) and self.peer is not None:
+                    try:
+                        await self.peer.add_ice(action.ice)
+                    except ProtocolError as exc:
+                        await self._reply_error(exc.code, str(exc))
+
+    async def _stop(self, session: LiveSession) -> None:
+        """No more input: after ``stop``, or when the session reached its maximum length."""
+        if self.core.stop():
+            if self.peer is None:
+                for frame in self.resampler.finish():
+                    await session.push(frame)
+            else:
+                self.peer.stop_input()
+            await session.finish()
+
+    async def _pump(self, session: LiveSession, out_rate: int) -> None:
+        resampler = OutputResampler(out_rate)
+        try:
+            async for event in session.events():
+                self.observer.output_event(event)
+                if self.limits.log_content:  # an operator's debug switch; off by default
+                    log.debug("session %s content: %s", self.id, describe_content(event))
+                pts = getattr(event, "stream_pts", None)
+                if isinstance(pts, int):
+                    self.last_pts = max(self.last_pts, pts)
+                if isinstance(event, SpeechChunk):
+                    peer = self.peer
+                    if peer is not None:
+                        peer.play(event)
+                        header = encode_event(event)
+                        header["via"] = "webrtc"
+                        await self.outgoing.put([dumps(header)])
+                    else:
+                        header, pcm = resampler.encode(event)
+                        await self.outgoing.put([dumps(header), pcm])
+                else:
+                    await self.outgoing.put([dumps(encode_event(event))])
+        finally:
+            self.outgoing.close()
+
+    async def _sender(self) -> None:
+        async for batch in self.outgoing:
+            for message in batch:
+                await self.ws.send(message)
+        # The session's events have ended: only after ``stop`` (or the session ending itself).
+        if self.peer is not None:
+            await self.peer.drain()  # the last translated speech plays out over WebRTC
+        await self.ws.send(dumps(encode_end(self.last_pts)))
+        if self.quota.expired:
+            raise _Close(CloseCode.SESSION_EXPIRED, ErrorCode.SESSION_EXPIRED)
+        raise _Close(CloseCode.NORMAL, "stopped")
+
+    async def _reply_error(self, code: str, message: str, **extra: Any) -> None:
+        self.observer.error(code)
+        with contextlib.suppress(ChannelClosed):
+            await self.outgoing.put([dumps(encode_error(code, message, **extra))])
+
+    # -- WebRTC ------------------------------------------------------------------------------
+    async def _offer(
+        self, offer: Offer, session: LiveSession, rate: int, tg: asyncio.TaskGroup
+    ) -> None:
+        if self.peer is not None:
+            await self._reply_error(ErrorCode.WEBRTC_ACTIVE, "a WebRTC peer is already connected")
+            return
+        if not self.server.webrtc:
+            await self._reply_error(ErrorCode.WEBRTC_FAILED, "WebRTC is disabled on this server")
+            return
+        try:
+            check_sdp_size(offer.sdp, self.limits.quotas.max_sdp_bytes)
+        except ProtocolError as exc:
+            await self._reply_error(exc.code, str(exc))
+            return
+        try:
+            from speechpipe.transport.webrtc import WebRtcPeer
+        except ImportError as exc:  # aiortc is a declared dependency; say what is missing
+            await self._reply_error(ErrorCode.WEBRTC_FAILED, f"WebRTC unavailable: {exc}")
+            return
+        # WebSocket audio so far, then WebRTC audio contiguous after it
+        for frame in self.resampler.finish():
+            await session.push(frame)
+        self.resampler = InputResampler(rate, start_pts=self.resampler.pts)
+
+        async def push(frame: AudioFrame) -> None:  # WebRTC audio keeps the pace too
+            self.quota.audio(len(frame.samples) / STREAM_RATE)
+            await session.push(frame)
+
+        peer = WebRtcPeer(
+            push=push,
+            start_pts=self.resampler.pts,
+            connect_timeout_s=self.limits.webrtc_connect_timeout_s,
+            label=self.id,
+        )
+        try:
+            answer = await peer.accept_offer(offer.sdp)
+        except ProtocolError as exc:
+            await peer.close()
+            await self._reply_error(exc.code, str(exc))
+            return
+        self.peer = peer
+        with contextlib.suppress(ChannelClosed):
+            await self.outgoing.put([dumps(encode_answer(answer))])
+        tg.create_task(self._run_peer(peer), name=f"{self.id}:webrtc")
+
+    async def _run_peer(self, peer: WebRtcPeer) -> None:
+        try:
+            await peer.run()
+        except SpeechpipeError as exc:  # ICE/DTLS timeout or failure: the WebSocket stays
+            log.info("session %s: webrtc peer ended: %s", self.id, exc.code)
+            await self._reply_error(exc.code, str(exc))
+        finally:
+            if self.peer is peer:
+                self.peer = None
+                # WebSocket audio may follow, contiguous after what came over WebRTC
+                self.resampler = InputResampler(self.resampler.sample_rate, start_pts=peer.pts)
+            await peer.close()
+
+    async def _close_peer(self) -> None:
+        peer, self.peer = self.peer, None
+        if peer is not None:
+            await peer.close()
