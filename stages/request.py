@@ -26,3 +26,7 @@ class SessionRequest:
     priority: Literal["live", "replay"] = "live"
     pace: Literal["realtime", "fast"] = "realtime"
     client_id: str = ""
+    # the namespace of the shared phrase cache: sessions only reuse speech synthesized for the
+    # same one ("": the common one). Benchmarks and --compare give each session or variant its
+    # own, so none hears speech synthesized earlier for another for free.
+    phrase_cache: str = ""

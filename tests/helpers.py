@@ -2,7 +2,7 @@
 
 - the sample folders: ``OWN_SAMPLES`` (the project's ``samples/``) and ``shared_clip`` etc. for
   the real recordings in ``../shared/samples`` (tests skip where that folder is absent);
-- a live-server client: ``stream_websocket`` / ``LiveRun``;
+- a live-server client: ``stream_websocket`` (``transport.client``, the one protocol client);
 - for the auth, quota, privacy and fault tests: a scripted session (``TickSession``), clients,
   and checks that a session left nothing behind (tasks, file descriptors)."""
 
@@ -16,7 +16,6 @@ import os
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from websockets.exceptions import ConnectionClosed
 from speechpipe.stages.channels import Channel
 from speechpipe.stages.frames import AudioFrame, OutputEvent, TextHypothesis, UtteranceEnd
 from speechpipe.stages.request import SessionRequest
+from speechpipe.transport.client import ClientRun, stream_session
 
 # --- sample folders ----------------------------------------------------------------------
 
@@ -73,36 +73,7 @@ def manifest_clip(clip_id: str) -> tuple[Path, dict[str, Any]]:
 # --- a live-server client ----------------------------------------------------------------
 
 
-@dataclass
-class LiveRun:
-    """What a client saw: every JSON event and PCM chunk with its arrival time (seconds since
-    the client started streaming, i.e. the client's stream clock)."""
-
-    events: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
-    audio: list[tuple[float, dict[str, Any], np.ndarray]] = field(default_factory=list)
-    close_code: int | None = None
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [e for _, e in self.events if e["type"] == kind]
-
-    def text(self, side: str) -> str:
-        final: dict[int, str] = {}
-        for e in self.of(side):
-            final[e["utterance"]] = " ".join(p for p in (e["committed"], e["tentative"]) if p)
-        return " ".join(final[k] for k in sorted(final))
-
-    def offsets(self) -> tuple[float | None, float | None]:
-        """(StartOffset, EndOffset) as the client experiences them: speech arrival on its
-        stream clock, chunks laid back to back, against the server's VAD speech span."""
-        starts = [e["t"] for e in self.of("vad") if e["kind"] == "start"]
-        ends = [e["t"] for e in self.of("vad") if e["kind"] == "end"]
-        if not starts or not self.audio:
-            return None, None
-        laid_end = 0.0
-        for arrived, header, _ in self.audio:
-            laid_end = max(arrived, laid_end) + header["samples"] / header["sample_rate"]
-        speech_end = max(ends) if ends else max(starts)
-        return self.audio[0][0] - min(starts), laid_end - speech_end
+LiveRun = ClientRun  # what a client saw (``speechpipe.transport.client``)
 
 
 async def stream_websocket(
@@ -114,55 +85,16 @@ async def stream_websocket(
     tail_s: float = 3.0,
     start: dict[str, Any] | None = None,
     abort_after_s: float | None = None,
-) -> LiveRun:
+) -> ClientRun:
     """Stream int16 ``audio`` at real-time pace, then ``tail_s`` of silence and ``stop``;
-    collect everything until the server closes (or vanish after ``abort_after_s``)."""
-    from websockets.asyncio.client import connect
-    from websockets.exceptions import ConnectionClosed
-
-    run = LiveRun()
-    step = rate * frame_ms // 1000
-    padded = np.concatenate([audio, np.zeros(int(tail_s * rate), np.int16)]).astype("<i2")
-    async with connect(url, max_size=None) as ws:
-        await ws.send(json.dumps({"type": "start", "sample_rate": rate, **(start or {})}))
-        started = json.loads(await ws.recv())
-        assert started["type"] == "started", started
-        t0 = time.monotonic()
-
-        async def send() -> None:
-            for i, offset in enumerate(range(0, len(padded), step)):
-                delay = t0 + i * frame_ms / 1000 - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                if abort_after_s is not None and offset / rate >= abort_after_s:
-                    ws.transport.abort()
-                    return
-                await ws.send(padded[offset : offset + step].tobytes())
-            await ws.send(json.dumps({"type": "stop"}))
-
-        async def receive() -> None:
-            header: dict[str, Any] | None = None
-            try:
-                async for message in ws:
-                    now = time.monotonic() - t0
-                    if isinstance(message, bytes):
-                        assert header is not None, "binary without an audio header"
-                        pcm = np.frombuffer(message, "<i2")
-                        assert len(pcm) == header["samples"]
-                        run.audio.append((now, header, pcm))
-                        header = None
-                        continue
-                    event = json.loads(message)
-                    run.events.append((now, event))
-                    if event["type"] == "audio" and event.get("via") != "webrtc":
-                        header = event
-            except ConnectionClosed:
-                pass
-
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(send())
-            tg.create_task(receive())
-        run.close_code = ws.close_code
+    collect everything until the server closes (or vanish after ``abort_after_s``). The one
+    protocol client, ``transport.client.stream_session``; the session must start."""
+    total_s = (len(audio) + int(tail_s * rate)) / rate
+    abort = abort_after_s is not None and abort_after_s < total_s
+    run = await stream_session(url, audio, start=start, rate=rate, frame_ms=frame_ms,
+                               tail_s=tail_s, send_s=abort_after_s if abort else None,
+                               end="abort" if abort else "stop")
+    assert run.started, f"the session did not start: {run.error} (close {run.close_code})"
     return run
 
 

@@ -244,6 +244,7 @@ def parse_start(data: dict[str, Any]) -> Start:
         raise _bad_start("'token' must be a string")
     ticket = _opt_str(data, "ticket", None) or None
     resume = _opt_str(data, "resume", None) or None
+    phrase_cache = _opt_str(data, "phrase_cache", None) or ""
     request = SessionRequest(
         source_lang=source,
         target_lang=target,
@@ -252,6 +253,7 @@ def parse_start(data: dict[str, Any]) -> Start:
         mode=mode,
         priority="live",
         pace="realtime",
+        phrase_cache=phrase_cache,
     )
     return Start(request=request, sample_rate=rate, format=fmt, token=token, ticket=ticket,
                  resume=resume)

@@ -31,18 +31,13 @@ seconds of audio, a hard time limit per level; the bench stops by itself.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import math
 import os
-import re
 import resource
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,38 +45,20 @@ from typing import Any
 
 import numpy as np
 
+from speechpipe.bench.server_process import ServerProcess, scrape
 from speechpipe.evaluation.scores import percentile
+from speechpipe.transport.client import ClientRun, stream_session
 
 __all__ = ["run_load_bench", "register_load", "ClientRun", "commit_latencies", "utterance_offsets",
            "percentile", "LevelReport", "ListenerRule", "ladder_summary"]
 
 RATE = 16_000
 REPO = Path(__file__).resolve().parents[2]
-# 16 000, 16 001, ... Hz: one per client session in this process (see ``run_level``)
-_OUTPUT_RATES = itertools.count(16_000)
+# one phrase-cache namespace per client session of this process (see ``run_level``)
+_SESSIONS = itertools.count()
 
 
-# -- what one client saw ----------------------------------------------------------------------
-@dataclass
-class ClientRun:
-    """Everything one client saw, with arrival times on its stream clock."""
-    index: int
-    events: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
-    audio: list[tuple[float, dict[str, Any]]] = field(default_factory=list)  # (arrival, header)
-    statuses: list[dict[str, Any]] = field(default_factory=list)
-    started: bool = False
-    queued: bool = False
-    refused: bool = False
-    retry_after_s: float | None = None
-    close_code: int | None = None
-    waited_s: float = 0.0
-    error: str = ""
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        """The events of one type, in arrival order."""
-        return [e for _, e in self.events if e.get("type") == kind]
-
-
+# -- what one client saw: ``transport.client.ClientRun`` -------------------------------
 def commit_latencies(events: Sequence[dict[str, Any]], side: str) -> list[float]:
     """``stream_t - audio_end`` of every ``side`` event whose committed text grew."""
     committed: dict[int, str] = {}
@@ -103,7 +80,7 @@ def utterance_offsets(run: ClientRun) -> tuple[list[float], list[float]]:
     first_audio: dict[int, float] = {}
     laid_end: dict[int, float] = {}
     cursor = 0.0
-    for arrived, header in run.audio:
+    for arrived, header, _ in run.audio:
         u = header["utterance"]
         first_audio.setdefault(u, arrived)
         cursor = max(cursor, arrived) + header["samples"] / header["sample_rate"]
@@ -185,153 +162,21 @@ def playlist(clips: Sequence[Clip], index: int, seconds: float,
 # -- one client -------------------------------------------------------------------------------
 async def run_client(url: str, index: int, audio: np.ndarray, lang: str, *,
                      frame_ms: int = 20, tail_s: float = 2.0, timeout_s: float = 180.0,
-                     output_rate: int = 16_000) -> ClientRun:
-    """One client: stream its playlist at real time and record every event."""
-    from websockets.asyncio.client import connect
+                     output_rate: int = 16_000, phrase_cache: str = "") -> ClientRun:
+    """One client: stream its playlist at real time and record every event (the one
+    protocol client, ``transport.client.stream_session``)."""
     from websockets.exceptions import ConnectionClosed
 
-    run = ClientRun(index)
-    step = RATE * frame_ms // 1000
-    padded = np.concatenate([audio, np.zeros(int(tail_s * RATE), np.int16)]).astype("<i2")
-    asked = time.monotonic()
     try:
         async with asyncio.timeout(timeout_s):
-            async with connect(url, max_size=None, open_timeout=30) as ws:
-                await ws.send(json.dumps({
-                    "type": "start", "source_lang": lang, "target_lang": "en",
-                    "sample_rate": RATE, "output_sample_rate": output_rate,
-                }))
-                while True:  # admission: status events until started, or a refusal
-                    message = json.loads(await ws.recv())
-                    if message["type"] == "started":
-                        run.started = True
-                        break
-                    if message["type"] == "status":
-                        run.statuses.append(message)
-                        run.queued = run.queued or message.get("status") == "queued"
-                        continue
-                    if message["type"] == "error" and message.get("fatal"):
-                        run.refused = message.get("code") == "over_capacity"
-                        run.retry_after_s = message.get("retry_after_s")
-                        run.error = message.get("code", "")
-                        with contextlib.suppress(ConnectionClosed):
-                            await ws.recv()
-                        run.close_code = ws.close_code
-                        return run
-                run.waited_s = time.monotonic() - asked
-                t0 = time.monotonic()
-
-                async def send() -> None:
-                    for i, offset in enumerate(range(0, len(padded), step)):
-                        delay = t0 + i * frame_ms / 1000 - time.monotonic()
-                        if delay > 0:
-                            await asyncio.sleep(delay)
-                        await ws.send(padded[offset : offset + step].tobytes())
-                    await ws.send(json.dumps({"type": "stop"}))
-
-                async def receive() -> None:
-                    with contextlib.suppress(ConnectionClosed):
-                        async for message in ws:
-                            now = time.monotonic() - t0
-                            if isinstance(message, bytes):
-                                continue
-                            event = json.loads(message)
-                            run.events.append((now, event))
-                            if event["type"] == "audio":
-                                run.audio.append((now, event))
-                            elif event["type"] == "status":
-                                run.statuses.append(event)
-
-                async with asyncio.TaskGroup() as group:
-                    group.create_task(send())
-                    group.create_task(receive())
-                run.close_code = ws.close_code
+            return await stream_session(
+                url, audio, rate=RATE, frame_ms=frame_ms, tail_s=tail_s, index=index,
+                start={"source_lang": lang, "target_lang": "en",
+                       "output_sample_rate": output_rate, "phrase_cache": phrase_cache})
     except TimeoutError:
-        run.error = "timeout"
+        return ClientRun(index, error="timeout")
     except (OSError, ConnectionClosed) as exc:
-        run.error = type(exc).__name__
-    return run
-
-
-# -- the server -------------------------------------------------------------------------------
-class ServerProcess:
-    """``speechpipe serve`` in a subprocess on 127.0.0.1 (port chosen by the OS)."""
-
-    def __init__(self, extra: Sequence[str]) -> None:
-        self.extra = list(extra)
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log = tempfile.NamedTemporaryFile(prefix="speechpipe-bench-", suffix=".log",
-                                               delete=False)
-        self.port = 0
-
-    def __enter__(self) -> ServerProcess:
-        cmd = [sys.executable, "-m", "speechpipe", "serve", "--host", "127.0.0.1",
-               "--port", "0", "--no-webrtc", *self.extra]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
-        deadline = time.monotonic() + 300
-        text = ""
-        while time.monotonic() < deadline:
-            text = Path(self.log.name).read_text(errors="replace")
-            found = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", text)
-            if found:
-                self.port = int(found.group(1))
-            if "speechpipe: ready" in text and self.port:
-                return self
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.2)
-        self.__exit__()
-        raise RuntimeError("the server did not become ready:\n" + text[-2000:])
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        with contextlib.suppress(OSError):
-            os.unlink(self.log.name)
-
-    @property
-    def url(self) -> str:
-        """The server's WebSocket URL."""
-        return f"ws://127.0.0.1:{self.port}/ws"
-
-    def cpu_seconds(self) -> float:
-        """CPU seconds the server process has used so far."""
-        assert self.proc is not None
-        try:
-            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return math.nan
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def scrape(url: str) -> dict[str, float]:
-    """A few sums from ``/metrics`` (Prometheus text)."""
-    http = url.replace("ws://", "http://").rsplit("/ws", 1)[0] + "/metrics"
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
-    try:
-        with opener.open(http, timeout=10) as response:
-            text = response.read().decode()
-    except OSError:
-        return {}
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("#") or " " not in line:
-            continue
-        name, value = line.rsplit(" ", 1)
-        key = name.split("{", 1)[0]
-        if key in ("speechpipe_asr_batch_size_sum", "speechpipe_asr_batch_size_count",
-                   "speechpipe_asr_dropped_total", "speechpipe_degrade_level",
-                   "speechpipe_degrade_transitions_total", "speechpipe_asr_queue_wait_seconds_sum",
-                   "speechpipe_asr_queue_wait_seconds_count", "speechpipe_sessions_refused_total",
-                   "speechpipe_capacity_sessions"):
-            with contextlib.suppress(ValueError):
-                out[key] = out.get(key, 0.0) + float(value)
-    return out
+        return ClientRun(index, error=type(exc).__name__)
 
 
 # -- a level ----------------------------------------------------------------------------------
@@ -447,11 +292,11 @@ async def run_level(url: str, clips: Sequence[Clip], sessions: int, *, label: st
     async def client(i: int) -> ClientRun:
         await asyncio.sleep(i * stagger_s)
         audio, lang = playlist(clips, i, duration_s)
-        # a distinct output rate per client and level: the phrase cache keys on it, so no
-        # session gets speech synthesized earlier for free — neither another client's nor its
-        # own from an earlier level (the bench replays the same clips)
+        # a phrase-cache namespace per client and level: no session gets speech synthesized
+        # earlier for free, neither another client's nor its own from an earlier level (the
+        # bench replays the same clips)
         return await run_client(url, i, audio, lang, frame_ms=frame_ms,
-                                output_rate=next(_OUTPUT_RATES),
+                                phrase_cache=f"bench-{next(_SESSIONS)}",
                                 timeout_s=duration_s * 4 + 120)
 
     async def watch() -> None:

@@ -207,46 +207,24 @@ class _Client:
             self.report.speech_chunks += 1
 
     async def _websocket(self, behaviour: str, lang: str, audio: np.ndarray) -> int | None:
-        from websockets.asyncio.client import connect
-        from websockets.exceptions import ConnectionClosed
+        """One WebSocket client of ``behaviour`` (the one protocol client,
+        ``transport.client.stream_session``); returns the close code."""
+        from speechpipe.transport.client import stream_session
 
-        padded = np.concatenate([audio, np.zeros(16000, np.int16)]).astype("<i2")
-        cut = len(padded)
+        total = len(audio) + 16000  # one second of silence after the clip
+        cut_s = None
         if behaviour in ("reset", "close_early"):
-            cut = int(len(padded) * self.rng.uniform(0.1, 0.8))
-        async with connect(self.url, max_size=None, open_timeout=30) as ws:
-            await ws.send(json.dumps({"type": "start", "source_lang": lang,
-                                      "sample_rate": 16000, "output_sample_rate": 16000}))
-
-            async def receive() -> None:
-                with contextlib.suppress(ConnectionClosed):
-                    async for message in ws:
-                        self._note(message)
-
-            reader = asyncio.create_task(receive())
-            try:
-                if behaviour == "garbage":
-                    for junk in ("][", '{"type": 7}', b"\x01", '{"type":"ice"}',
-                                 '{"type":"offer","sdp":"v=0 junk"}', b""):
-                        with contextlib.suppress(ConnectionClosed):
-                            await ws.send(junk)
-                t0 = time.monotonic()
-                for i, offset in enumerate(range(0, cut, 320)):
-                    await asyncio.sleep(max(0.0, t0 + i * 0.02 - time.monotonic()))
-                    await ws.send(padded[offset : offset + 320].tobytes())
-                if behaviour == "reset":
-                    ws.transport.abort()
-                elif behaviour == "close_early":
-                    await ws.close()
-                else:
-                    await ws.send(json.dumps({"type": "stop"}))
-                async with asyncio.timeout(60):
-                    await reader
-            finally:
-                reader.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reader
-        return ws.close_code
+            cut_s = int(total * self.rng.uniform(0.1, 0.8)) / 16000
+        junk: tuple[str | bytes, ...] = ()
+        if behaviour == "garbage":
+            junk = ("][", '{"type": 7}', b"\x01", '{"type":"ice"}',
+                    '{"type":"offer","sdp":"v=0 junk"}', b"")
+        end = {"reset": "abort", "close_early": "close"}.get(behaviour, "stop")
+        run = await stream_session(
+            self.url, audio, start={"source_lang": lang, "output_sample_rate": 16000},
+            tail_s=1.0, send_s=cut_s, end=end, junk=junk,  # type: ignore[arg-type]
+            on_message=self._note, drain_timeout_s=60)
+        return run.close_code
 
     async def _webrtc(self, lang: str, audio: np.ndarray) -> int | None:
         from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription

@@ -1,7 +1,8 @@
 """``speechpipe cluster status`` and ``speechpipe cluster drain NODE`` (operators' commands).
 
 Both join the Ray cluster briefly as a driver and ask the ledger actor; neither creates the
-ledger (no node has joined yet: exit 1 with one line).
+ledger (no node has joined yet: exit 1 with one line). ``drain`` signs its call with
+``SPEECHPIPE_CLUSTER_SECRET`` when the cluster has one.
 """
 
 from __future__ import annotations
@@ -44,11 +45,16 @@ def _ledger(args: argparse.Namespace) -> Any:
         raise SystemExit("speechpipe: no ledger in this cluster (no node has joined)") from None
 
 
-def _get(ref: Any) -> Any:
+def ray_get(ref: Any) -> tuple[str, Any]:
+    """``(epoch, result)`` of one ledger call (10 s at most)."""
     import ray
 
-    _, result = ray.get(ref, timeout=10)
-    return result
+    epoch, result = ray.get(ref, timeout=10)
+    return str(epoch), result
+
+
+def _get(ref: Any) -> Any:
+    return ray_get(ref)[1]
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -64,7 +70,13 @@ def cmd_drain(args: argparse.Namespace) -> int:
     node = _get(ledger.find_node.remote(args.node))
     if node is None:
         raise SystemExit(f"speechpipe: no node {args.node!r} in the cluster")
-    _get(ledger.drain.remote(node))
+    from speechpipe.cluster.ledger import UNAUTHORIZED, sign
+    from speechpipe.cluster.node import cluster_secret
+
+    epoch, _ = ray_get(ledger.drain.remote(sign(cluster_secret(), "drain", (node,)), node))
+    if epoch == UNAUTHORIZED:
+        raise SystemExit("speechpipe: the ledger refused the drain: set the cluster's "
+                         "SPEECHPIPE_CLUSTER_SECRET")
     print(f"draining {node}: no new sessions; it exits when its sessions end "
           "(or at its --drain-deadline)", file=sys.stderr)
     return 0

@@ -9,73 +9,119 @@ on their next call and re-register what they hold (``LedgerCore.register``).
 Calls are not retried by Ray (``max_task_retries=0``): a node that cannot reach the ledger
 falls back to its own capacity (``speechpipe.cluster.node``) rather than wait.
 Imports Ray only inside ``ledger_handle``.
+
+**Cluster secret.** With ``SPEECHPIPE_CLUSTER_SECRET`` set on the nodes, the ledger is created
+with it and every call that changes its state (``register``, ``heartbeat``, ``request``,
+``status``, ``claim``, ``release``, ``drain``, ``leave``) carries ``sign(secret, method,
+args)``, an HMAC-SHA256 of the call: a call without the right tag is answered
+``(UNAUTHORIZED, reason)`` and changes nothing, so a driver that can reach the Ray port but
+lacks the secret cannot register a node (and so receive redirects) or end sessions. It is
+not encryption and Ray itself has no authentication: the Ray ports still belong on a
+private network (``docs/scaling.md``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import secrets
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from speechpipe.cluster.ledger_core import HeldSession, LedgerCore, LedgerOptions, Verdict
 
-__all__ = ["LedgerService", "ledger_handle", "LEDGER_NAME", "NAMESPACE"]
+__all__ = ["LedgerService", "ledger_handle", "sign", "LEDGER_NAME", "NAMESPACE",
+           "UNAUTHORIZED", "SECRET_ENV", "SIGNED"]
 
 LEDGER_NAME = "speechpipe-ledger"
 NAMESPACE = "speechpipe"
+UNAUTHORIZED = "unauthorized"  # the epoch of an answer to a call without the right tag
+SECRET_ENV = "SPEECHPIPE_CLUSTER_SECRET"
+SIGNED = frozenset({"register", "heartbeat", "request", "status", "claim", "release", "drain",
+                    "leave"})  # the calls that take a tag first (the others only read)
+
+T = TypeVar("T")
+
+
+def sign(secret: str, method: str, args: tuple[Any, ...]) -> str:
+    """The tag of one ledger call: HMAC-SHA256 over the method and its arguments ("" when
+    there is no secret)."""
+    if not secret:
+        return ""
+    message = json.dumps([method, *args], separators=(",", ":"), default=str).encode()
+    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
 
 
 class LedgerService:
-    """Every method returns ``(epoch, result)`` so callers notice a restarted ledger."""
+    """Every method returns ``(epoch, result)`` so callers notice a restarted ledger;
+    ``(UNAUTHORIZED, reason)`` for a call whose tag does not match the cluster secret."""
 
-    def __init__(self, options: LedgerOptions | None = None) -> None:
+    def __init__(self, options: LedgerOptions | None = None, secret: str = "") -> None:
         self.core = LedgerCore(options or LedgerOptions())
         self.epoch = secrets.token_hex(4)
         self.started = time.monotonic()
+        self._secret = secret
+        self.refused_calls = 0
 
     def _now(self) -> float:
         return time.monotonic() - self.started
 
-    def register(self, node: str, url: str, capacity: int,
-                 held: list[tuple[str, str, str]]) -> tuple[str, None]:
-        """``LedgerCore.register``: a node joins with the sessions it holds."""
-        sessions = [HeldSession(t, c, k) for t, c, k in held]
-        self.core.register(node, url, capacity, sessions, self._now())
-        return self.epoch, None
+    def _signed(self, tag: str, method: str, args: tuple[Any, ...],
+                run: Callable[[], T]) -> tuple[str, T | str]:
+        if self._secret and not hmac.compare_digest(str(tag), sign(self._secret, method, args)):
+            self.refused_calls += 1
+            return UNAUTHORIZED, "this call is not signed with the cluster secret"
+        return self.epoch, run()
 
-    def heartbeat(self, node: str) -> tuple[str, tuple[str, dict[str, Any]]]:
+    def register(self, tag: str, node: str, url: str, capacity: int,
+                 held: list[tuple[Any, ...]]) -> tuple[str, None | str]:
+        """``LedgerCore.register``: a node joins with the sessions it holds, each
+        ``(ticket, client, token[, age_s])``."""
+        def run() -> None:
+            sessions = [HeldSession(str(h[0]), str(h[1]), str(h[2]),
+                                    float(h[3]) if len(h) > 3 else 0.0) for h in held]
+            self.core.register(node, url, capacity, sessions, self._now())
+        return self._signed(tag, "register", (node, url, capacity, held), run)
+
+    def heartbeat(self, tag: str, node: str) -> tuple[str, tuple[str, dict[str, Any]] | str]:
         """``LedgerCore.heartbeat``, with the ledger's snapshot."""
-        answer = self.core.heartbeat(node, self._now())
-        return self.epoch, (answer, self.core.snapshot())
+        def run() -> tuple[str, dict[str, Any]]:
+            answer = self.core.heartbeat(node, self._now())
+            return answer, self.core.snapshot()
+        return self._signed(tag, "heartbeat", (node,), run)
 
-    def request(self, ticket: str, node: str, client: str, token: str,
-                resume: str) -> tuple[str, Verdict]:
+    def request(self, tag: str, ticket: str, node: str, client: str, token: str,
+                resume: str, waiting_s: float = 0.0) -> tuple[str, Verdict | str]:
         """``LedgerCore.request``: ask for a slot for a new session."""
-        verdict = self.core.request(ticket, node, client, self._now(), token=token,
-                                    resume=resume)
-        return self.epoch, verdict
+        return self._signed(tag, "request", (ticket, node, client, token, resume, waiting_s),
+                            lambda: self.core.request(ticket, node, client, self._now(),
+                                                      token=token, resume=resume,
+                                                      waiting_s=waiting_s))
 
-    def status(self, ticket: str, node: str) -> tuple[str, Verdict]:
+    def status(self, tag: str, ticket: str, node: str) -> tuple[str, Verdict | str]:
         """``LedgerCore.status``: where a ticket stands now."""
-        return self.epoch, self.core.status(ticket, node, self._now())
+        return self._signed(tag, "status", (ticket, node),
+                            lambda: self.core.status(ticket, node, self._now()))
 
-    def claim(self, ticket: str, node: str) -> tuple[str, bool]:
+    def claim(self, tag: str, ticket: str, node: str) -> tuple[str, bool | str]:
         """``LedgerCore.claim``: a node takes up its reservation."""
-        return self.epoch, self.core.claim(ticket, node, self._now())
+        return self._signed(tag, "claim", (ticket, node),
+                            lambda: self.core.claim(ticket, node, self._now()))
 
-    def release(self, ticket: str) -> tuple[str, None]:
+    def release(self, tag: str, ticket: str) -> tuple[str, None | str]:
         """``LedgerCore.release``: a session ended."""
-        self.core.release(ticket, self._now())
-        return self.epoch, None
+        return self._signed(tag, "release", (ticket,),
+                            lambda: self.core.release(ticket, self._now()))
 
-    def drain(self, node: str) -> tuple[str, bool]:
+    def drain(self, tag: str, node: str) -> tuple[str, bool | str]:
         """``LedgerCore.drain``: the node takes no new sessions."""
-        return self.epoch, self.core.drain(node, self._now())
+        return self._signed(tag, "drain", (node,), lambda: self.core.drain(node, self._now()))
 
-    def leave(self, node: str) -> tuple[str, None]:
+    def leave(self, tag: str, node: str) -> tuple[str, None | str]:
         """``LedgerCore.leave``: a node leaves the cluster."""
-        self.core.leave(node, self._now())
-        return self.epoch, None
+        return self._signed(tag, "leave", (node,), lambda: self.core.leave(node, self._now()))
 
     def find_node(self, name: str) -> tuple[str, str | None]:
         """A node by its id or public URL."""
@@ -85,9 +131,10 @@ class LedgerService:
         return self.epoch, None
 
     def snapshot(self) -> tuple[str, dict[str, Any]]:
-        """The ledger's state after expiring what is due."""
+        """The ledger's state after expiring what is due (read-only: not signed)."""
         self.core.tick(self._now())
-        return self.epoch, self.core.snapshot()
+        return self.epoch, {**self.core.snapshot(), "refused_calls": self.refused_calls,
+                            "signed": bool(self._secret)}
 
     def ping(self) -> tuple[str, int]:
         """The actor's process id (a liveness check)."""
@@ -96,8 +143,10 @@ class LedgerService:
         return self.epoch, os.getpid()
 
 
-def ledger_handle(options: LedgerOptions | None = None, *, create: bool = True) -> Any:
-    """The cluster's ledger actor (created if absent and ``create``); needs ``ray.init``."""
+def ledger_handle(options: LedgerOptions | None = None, *, create: bool = True,
+                  secret: str = "") -> Any:
+    """The cluster's ledger actor (created if absent and ``create``, with ``secret`` as the
+    cluster secret); needs ``ray.init``."""
     import ray
 
     if not create:
@@ -112,4 +161,4 @@ def ledger_handle(options: LedgerOptions | None = None, *, create: bool = True) 
         max_task_retries=0,
         num_cpus=0,
         max_concurrency=1,
-    ).remote(options or LedgerOptions())
+    ).remote(options or LedgerOptions(), secret)

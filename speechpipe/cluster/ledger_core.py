@@ -11,15 +11,27 @@ Words:
 - a ticket is **reserved** on a node when a slot there is set aside for it (the client is on
   that node and claims it at once, or is redirected there and must claim it within
   ``ticket_ttl_s``), **active** once the node ``claim``\\s it, **waiting** while in line.
+- a ticket is **claimed** once: only a reserved ticket becomes active, on the node it is
+  reserved on; claiming an active (or ended, or expired) ticket fails, so one ticket never
+  starts two sessions.
 - a node lost with active sessions counts them **lost** and grants each a **resume** for
-  ``resume_window_s``: a request carrying it goes ahead of everyone waiting.
+  ``resume_window_s``: a request carrying it goes ahead of everyone waiting. A grant is used
+  once, and only by the session's holder: the same token key when the session had one,
+  else the same client key. A resume names a session that is still active on *another* node
+  (its node died, its lease has not run out yet): the request waits in line at its arrival
+  place (it is not placed while that session is active); when the session is counted lost it
+  takes the grant and moves ahead; when it ends instead, the request is an ordinary one.
+  Only one request may wait on a live session so. Every request, resume or not, counts
+  against the per-client and per-token limits and the line's length and wait.
 
 Invariants (checked by ``check``): ``admitted == ended + lost + active``; on every node
 ``active + reserved <= capacity``; the line is first come first served, resumes first.
 
 After a ledger restart the core is empty: each node ``register``\\s with the tickets it holds
-(adopted as active, counted admitted), and a node that is not registered gets no placement,
-so a slot is never handed out twice.
+(adopted as active, counted admitted, with their age so waits are estimated right), and a
+node that is not registered gets no placement, so a slot is never handed out twice. A client
+that was waiting asks again with how long it has waited (``waiting_s``): it rejoins the line
+at its old place, without the length and wait checks it passed already.
 """
 
 from __future__ import annotations
@@ -75,6 +87,7 @@ class HeldSession:
     ticket: str
     client: str = ""
     token: str = ""
+    age_s: float = 0.0  # how long the session has run
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +119,9 @@ class _Entry:
     node: str = ""  # active/reserved: the node; waiting: the node the client is on
     expires: float = math.inf  # reserved: claim by; waiting: ask again by
     resumed: bool = False
-    seq: int = 0  # arrival order: the line is sorted by (not resumed, seq)
+    seq: int = 0  # arrival order: the line is sorted by (not resumed, arrived, seq)
+    arrived: float = 0.0  # when it joined the line (earlier for a rejoin after a restart)
+    pending: str = ""  # waiting: the live session (on another node) this request resumes
 
 
 @dataclass
@@ -151,7 +166,8 @@ class LedgerCore:
             self.reserved.pop(h.ticket, None)
             self.line.pop(h.ticket, None)
             self._answers.pop(h.ticket, None)
-            self.active[h.ticket] = _Entry(h.client, h.token, now, node)
+            age = min(max(0.0, h.age_s), 7 * 24 * 3600.0) if math.isfinite(h.age_s) else 0.0
+            self.active[h.ticket] = _Entry(h.client, h.token, now - age, node)
             self.admitted += 1
         self._promote(now)
 
@@ -188,7 +204,14 @@ class LedgerCore:
         for ticket in lost:
             entry = self.active.pop(ticket)
             self.lost += 1
-            self.resumes[ticket] = (entry.client, entry.token, now + self.options.resume_window_s)
+            waiter = self._pending_on(ticket)
+            if waiter is not None:  # its holder is already in line: the grant is used now
+                waiter.pending, waiter.resumed = "", True
+                self.resumed += 1
+            else:
+                self.resumes[ticket] = (entry.client, entry.token,
+                                        now + self.options.resume_window_s)
+        self._resort()
         for ticket, entry in list(self.reserved.items()):
             if entry.node == node:
                 self._unreserve(ticket, entry, now)
@@ -202,47 +225,69 @@ class LedgerCore:
 
     # -- tickets ----------------------------------------------------------------------------
     def request(self, ticket: str, node: str, client: str, now: float, *, token: str = "",
-                resume: str = "") -> Verdict:
+                resume: str = "", waiting_s: float = 0.0) -> Verdict:
         """A client reached ``node`` and asks for a slot (``resume``: the ticket of its lost
-        session). Asking again about a known ticket answers its current state."""
+        session; ``waiting_s``: it was in line that long before the ledger restarted).
+        Asking again about a known ticket answers its current state."""
         self.tick(now)
         if self._known(ticket):
             return self.status(ticket, node, now)
         if node not in self.nodes or not self.nodes[node].alive:
             return self._refuse(ticket, "this node is not registered with the ledger")
-        grant = self.resumes.pop(resume, None) if resume else None
-        if grant is None and resume in self.active and self.active[resume].node != node:
-            # its node is gone but its lease has not run out yet: the client knows best
-            grant = (client, token, now)
         opts = self.options
-        if grant is None:
-            if opts.per_client and client and self._held_by(client=client) >= opts.per_client:
-                return self._refuse(ticket, f"this client already has {opts.per_client} sessions")
-            if opts.per_token and token and self._held_by(token=token) >= opts.per_token:
-                return self._refuse(ticket, f"this token already has {opts.per_token} sessions")
+        grant, pending = self._grant(resume, node, client, token)
+        if opts.per_client and client and \
+                self._held_by(client=client, besides=pending) >= opts.per_client:
+            return self._refuse(ticket, f"this client already has {opts.per_client} sessions")
+        if opts.per_token and token and \
+                self._held_by(token=token, besides=pending) >= opts.per_token:
+            return self._refuse(ticket, f"this token already has {opts.per_token} sessions")
+        rejoin = math.isfinite(waiting_s) and waiting_s > 0
+        arrived = now - min(waiting_s, opts.max_wait_s + 60.0) if rejoin else now
         self._arrivals += 1
-        entry = _Entry(client, token, now, node, now + opts.waiter_ttl_s, resumed=bool(grant),
-                       seq=self._arrivals)
-        if grant is not None:
-            self.resumed += 1
-            self._enqueue(ticket, entry)
-        else:
-            if not self.line:
-                target = self._place(node)
-                if target is not None:
-                    self._reserve(ticket, entry, target, now)
-                    return self.status(ticket, node, now)
-            position = len(self.line) + 1
-            wait = self.estimated_wait(position, now)
-            if not self._placeable():
-                return self._refuse(ticket, "no node is taking sessions")
+        entry = _Entry(client, token, now, node, now + opts.waiter_ttl_s, resumed=grant,
+                       seq=self._arrivals, arrived=arrived, pending=pending)
+        if not self.line and not pending:
+            target = self._place(node)
+            if target is not None:
+                self._take_grant(resume, grant)
+                self._reserve(ticket, entry, target, now)
+                return self.status(ticket, node, now)
+        if not self._placeable():
+            return self._refuse(ticket, "no node is taking sessions")
+        position = 1 + sum(1 for e in self.line.values() if e.resumed) if grant \
+            else len(self.line) + 1
+        wait = self.estimated_wait(position, now)
+        if not rejoin:
             if len(self.line) >= opts.max_queue:
                 return self._refuse(ticket, "the waiting line is full", wait)
             if wait > opts.max_wait_s:
                 return self._refuse(ticket, f"the estimated wait ({wait:.0f} s) is too long", wait)
-            self._enqueue(ticket, entry)
+        self._take_grant(resume, grant)
+        self._enqueue(ticket, entry)
         self._promote(now)
         return self.status(ticket, node, now)
+
+    def _grant(self, resume: str, node: str, client: str, token: str) -> tuple[bool, str]:
+        """``(True, "")``: ``resume`` names a lost session of this holder, unused; ``(False,
+        X)``: it names this holder's session X, still active on another node, that no other
+        request waits on; ``(False, "")``: no resume (absent, used, not the holder's ...)."""
+        if not resume:
+            return False, ""
+        held = self.resumes.get(resume)
+        if held is not None:
+            return _same_holder(held[0], held[1], client, token), ""
+        entry = self.active.get(resume)
+        if entry is not None and entry.node != node and \
+                _same_holder(entry.client, entry.token, client, token) and \
+                self._pending_on(resume) is None:
+            return False, resume
+        return False, ""
+
+    def _take_grant(self, resume: str, grant: bool) -> None:
+        if grant:
+            del self.resumes[resume]
+            self.resumed += 1
 
     def status(self, ticket: str, node: str, now: float) -> Verdict:
         """The current verdict of a ticket (a waiting ticket's asking keeps it in line)."""
@@ -270,10 +315,9 @@ class LedgerCore:
                        wait_s=self.options.min_retry_s)
 
     def claim(self, ticket: str, node: str, now: float) -> bool:
-        """The client is on ``node`` with a reserved ticket: its session starts (idempotent)."""
+        """The client is on ``node`` with a ticket reserved there: its session starts. Only
+        once: a ticket already active (or ended, expired, reserved elsewhere) is refused."""
         self.tick(now)
-        if ticket in self.active:
-            return self.active[ticket].node == node
         entry = self.reserved.get(ticket)
         if entry is None or entry.node != node:
             return False
@@ -356,7 +400,7 @@ class LedgerCore:
                 assert used == 0, f"lost node {node} still holds slots"
         assert not set(self.active) & set(self.reserved), "a ticket both active and reserved"
         assert not (set(self.active) | set(self.reserved)) & set(self.line), "placed and waiting"
-        order = [(not e.resumed, e.seq) for e in self.line.values()]
+        order = [(not e.resumed, e.arrived, e.seq) for e in self.line.values()]
         assert order == sorted(order), "the line is not resumes first, then first come"
 
     def snapshot(self) -> dict[str, object]:
@@ -372,7 +416,8 @@ class LedgerCore:
             "refused": self.refused,
             "resumed": self.resumed,
             "resumable": len(self.resumes),
-            "line": [{"position": i, "resume": e.resumed, "node": e.node}
+            "line": [{"position": i, "resume": e.resumed, "node": e.node,
+                      "resuming_live": bool(e.pending)}
                      for i, e in enumerate(self.line.values(), start=1)],
             "nodes": [_view_dict(v) for v in self.node_views()],
         }
@@ -408,7 +453,8 @@ class LedgerCore:
 
     def _reserve(self, ticket: str, entry: _Entry, node: str, now: float) -> None:
         self.reserved[ticket] = _Entry(entry.client, entry.token, now, node,
-                                       now + self.options.ticket_ttl_s, entry.resumed, entry.seq)
+                                       now + self.options.ticket_ttl_s, entry.resumed, entry.seq,
+                                       entry.arrived)
 
     def _unreserve(self, ticket: str, entry: _Entry, now: float) -> None:
         """A reservation's node went away before the claim: back to the head of the line."""
@@ -419,12 +465,21 @@ class LedgerCore:
     def _enqueue(self, ticket: str, entry: _Entry) -> None:
         """Into the line at its place: resumes first, then by arrival."""
         self.line[ticket] = entry
-        self.line = OrderedDict(sorted(self.line.items(),
-                                       key=lambda item: (not item[1].resumed, item[1].seq)))
+        self._resort()
+
+    def _resort(self) -> None:
+        self.line = OrderedDict(sorted(
+            self.line.items(), key=lambda item: (not item[1].resumed, item[1].arrived,
+                                                 item[1].seq)))
+
+    def _pending_on(self, session: str) -> _Entry | None:
+        """The waiting request that resumes the live session ``session``, if any."""
+        return next((e for e in self.line.values() if e.pending == session), None)
 
     def _promote(self, now: float) -> None:
-        while self.line:
-            ticket, entry = next(iter(self.line.items()))
+        for ticket, entry in list(self.line.items()):
+            if entry.pending:  # not while the session it resumes is active
+                continue
             target = self._place(entry.node)
             if target is None:
                 return
@@ -433,6 +488,9 @@ class LedgerCore:
 
     def _end(self, ticket: str, now: float) -> None:
         entry = self.active.pop(ticket)
+        waiter = self._pending_on(ticket)
+        if waiter is not None:  # it ended, it was not lost: an ordinary request now
+            waiter.pending = ""
         self.ended += 1
         self._seen += 1
         weight = max(0.1, 1.0 / min(self._seen, 20))
@@ -440,8 +498,11 @@ class LedgerCore:
         self._remember(ticket, Verdict("refused", ticket, reason="session ended",
                                        wait_s=self.options.min_retry_s))
 
-    def _held_by(self, *, client: str = "", token: str = "") -> int:
-        entries = [*self.active.values(), *self.reserved.values(), *self.line.values()]
+    def _held_by(self, *, client: str = "", token: str = "", besides: str = "") -> int:
+        """Sessions (active, reserved, waiting) of a client or token, not counting
+        ``besides`` (the live session a resume replaces)."""
+        entries = [e for t, e in (*self.active.items(), *self.reserved.items(),
+                                  *self.line.items()) if t != besides]
         if client:
             return sum(1 for e in entries if e.client == client)
         return sum(1 for e in entries if e.token == token)
@@ -458,6 +519,14 @@ class LedgerCore:
         self._answers[ticket] = verdict
         while len(self._answers) > 4096:
             self._answers.popitem(last=False)
+
+
+def _same_holder(client: str, token: str, asking_client: str, asking_token: str) -> bool:
+    """Whether a request comes from a session's holder: its token key when it had one,
+    else its client key."""
+    if token:
+        return asking_token == token
+    return bool(client) and asking_client == client
 
 
 def _view_dict(view: NodeView) -> dict[str, object]:

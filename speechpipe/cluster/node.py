@@ -10,15 +10,17 @@ the server's ``CapacityGate``:
   ``start.ticket`` and is not queued again), in the line (``queued`` status events with the
   cluster-wide position and wait), or refuses it (close 1013 with ``retry_after_s``);
 - ``start.resume``: the session id of a session whose node was lost or drained; it goes
-  ahead of the line;
+  ahead of the line (once, for the session's own client or token: ``ledger_core``);
 - **ledger unreachable** (a call fails or times out): the node admits only up to its own
   capacity, tells the client so in a ``status`` event, shows it in ``/metrics``
-  (``speechpipe_cluster_ledger_reachable 0``) and re-registers what it holds when the ledger
-  answers again.
+  (``speechpipe_cluster_ledger_reachable 0``; the cluster-wide gauges are dropped until the
+  ledger answers, not left at their last value), looks the ledger up again by name (creating
+  it when it is gone for good) and re-registers what it holds when the ledger answers again.
 
 The node never holds more than ``capacity`` sessions, whatever the ledger says: its own
-count is checked before every claim, so a slot cannot be double-booked even across a
-ledger restart.
+count (sessions held plus claims in flight) is checked before every claim, so a slot cannot
+be double-booked even across a ledger restart. A slot taken is always given back: every
+path from "admitted" ends in ``release`` (the session ended) or in the node's loss.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import secrets
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -58,6 +62,7 @@ class ClusterOptions:
     status_interval_s: float = 2.0  # a waiting client hears at least this often
     drain_deadline_s: float = ClusterSettings().drain_deadline_s  # then close the rest (4021)
     ledger: LedgerOptions = field(default_factory=LedgerOptions)
+    secret: str = field(default="", repr=False)  # the cluster secret (SPEECHPIPE_CLUSTER_SECRET)
 
     @property
     def name(self) -> str:
@@ -68,6 +73,18 @@ class ClusterOptions:
 class LedgerUnreachable(Exception):
     """A call to the ledger failed or timed out."""
     pass
+
+
+class LedgerRefused(LedgerUnreachable):
+    """The ledger refused a call: it was not signed with the ledger's cluster secret."""
+    pass
+
+
+def cluster_secret() -> str:
+    """The cluster secret from ``SPEECHPIPE_CLUSTER_SECRET`` ("" when unset)."""
+    from speechpipe.cluster.ledger import SECRET_ENV
+
+    return os.environ.get(SECRET_ENV, "").strip()
 
 
 def connect_ray(address: str) -> None:
@@ -106,7 +123,8 @@ class ClusterNode:
     """This server's membership in the cluster: registration, heartbeat, held sessions."""
     def __init__(self, options: ClusterOptions, *, registry: Any = None) -> None:
         self.options = options
-        self.held: dict[str, tuple[str, str]] = {}  # ticket -> (client, token)
+        self.held: dict[str, tuple[str, str, float]] = {}  # ticket -> (client, token, since)
+        self.claiming: set[str] = set()  # claims in flight (counted against the capacity)
         self.handle: Any = None
         self.epoch: str | None = None
         self.reachable = False
@@ -117,6 +135,7 @@ class ClusterNode:
         self._stale = False  # a call failed since the last registration
         self._drained = asyncio.Event()
         self._metrics = _ClusterMetrics(registry) if registry is not None else None
+        self._lookup: asyncio.Future[Any] | None = None  # a ledger look-up in flight
 
     # -- life -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -124,11 +143,14 @@ class ClusterNode:
         from speechpipe.cluster.ledger import ledger_handle
 
         connect_ray(self.options.address)
-        self.handle = ledger_handle(self.options.ledger)
+        self.handle = ledger_handle(self.options.ledger, secret=self.options.secret)
         for attempt in range(10):  # the ledger may still be starting (bounded)
             try:
                 await self._register()
                 break
+            except LedgerRefused:
+                raise SystemExit("speechpipe: the cluster ledger refused this node: its "
+                                 "SPEECHPIPE_CLUSTER_SECRET differs from the ledger's") from None
             except LedgerUnreachable:
                 if attempt == 9:
                     raise SystemExit("speechpipe: the cluster ledger does not answer") from None
@@ -142,27 +164,32 @@ class ClusterNode:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        with contextlib.suppress(LedgerUnreachable):
-            await self.call("leave", self.options.name)
+        with contextlib.suppress(LedgerUnreachable):  # bounded: stopping must not wait long
+            await self.call("leave", self.options.name,
+                            timeout_s=min(self.options.call_timeout_s, 2.0))
 
     # -- ledger calls -----------------------------------------------------------------------
-    async def call(self, method: str, *args: Any) -> Any:
-        """One ledger call; re-registers first when the ledger restarted. Raises
-        ``LedgerUnreachable`` on failure or timeout."""
-        stale = self._stale
-        epoch, result = await self._raw(method, *args)
-        if (epoch != self.epoch or stale) and method != "register":
-            if epoch != self.epoch:
-                log.warning("ledger restarted (epoch %s -> %s): re-registering", self.epoch,
-                            epoch)
-            await self._register()  # also after an outage: sessions admitted meanwhile
-            epoch, result = await self._raw(method, *args)
+    async def call(self, method: str, *args: Any, timeout_s: float | None = None) -> Any:
+        """One ledger call; re-registers first after an outage, and again when the ledger
+        restarted meanwhile (a new epoch). Raises ``LedgerUnreachable`` on failure or
+        timeout (``LedgerRefused`` when the ledger refuses this node's secret)."""
+        if self._stale and method != "register":
+            await self._register()  # sessions admitted meanwhile, before anything else
+        epoch, result = await self._raw(method, *args, timeout_s=timeout_s)
+        if epoch != self.epoch and method != "register":
+            log.warning("ledger restarted (epoch %s -> %s): re-registering", self.epoch, epoch)
+            await self._register()
+            epoch, result = await self._raw(method, *args, timeout_s=timeout_s)
         return result
 
-    async def _raw(self, method: str, *args: Any) -> tuple[str, Any]:
+    async def _raw(self, method: str, *args: Any,
+                   timeout_s: float | None = None) -> tuple[str, Any]:
+        from speechpipe.cluster.ledger import SIGNED, UNAUTHORIZED, sign
+
         try:
-            ref = getattr(self.handle, method).remote(*args)
-            async with asyncio.timeout(self.options.call_timeout_s):
+            tag = (sign(self.options.secret, method, args),) if method in SIGNED else ()
+            ref = getattr(self.handle, method).remote(*tag, *args)
+            async with asyncio.timeout(timeout_s or self.options.call_timeout_s):
                 epoch, result = await asyncio.wrap_future(ref.future())
         except (TimeoutError, Exception) as exc:  # RayActorError, GetTimeoutError, ...
             if self.reachable:
@@ -171,6 +198,13 @@ class ClusterNode:
             self._set_reachable(False)
             self._stale = True
             raise LedgerUnreachable(str(exc)) from None
+        if epoch == UNAUTHORIZED:
+            if self.reachable or not self._stale:
+                log.error("the cluster ledger refused this node's call (%s): check that every "
+                          "node has the same SPEECHPIPE_CLUSTER_SECRET", method)
+            self._set_reachable(False)
+            self._stale = True
+            raise LedgerRefused(str(result))
         if not self.reachable:
             log.info("cluster ledger reachable")
         self._set_reachable(True)
@@ -178,7 +212,8 @@ class ClusterNode:
 
     async def _register(self) -> None:
         opts = self.options
-        held = [(t, c, k) for t, (c, k) in self.held.items()]
+        now = time.monotonic()
+        held = [(t, c, k, round(now - since, 3)) for t, (c, k, since) in self.held.items()]
         epoch, _ = await self._raw("register", opts.name, opts.public_url, opts.capacity, held)
         self.epoch = epoch
         self._stale = False
@@ -194,12 +229,43 @@ class ClusterNode:
                 elif answer == "drain" and not self.draining:
                     self._begin_drain()
                 self.snapshot = snapshot
+            except LedgerRefused:
+                self.snapshot = {}
             except LedgerUnreachable:
-                pass
+                self.snapshot = {}  # the cluster's figures are unknown now, not frozen
+                self._look_up_ledger()
             except Exception:  # a heartbeat hiccup must not end the node
                 log.exception("cluster heartbeat failed")
             self._export()
             await asyncio.sleep(self.options.heartbeat_s)
+
+    def _look_up_ledger(self) -> None:
+        """Find the ledger again by name, creating it when it is gone for good (killed
+        without restart, restarts used up): one look-up at a time, in a daemon thread, as
+        Ray's look-up blocks and may hang while the head is down."""
+        if self._lookup is not None and not self._lookup.done():
+            return
+        from speechpipe.cluster.ledger import ledger_handle
+
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        options, secret = self.options.ledger, self.options.secret
+
+        def look_up() -> None:
+            try:
+                handle = ledger_handle(options, secret=secret)
+            except BaseException as exc:  # noqa: BLE001 (reported to the loop)
+                loop.call_soon_threadsafe(_settle, future, None, exc)
+            else:
+                loop.call_soon_threadsafe(_settle, future, handle, None)
+
+        def adopt(done: asyncio.Future[Any]) -> None:
+            if not done.cancelled() and done.exception() is None and done.result() is not None:
+                self.handle = done.result()
+
+        future.add_done_callback(adopt)
+        self._lookup = future
+        threading.Thread(target=look_up, name="cluster-ledger-lookup", daemon=True).start()
 
     def _set_reachable(self, value: bool) -> None:
         self.reachable = value
@@ -229,12 +295,12 @@ class ClusterNode:
 
     # -- slots ------------------------------------------------------------------------------
     def has_room(self) -> bool:
-        """Whether this node holds fewer sessions than its capacity."""
-        return len(self.held) < self.options.capacity
+        """Whether this node holds (or is claiming) fewer sessions than its capacity."""
+        return len(self.held) + len(self.claiming) < self.options.capacity
 
     def hold(self, ticket: str, client: str, token: str) -> None:
         """Record a session this node now serves."""
-        self.held[ticket] = (client, token)
+        self.held[ticket] = (client, token, time.monotonic())
         self._export()
 
     async def release(self, ticket: str) -> None:
@@ -271,26 +337,54 @@ class ClusterGate:
                        resume: str) -> str:
         node = self.node
         name = node.options.name
-        if ticket and node.has_room() and not node.draining:
+        if ticket and not node.draining:  # a redirect's ticket: claimable once, while reserved
             with contextlib.suppress(LedgerUnreachable):
-                if await node.call("claim", ticket, name):
-                    node.hold(ticket, client, token)
+                if await self._claim(ticket, client, token):
                     return ticket
-        # a new arrival (or a ticket that expired or was never ours): ask for a slot
+        # a new arrival (or a ticket that is not reserved here): ask for a slot
         ticket = secrets.token_hex(8)
         try:
-            verdict: Verdict = await node.call("request", ticket, name, client, token, resume)
-        except LedgerUnreachable:
-            return await self._local(ticket, client, token, notify)
-        try:
+            try:
+                verdict: Verdict = await node.call("request", ticket, name, client, token,
+                                                   resume, 0.0)
+            except LedgerUnreachable:
+                return await self._local(ticket, client, token, notify)
             return await self._follow(verdict, client, token, notify)
         except SessionRedirect:
             raise  # the reservation elsewhere stands until claimed or expired
-        except BaseException:  # refused, or the client left the line: give the place up
-            with contextlib.suppress(LedgerUnreachable):
-                if ticket not in node.held:
-                    await asyncio.shield(node.call("release", ticket))
+        except BaseException:  # refused, the client left the line, or it vanished as it was
+            await asyncio.shield(self._give_back(ticket))  # admitted: give the place up
             raise
+
+    async def _claim(self, ticket: str, client: str, token: str) -> bool:
+        """Claim ``ticket`` (reserved here) and hold its slot; False when this node is full,
+        already holds or claims it, or the ledger refuses (not reserved here, or claimed
+        already). Raises ``LedgerUnreachable``."""
+        node = self.node
+        if ticket in node.held or ticket in node.claiming or not node.has_room():
+            return False
+        node.claiming.add(ticket)
+        try:
+            claimed = bool(await node.call("claim", ticket, node.options.name))
+        except LedgerUnreachable:
+            raise
+        except BaseException:  # cancelled while claiming: the ledger may count it active
+            await asyncio.shield(self._give_back(ticket))
+            raise
+        finally:
+            node.claiming.discard(ticket)
+        if claimed:
+            node.hold(ticket, client, token)
+        return claimed
+
+    async def _give_back(self, ticket: str) -> None:
+        """The slot (held here, reserved or in line at the ledger) is not used after all."""
+        node = self.node
+        if ticket in node.held:
+            await node.release(ticket)
+            return
+        with contextlib.suppress(LedgerUnreachable):
+            await node.call("release", ticket)
 
     async def _follow(self, verdict: Verdict, client: str, token: str, notify: Notify) -> str:
         node = self.node
@@ -304,13 +398,12 @@ class ClusterGate:
         while True:
             if verdict.kind == "admitted":
                 try:
-                    claimed = node.has_room() and await node.call("claim", ticket, name)
+                    claimed = await self._claim(ticket, client, token)
                 except LedgerUnreachable:  # placed here, then the ledger went away
                     return await self._local(ticket, client, token, notify)
                 if not claimed:
                     raise AdmissionError("this node is full; retry",
                                          retry_after_s=node.options.ledger.min_retry_s)
-                node.hold(ticket, client, token)
                 if waited:
                     await notify(StatusEvent("admitted", "your session is starting", detail={
                         "waited_s": round(time.monotonic() - asked, 1),
@@ -323,7 +416,8 @@ class ClusterGate:
             if verdict.kind == "refused" and verdict.reason == "unknown ticket" and waited:
                 # the ledger restarted while this client waited: ask again, same ticket
                 try:
-                    verdict = await self._ask_again(ticket, client, token)
+                    verdict = await self._ask_again(ticket, client, token,
+                                                    time.monotonic() - asked)
                 except LedgerUnreachable:
                     return await self._local(ticket, client, token, notify)
                 continue
@@ -347,10 +441,13 @@ class ClusterGate:
                     return await self._local(ticket, client, token, notify)
                 # full here: keep the client waiting until the ledger answers (bounded)
 
-    async def _ask_again(self, ticket: str, client: str, token: str) -> Verdict:
+    async def _ask_again(self, ticket: str, client: str, token: str,
+                         waited_s: float) -> Verdict:
+        """After a ledger restart: the same ticket asks again, saying how long it has waited,
+        so it rejoins the line at its place instead of being refused as a newcomer."""
         await asyncio.sleep(self.node.options.poll_s)
         verdict: Verdict = await self.node.call("request", ticket, self.node.options.name,
-                                                client, token, "")
+                                                client, token, "", max(waited_s, 0.001))
         return verdict
 
     async def _local(self, ticket: str, client: str, token: str, notify: Notify) -> str:
@@ -365,6 +462,15 @@ class ClusterGate:
             "admitted", "the cluster ledger is unreachable: admitted on this node's capacity",
             detail={"ledger": "unreachable", "capacity": node.options.capacity}))
         return ticket
+
+
+def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
 
 
 def _queued(verdict: Verdict, node: ClusterNode) -> StatusEvent:
@@ -408,7 +514,11 @@ class _ClusterMetrics:
         self.node_sessions.set(len(node.held))
         self.draining.set(1 if node.draining else 0)
         snap = node.snapshot
-        if not snap:
+        if not snap:  # the ledger does not answer: its figures are unknown, not frozen
+            self.cluster.clear()
+            self.counts.clear()
+            self.capacity.set(math.nan)
+            self.nodes.set(math.nan)
             return
         for state in ("active", "reserved", "waiting"):
             self.cluster.labels(state).set(float(snap.get(state, 0)))

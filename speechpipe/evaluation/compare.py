@@ -4,8 +4,8 @@ Each ``--compare`` names a variant as overrides on top of the base options (``--
 ``--compare asr.commit_policy=align,phrases.cut=just_in_time``. Every clip runs under the base
 and then under each variant before the next clip starts, so a change in the machine's load
 hits all of them alike. The variants share the loaded models and workers (one Whisper, one
-Piper); each gets its own output sample rate (base + its index, in Hz), so no variant hears
-speech the phrase cache kept from another.
+Piper); each gets its own phrase-cache namespace (``SessionRequest.phrase_cache``: its label),
+so no variant hears speech the phrase cache kept from another.
 """
 
 from __future__ import annotations
@@ -76,8 +76,7 @@ async def compare_variants(
     totals: dict[str, list[float]] = {label: [0.0, 0.0, 0.0] for label, _ in pipelines}
     for number, clip in enumerate(clips, 1):
         for index, (label, pipeline) in enumerate(pipelines):
-            variant_request = replace(
-                request, output_sample_rate=request.output_sample_rate + index)
+            variant_request = replace(request, phrase_cache=f"compare {index}: {label}")
             result = await evaluate_clips(pipeline, [clip], variant_request,
                                           detect_language=detect_language, progress=False)
             row = result["clips"][0]

@@ -41,6 +41,7 @@ __all__ = ["run_server", "add_serve_arguments", "serve_main", "serve_options", "
 log = logging.getLogger("speechpipe.serve")
 
 VOICES_TTL_S = 10.0  # GET /voices: how long one scan of the voices folders is reused
+TRACE_FLUSH_MIN_S = 0.25  # at shutdown, the trace flush gets at least this (past the grace)
 
 
 class ServerApp:
@@ -143,14 +144,16 @@ class ServerApp:
     async def stop(self, *, close_pipeline: bool = True) -> None:
         """Stop serving; then (``close_pipeline``) wait out a load still running, join the
         pipeline's workers and release its models on this thread."""
+        began = time.monotonic()
         self._stopping = True
         self._ready = False
         self.metrics.set_ready(False)
         if self.load_control is not None:
             await self.load_control.stop()
         await self.server.stop()
-        if self.tracing is not None:  # flushes what is queued, bounded by the export timeout
-            await asyncio.to_thread(self.tracing.shutdown)
+        if self.tracing is not None:  # the last spans get what is left of the grace
+            left = began + self.server.limits.shutdown_grace_s - time.monotonic()
+            await asyncio.to_thread(self.tracing.shutdown, max(left, TRACE_FLUSH_MIN_S))
         if not close_pipeline:
             return
         loading = self._loading
@@ -389,7 +392,7 @@ def cluster_options(config: Config) -> ClusterOptions | None:
     settings = config.server.cluster
     if not settings.address:
         return None
-    from speechpipe.cluster.node import ClusterOptions, connect_ray
+    from speechpipe.cluster.node import ClusterOptions, cluster_secret, connect_ray
 
     if not settings.public_url:
         raise SystemExit("speechpipe: --cluster needs --public-url (this node's ws:// URL)")
@@ -409,6 +412,7 @@ def cluster_options(config: Config) -> ClusterOptions | None:
         public_url=settings.public_url,
         capacity=admission.capacity or 0,  # 0: the calibrated capacity, once loaded
         drain_deadline_s=settings.drain_deadline_s,
+        secret=cluster_secret(),  # from the environment: never on the command line
         ledger=LedgerOptions(max_queue=admission.max_queue, max_wait_s=admission.max_wait_s,
                              per_client=admission.per_client or 0,  # explicit only
                              expected_session_s=admission.expected_session_s,

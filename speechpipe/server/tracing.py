@@ -26,7 +26,10 @@ the degrade level: never audio, text or tokens.
 
 Exports go through a ``BatchSpanProcessor`` (its own thread, a bounded queue): an unreachable
 collector never slows or breaks a session. Failed exports are counted (``on_failure``) and
-logged once.
+logged once. At shutdown the last spans are flushed for at most what is left of the server's
+shutdown grace (``SessionTracing.shutdown(timeout_s)``): a collector that accepts the
+connection and never answers cannot hold the process past it (what it did not take is
+dropped, with one warning).
 """
 
 from __future__ import annotations
@@ -107,11 +110,14 @@ class _CountingExporter:
         self.where = where
         self.on_failure = on_failure
         self.failures = 0
+        self.deadline = 0.0  # monotonic: after it (set at shutdown), batches are dropped
         self._lock = threading.Lock()
 
     def export(self, spans: Sequence[Any]) -> Any:
         from opentelemetry.sdk.trace.export import SpanExportResult
 
+        if self.deadline and time.monotonic() > self.deadline:
+            return SpanExportResult.FAILURE  # shutting down and out of time: dropped
         try:
             result = self.inner.export(spans)
         except Exception as exc:  # the exporter's thread must go on whatever happens
@@ -171,8 +177,8 @@ class SessionTracing:
         exporter = _CountingExporter(
             OTLPSpanExporter(endpoint=endpoint, timeout=timeout_s), _where(endpoint), on_failure
         )
-        provider = TracerProvider(
-            resource=Resource.create({"service.name": "speechpipe"})
+        provider = TracerProvider(  # no atexit flush: ``shutdown`` bounds it instead
+            resource=Resource.create({"service.name": "speechpipe"}), shutdown_on_exit=False,
         )
         provider.add_span_processor(BatchSpanProcessor(
             exporter,  # type: ignore[arg-type]
@@ -186,9 +192,28 @@ class SessionTracing:
         """Start tracing a session."""
         return SessionTrace(self.tracer, request, degrade_level)
 
-    def shutdown(self) -> None:
-        """Flush what is queued (bounded by the export timeout) and stop; blocking."""
-        self.provider.shutdown()
+    def shutdown(self, timeout_s: float = 5.0) -> bool:
+        """Flush what is queued and stop, waiting at most ``timeout_s``; blocking. False (with a
+        warning) when the collector did not take it in time: the rest is dropped, and the
+        flush goes on in a daemon thread that does not hold the process's exit."""
+        if self.exporter is not None:
+            self.exporter.deadline = time.monotonic() + max(0.0, timeout_s)
+        done = threading.Event()
+
+        def flush() -> None:
+            try:
+                self.provider.shutdown()
+            except Exception as exc:  # a broken exporter must not break the server's exit
+                log.debug("trace shutdown failed: %s", type(exc).__name__)
+            finally:
+                done.set()
+
+        threading.Thread(target=flush, name="trace-shutdown", daemon=True).start()
+        if done.wait(max(0.0, timeout_s)):
+            return True
+        log.warning("trace export did not finish within %.1f s of shutdown (the collector does "
+                    "not answer): the spans still queued are dropped", timeout_s)
+        return False
 
 
 @dataclass

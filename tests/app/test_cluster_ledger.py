@@ -64,7 +64,8 @@ def test_calls_are_idempotent_by_ticket():
     first = core.request("x", "a", "c", 0.0)
     again = core.request("x", "a", "c", 0.1)
     assert (again.kind, again.node) == (first.kind, first.node) == ("admitted", "a")
-    assert core.claim("x", "a", 0.2) and core.claim("x", "a", 0.3)
+    assert core.claim("x", "a", 0.2)
+    assert not core.claim("x", "a", 0.3)  # claimable once (issue 21, item 2)
     assert core.admitted == 1 and len(core.active) == 1
     core.release("x", 1.0)
     core.release("x", 1.1)

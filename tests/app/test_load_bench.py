@@ -51,8 +51,8 @@ def test_offsets_lay_speech_back_to_back_per_utterance():
         (4.0, {"type": "vad", "kind": "end", "utterance": 0, "t": 3.5}),
     ]
     run.audio = [  # 1 s chunks arriving at 2.0 and 2.5: the second plays from 3.0
-        (2.0, {"utterance": 0, "samples": 16000, "sample_rate": 16000}),
-        (2.5, {"utterance": 0, "samples": 16000, "sample_rate": 16000}),
+        (2.0, {"utterance": 0, "samples": 16000, "sample_rate": 16000}, np.zeros(16000)),
+        (2.5, {"utterance": 0, "samples": 16000, "sample_rate": 16000}, np.zeros(16000)),
     ]
     starts, ends = utterance_offsets(run)
     assert starts == pytest.approx([1.5]) and ends == pytest.approx([0.5])

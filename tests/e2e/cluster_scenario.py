@@ -262,7 +262,7 @@ async def scenario(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
     for name, port in PORTS.items():
         procs.start(name, [str(BIN / "speechpipe"), "-v", "serve", "--scripted-pipeline",
                            "--no-webrtc", "--port", str(port), "--capacity", str(CAPACITY),
-                           "--max-queue", "2", "--max-queue-wait", "1000", "--cluster", address,
+                           "--max-queue", "3", "--max-queue-wait", "1000", "--cluster", address,
                            "--public-url", URL[name], "--cluster-lease", "3",
                            "--drain-deadline", "4"])
     for name in PORTS:
@@ -295,6 +295,10 @@ async def scenario(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
         out["c5_position"] = await c5.queued_position()
         await c6.open(URL["a"])
         out["c6_position"] = await c6.queued_position()
+        c6b = Client("c6b")  # the third place of the line (--max-queue 3)
+        clients.append(c6b)
+        await c6b.open(URL["b"])
+        out["c6b_position"] = await c6b.queued_position()
         await c7.open(URL["a"])
         out["c7_outcome"] = await c7.first()
         refusal = [e for e in c7.of("error") if e["code"] == "over_capacity"]
@@ -344,6 +348,9 @@ async def scenario(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
         clients.append(c8)
         await c8.open(URL["b"])
         out["c8_first_after_restart"] = await _first_or_queued(c8)
+        for extra in (c6b, c8):  # make room in the line: resumes count against it too
+            await extra.close()
+        out["line_before_resumes"] = await _waiting_reaching(ledger, 1, limit_s=15.0)
 
         log('step 5')
         # 5. node b is killed mid-session: its clients see the connection drop, resume on a
@@ -357,11 +364,13 @@ async def scenario(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
         out["b_close_codes"] = [c.close_code for c in on_b]
         resumed: list[Client] = []
         for c in on_b:
-            again = Client(c.label + "r")
+            again = Client(c.label)  # the same client (a resume is bound to its holder)
             await again.open(URL["a"], resume=c.session)
             resumed.append(again)
             clients.append(again)
-        out["resume_positions"] = [await again.queued_position(5) for again in resumed]
+        # within b's lease they wait behind c6; once b is counted lost they move ahead
+        out["resume_positions"] = [await _position_falling(again, i + 1, limit_s=15.0)
+                                   for i, again in enumerate(resumed)]
         out["c6_position_behind_resumes"] = await _position_reaching(c6, 3, limit_s=10.0)
         out["c6_positions"] = [e["detail"]["position"] for e in c6.statuses("queued")]
         await asyncio.sleep(4.0)  # b's lease (3 s) runs out
@@ -441,6 +450,32 @@ async def _position_reaching(client: Client, at_least: int, limit_s: float) -> i
         queued = client.statuses("queued")
         position = int(queued[-1]["detail"]["position"]) if queued else 0
         if position >= at_least:
+            break
+        await asyncio.sleep(0.1)
+    return position
+
+
+async def _waiting_reaching(ledger: Any, count: int, limit_s: float) -> int:
+    """The ledger's line length, once it is ``count`` (or ``limit_s`` has passed)."""
+    deadline = time.monotonic() + limit_s
+    waiting = -1
+    while time.monotonic() < deadline:
+        waiting = int((await _snapshot_retry(ledger, 10))["waiting"])
+        if waiting == count:
+            break
+        await asyncio.sleep(0.2)
+    return waiting
+
+
+async def _position_falling(client: Client, at_most: int, limit_s: float) -> int:
+    """The client's latest queue position, once it is ``at_most`` or less (or ``limit_s``
+    has passed)."""
+    deadline = time.monotonic() + limit_s
+    position = 0
+    while time.monotonic() < deadline:
+        queued = client.statuses("queued")
+        position = int(queued[-1]["detail"]["position"]) if queued else 0
+        if 0 < position <= at_most:
             break
         await asyncio.sleep(0.1)
     return position

@@ -30,13 +30,14 @@ def _namespace_available() -> str | None:
     return None if probe.returncode == 0 else "cannot create a network namespace (needs root)"
 
 
-def _run_scenario(factory: pytest.TempPathFactory, *flags: str) -> dict[str, Any]:
+def _run_scenario(factory: pytest.TempPathFactory, *flags: str,
+                  script: Path | None = None) -> dict[str, Any]:
     pytest.importorskip("ray", reason="needs the cluster extra: pip install 'speechpipe[cluster]'")
     why = _namespace_available()
     if why:
         pytest.skip(why)
     out = factory.mktemp("cluster") / "scenario.json"
-    script = Path(__file__).with_name("cluster_scenario.py")
+    script = script or Path(__file__).with_name("cluster_scenario.py")
     argv = " ".join(f'"{part}"' for part in (sys.executable, script, out, *flags))
     proc = subprocess.Popen(
         ["unshare", "-n", "--", "sh", "-c", f"ip link set lo up && exec {argv}"],
@@ -78,8 +79,9 @@ def test_sessions_spread_over_both_nodes_through_redirects(scenario: dict[str, A
 
 
 @pytest.mark.slow
-def test_fifth_and_sixth_wait_in_one_line_and_the_seventh_is_refused(scenario):
+def test_fifth_to_seventh_wait_in_one_line_and_the_eighth_is_refused(scenario):
     assert (scenario["c5_position"], scenario["c6_position"]) == (1, 2)  # on b, then on a
+    assert scenario["c6b_position"] == 3  # --max-queue 3: the line is full now
     assert scenario["c5_wait_s"] is not None and scenario["c5_wait_s"] > 0
     assert scenario["c7_outcome"] == "closed 1013"
     assert scenario["c7_retry_after_s"] >= 5
@@ -109,6 +111,7 @@ def test_killing_the_ledger_drops_no_session_and_double_books_no_slot(scenario):
 @pytest.mark.slow
 def test_a_killed_node_s_clients_resume_on_the_other_node_ahead_of_the_line(scenario):
     assert sorted(scenario["on_b"]) == ["c3", "c4"]
+    assert scenario["line_before_resumes"] == 1  # c6 alone: room for the two resumes
     assert scenario["b_close_codes"] == [1006, 1006]  # the process died: no close frame
     assert scenario["resume_positions"] == [1, 2]  # ahead of c6, who waited before them
     assert scenario["c6_position_behind_resumes"] == 3

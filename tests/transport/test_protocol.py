@@ -218,3 +218,15 @@ def test_realtime_guard() -> None:
     slow = RealtimeGuard(max_lead_s=2.0)
     slow.add(0.1, now=0.0)
     assert slow.add(9.0, now=10.0)  # catching up after a stall is fine
+
+
+def test_start_phrase_cache_namespace() -> None:
+    from speechpipe.transport.protocol import parse_start
+
+    assert parse_start({"type": "start"}).request.phrase_cache == ""
+    assert parse_start({"type": "start", "phrase_cache": "bench-7"}).request.phrase_cache == (
+        "bench-7")
+    for bad in (7, "x" * 65):
+        with pytest.raises(ProtocolError) as raised:
+            parse_start({"type": "start", "phrase_cache": bad})
+        assert raised.value.code == "bad_start" and raised.value.close_code == 4000

@@ -121,3 +121,43 @@ async def test_aclose_never_blocks_the_event_loop() -> None:
     release.set()
     await asyncio.wait_for(closing, 10)
     assert len(await job) == 160
+
+
+@pytest.mark.slow
+async def test_phrase_cache_namespaces(scripted: Path, pipeline: Any, spanish_clip: Any,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions reuse synthesized phrases within one ``phrase_cache`` namespace only (the
+    scripted engine counts what it is asked to speak). Fast pace: the same text each run."""
+    import asyncio
+
+    from speechpipe.stages.request import SessionRequest
+    from speechpipe.transport.file_replay import frames_of, stream_audio
+
+    monkeypatch.setenv("SPEECHPIPE_HOME", str(scripted.parent / "home"))
+    scripted_tts.write_voice(scripted.parent / "home" / "voices")
+    path, row = spanish_clip
+
+    async def run(namespace: str) -> None:
+        request = SessionRequest(source_lang=row["lang"], voice="scripted-en", pace="fast",
+                                 priority="replay", phrase_cache=namespace)
+        async with pipeline.session(request) as session:
+            async def feed() -> None:
+                for frame in frames_of(stream_audio(path)):
+                    await session.push(frame)
+                await session.finish()
+
+            async with asyncio.TaskGroup() as group:
+                group.create_task(feed())
+                async with asyncio.timeout(120):
+                    async for _ in session.events():
+                        pass
+
+    voice = pipeline.resolve(SessionRequest(target_lang="en", voice="scripted-en")).voice
+    spoken = pipeline.tts_worker(voice).synthesizer.spoken
+    await run("ns-a")
+    first = len(spoken)
+    assert first > 0
+    await run("ns-a")
+    assert len(spoken) == first  # every phrase came from the namespace's cache
+    await run("ns-b")
+    assert len(spoken) > first  # another namespace: synthesized again

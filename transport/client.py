@@ -1,0 +1,181 @@
+"""A client of our own ``/ws`` protocol: one session, audio paced at real time.
+
+The one client ``speechpipe bench load``, ``speechpipe bench soak`` and the tests
+(``tests/helpers.py``) use (websockets' client and server share one protocol core; here the
+server's codec, ``transport.protocol``, writes what this client reads). It waits through
+admission (``status`` events) for ``started`` or a refusal, streams int16 PCM in frames at
+real time, ends with ``stop`` (or, for robustness benches, an abort or a bare close) and
+records every event and speech chunk with its arrival time on the client's stream clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["ClientRun", "stream_session"]
+
+
+@dataclass
+class ClientRun:
+    """Everything one client saw. ``events``: every JSON event after ``started`` with its
+    arrival time (seconds since the client started streaming); ``audio``: each ``audio``
+    header with its PCM (empty for speech that came over WebRTC)."""
+
+    index: int = 0
+    events: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    audio: list[tuple[float, dict[str, Any], NDArray[np.int16]]] = field(default_factory=list)
+    statuses: list[dict[str, Any]] = field(default_factory=list)
+    started: bool = False
+    queued: bool = False
+    refused: bool = False  # over capacity (``retry_after_s`` says when to try again)
+    retry_after_s: float | None = None
+    close_code: int | None = None
+    waited_s: float = 0.0  # from asking to ``started`` (admission)
+    error: str = ""  # the fatal error code before ``started``, or what ended the client
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        """The events of one type, in arrival order."""
+        return [e for _, e in self.events if e.get("type") == kind]
+
+    def text(self, side: str) -> str:
+        """The final text of ``side`` (``source`` or ``target``), utterances joined."""
+        final: dict[int, str] = {}
+        for e in self.of(side):
+            final[e["utterance"]] = " ".join(p for p in (e["committed"], e["tentative"]) if p)
+        return " ".join(final[k] for k in sorted(final))
+
+    def offsets(self) -> tuple[float | None, float | None]:
+        """(StartOffset, EndOffset) as the client experiences them: speech arrival on its
+        stream clock, chunks laid back to back, against the server's VAD speech span."""
+        starts = [e["t"] for e in self.of("vad") if e["kind"] == "start"]
+        ends = [e["t"] for e in self.of("vad") if e["kind"] == "end"]
+        if not starts or not self.audio:
+            return None, None
+        laid_end = 0.0
+        for arrived, header, _ in self.audio:
+            laid_end = max(arrived, laid_end) + header["samples"] / header["sample_rate"]
+        speech_end = max(ends) if ends else max(starts)
+        return self.audio[0][0] - min(starts), laid_end - speech_end
+
+
+async def stream_session(
+    url: str,
+    audio: NDArray[np.int16],
+    *,
+    start: dict[str, Any] | None = None,
+    rate: int = 16_000,
+    frame_ms: int = 20,
+    tail_s: float = 3.0,
+    send_s: float | None = None,
+    end: Literal["stop", "abort", "close"] = "stop",
+    junk: Sequence[str | bytes] = (),
+    on_message: Callable[[str | bytes], None] | None = None,
+    open_timeout_s: float = 30.0,
+    drain_timeout_s: float | None = None,
+    index: int = 0,
+) -> ClientRun:
+    """One session at ``url``: ``start`` (``sample_rate`` is ``rate``; ``start`` adds fields),
+    then ``audio`` and ``tail_s`` of silence in ``frame_ms`` frames at real time (only the
+    first ``send_s`` seconds of it when given), then ``end``: ``stop`` and wait for the
+    server to close, or ``abort`` the TCP connection, or ``close`` without ``stop``. ``junk``
+    is sent first (robustness benches); ``on_message`` sees every message received.
+    A server that closes mid-stream ends the sending; the run holds its close code. Failing
+    to connect raises; bound the whole call with ``asyncio.timeout``."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    run = ClientRun(index)
+    step = rate * frame_ms // 1000
+    padded = np.concatenate([audio, np.zeros(int(tail_s * rate), np.int16)]).astype("<i2")
+    cut = len(padded) if send_s is None else min(len(padded), int(send_s * rate))
+    asked = time.monotonic()
+    async with connect(url, max_size=None, open_timeout=open_timeout_s) as ws:
+        await ws.send(json.dumps({"type": "start", "sample_rate": rate, **(start or {})}))
+        while True:  # admission: status events until started, or a refusal
+            first = await ws.recv()
+            if on_message is not None:
+                on_message(first)
+            message = json.loads(first)
+            if message["type"] == "started":
+                run.started = True
+                break
+            if message["type"] == "status":
+                run.statuses.append(message)
+                run.queued = run.queued or message.get("status") == "queued"
+                continue
+            if message["type"] == "error" and message.get("fatal"):
+                run.refused = message.get("code") == "over_capacity"
+                run.retry_after_s = message.get("retry_after_s")
+                run.error = message.get("code", "")
+                with contextlib.suppress(ConnectionClosed):
+                    await ws.recv()
+                run.close_code = ws.close_code
+                return run
+        run.waited_s = time.monotonic() - asked
+        t0 = time.monotonic()
+
+        async def send() -> None:
+            for item in junk:
+                with contextlib.suppress(ConnectionClosed):
+                    await ws.send(item)
+            try:
+                for i, offset in enumerate(range(0, cut, step)):
+                    delay = t0 + i * frame_ms / 1000 - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    await ws.send(padded[offset : offset + step].tobytes())
+                if end == "abort":
+                    ws.transport.abort()
+                elif end == "close":
+                    await ws.close()
+                else:
+                    await ws.send(json.dumps({"type": "stop"}))
+            except ConnectionClosed:  # the server ended the session: its close code says why
+                pass
+
+        async def receive() -> None:
+            header: dict[str, Any] | None = None
+            with contextlib.suppress(ConnectionClosed):
+                async for message in ws:
+                    now = time.monotonic() - t0
+                    if on_message is not None:
+                        on_message(message)
+                    if isinstance(message, bytes):
+                        if header is None:
+                            raise ValueError("binary message without an audio header")
+                        pcm = np.frombuffer(message, "<i2")
+                        if len(pcm) != header["samples"]:
+                            raise ValueError("audio header and PCM disagree in length")
+                        run.audio.append((now, header, pcm))
+                        header = None
+                        continue
+                    event = json.loads(message)
+                    run.events.append((now, event))
+                    if event["type"] == "status":
+                        run.statuses.append(event)
+                    elif event["type"] == "audio":
+                        if event.get("via") == "webrtc":
+                            run.audio.append((now, event, np.zeros(0, np.int16)))
+                        else:
+                            header = event
+
+        receiver = asyncio.create_task(receive())
+        try:
+            await send()
+            async with asyncio.timeout(drain_timeout_s):
+                await receiver
+        finally:
+            receiver.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await receiver
+        run.close_code = ws.close_code
+    return run
