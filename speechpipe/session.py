@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -296,7 +296,7 @@ class PipelineSession:
         self.clock: StreamClock = (
             WallStreamClock() if request.pace == "realtime" else BasisStreamClock()
         )
-        self._group: asyncio.TaskGroup | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._next_pts = 0
         self.vad: VadStage | None = None
@@ -337,14 +337,14 @@ class PipelineSession:
         source: Channel[TextHypothesis] = Channel(64, name="source")
         target: Channel[TextHypothesis] = Channel(64, name="target")
         self._events: Channel[OutputEvent] = Channel(512, name="events")
-        self.vad = VadStage(options.vad)
+        self.vad = vad = VadStage(options.vad)
         live = self.request.pace == "realtime"
         asr_client = pipeline.whisper.client(
             PRIORITY_LIVE if self.request.priority == "live" else PRIORITY_REPLAY
         )
         self.ladder = SessionLadder(resolved.asr, pipeline.degrade,
                                     floor=MODE_FLOOR.get(self.request.mode, 0))
-        self.asr = AsrStage(
+        self.asr = asr = AsrStage(
             asr_client,
             self.clock,
             options=self.ladder,
@@ -356,13 +356,11 @@ class PipelineSession:
             speech=pipeline.speech,
         )
         tts = TtsStage(speak, self.clock, rate, options.phrases, catch_up=options.catch_up)
+        mt: SpeechTranslationPassthrough | TextMtStage
         if resolved.text_mt is None:
-            passthrough = SpeechTranslationPassthrough()
-
-            async def run_mt() -> None:
-                await passthrough.run(source, target)
+            mt = SpeechTranslationPassthrough()
         else:
-            text_mt = TextMtStage(
+            mt = TextMtStage(
                 resolved.text_mt.translate,
                 source_lang=resolved.source_lang or "auto",
                 target_lang=self.request.target_lang,
@@ -370,31 +368,22 @@ class PipelineSession:
                 memory=pipeline.mt_memory,
                 forward_source=True,
                 options=options.text_mt,
+                events=self._events,
             )
-
-            async def run_mt() -> None:
-                try:
-                    await text_mt.run(source, target, self._events)
-                finally:
-                    target.close()
-
-        async def run_tts() -> None:
-            try:
-                await tts.run(target, self._events)
-            finally:
-                self._events.close()
-
-        async def run_asr() -> None:
-            await self.asr.run(labeled, source, self._events)  # type: ignore[union-attr]
-
-        self._group = asyncio.TaskGroup()
-        await self._group.__aenter__()
-        self._tasks = [
-            self._group.create_task(self.vad.run(self.input, labeled), name="vad"),
-            self._group.create_task(run_asr(), name="asr"),
-            self._group.create_task(run_mt(), name="mt"),
-            self._group.create_task(run_tts(), name="tts"),
+        # The pipeline, in order: every stage runs ``run(inbox, outbox)`` and closes its
+        # outbox when its inbox is drained, so closing the input drains the whole chain. The
+        # ASR stage also writes events (errors, the trace) straight to the client's channel:
+        # its own contract, ``run(inbox, outbox, events)``, is left as it is while the ASR
+        # commit code is rewritten (issue 22).
+        stages: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = [
+            ("vad", lambda: vad.run(self.input, labeled)),
+            ("asr", lambda: asr.run(labeled, source, self._events)),
+            ("mt", lambda: mt.run(source, target)),
+            ("tts", lambda: tts.run(target, self._events)),
         ]
+        self._stack = contextlib.AsyncExitStack()
+        group = await self._stack.enter_async_context(asyncio.TaskGroup())
+        self._tasks = [group.create_task(run(), name=name) for name, run in stages]
         pipeline.sessions_started += 1
         pipeline.live_sessions.add(self)
         return self
@@ -403,9 +392,9 @@ class PipelineSession:
         self.pipeline.live_sessions.discard(self)
         for task in self._tasks:
             task.cancel()
-        if self._group is not None:
-            group, self._group = self._group, None
-            await group.__aexit__(exc_type, exc, tb)
+        if self._stack is not None:  # the stages' task group (and whatever joins it later)
+            stack, self._stack = self._stack, None
+            await stack.__aexit__(exc_type, exc, tb)
 
     # -- LiveSession -----------------------------------------------------------------------
     async def push(self, frame: AudioFrame) -> None:

@@ -308,6 +308,7 @@ class TextMtStage:
         options: TextMtOptions | None = None,
         on_error: Callable[[SpeechpipeError, int], Awaitable[None] | None] | None = None,
         forward_source: bool = False,
+        events: Channel[OutputEvent] | None = None,
     ) -> None:
         if model_id is None:
             model_id = str(getattr(getattr(translate, "__self__", None), "model_id", ""))
@@ -317,6 +318,7 @@ class TextMtStage:
         self.clock = clock
         self.on_error = on_error
         self.forward_source = forward_source
+        self.events = events
         self.policy = IncrementalTextTranslation(
             source_lang, target_lang, memory=memory, model_id=model_id, options=options
         )
@@ -325,31 +327,31 @@ class TextMtStage:
         self._revision = 0
         self._events: Channel[OutputEvent] | None = None
 
-    async def run(
-        self,
-        inbox: Channel[TextHypothesis],
-        outbox: Channel[TextHypothesis],
-        events: Channel[OutputEvent] | None = None,
-    ) -> None:
-        """Translate until ``inbox`` is closed and drained; does not close ``outbox``.
+    async def run(self, inbox: Channel[TextHypothesis], outbox: Channel[TextHypothesis]) -> None:
+        """Translate until ``inbox`` is closed and drained; then close ``outbox`` (the stage
+        contract).
 
-        With ``events``, every target hypothesis is also put there (for the client and the
-        trace), and translation errors become ``ErrorEvent``s there unless ``on_error`` is set.
+        With ``events`` (given to the constructor), every target hypothesis is also put there
+        (for the client and the trace), and translation errors become ``ErrorEvent``s there
+        unless ``on_error`` is set.
         """
-        self._events = events
-        while True:
-            try:
-                batch = await inbox.get_batch()
-            except ChannelClosed:
-                break
-            if self.forward_source:
-                for hyp in batch:
-                    if hyp.side == "source":
-                        await outbox.put(hyp)
-            for hyp in _newest_per_utterance(batch):
-                await self._handle(hyp, outbox)
-        if self._last_source is not None and not self.policy.final:
-            await self._step(_as_final(self._last_source), outbox)
+        self._events = self.events
+        try:
+            while True:
+                try:
+                    batch = await inbox.get_batch()
+                except ChannelClosed:
+                    break
+                if self.forward_source:
+                    for hyp in batch:
+                        if hyp.side == "source":
+                            await outbox.put(hyp)
+                for hyp in _newest_per_utterance(batch):
+                    await self._handle(hyp, outbox)
+            if self._last_source is not None and not self.policy.final:
+                await self._step(_as_final(self._last_source), outbox)
+        finally:
+            outbox.close()
 
     async def _handle(self, hyp: TextHypothesis, outbox: Channel[TextHypothesis]) -> None:
         if hyp.utterance != self._utterance:

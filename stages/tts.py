@@ -79,8 +79,15 @@ class TtsStage:
         self._source_text: dict[int, str] = {}
         self._last_target: dict[int, TextHypothesis] = {}  # newest per open utterance
 
-    async def run(self, inbox: Channel[TextHypothesis], events: Channel[OutputEvent]) -> None:
-        """Speak the target hypotheses from ``inbox`` as ``SpeechChunk`` events."""
+    async def run(self, inbox: Channel[TextHypothesis], outbox: Channel[OutputEvent]) -> None:
+        """Speak the target hypotheses from ``inbox`` as ``SpeechChunk`` events into
+        ``outbox``; close it when ``inbox`` is closed and drained (the stage contract)."""
+        try:
+            await self._run(inbox, outbox)
+        finally:
+            outbox.close()
+
+    async def _run(self, inbox: Channel[TextHypothesis], events: Channel[OutputEvent]) -> None:
         while True:
             wake_in = self._wake_in()
             try:

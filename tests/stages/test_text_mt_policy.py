@@ -363,7 +363,7 @@ async def run_stage(stage: TextMtStage, items: list[TextHypothesis]) -> list[Tex
         inbox.put_nowait(item)
     inbox.close()
     await asyncio.wait_for(stage.run(inbox, outbox), 30)
-    assert not outbox.closed  # the stage never closes its outbox
+    assert outbox.closed  # the stage contract: a stage closes its outbox when done
     out = []
     while len(outbox):
         out.append(await outbox.get())
@@ -471,14 +471,15 @@ async def test_stage_puts_targets_and_errors_on_the_events_channel() -> None:
             raise LanguageError("no xx")
         return await mt.translate(request)
 
-    stage = TextMtStage(translate, source_lang="en", target_lang="fr", clock=OffsetClock())
+    events: Channel[OutputEvent] = Channel(8)
+    stage = TextMtStage(translate, source_lang="en", target_lang="fr", clock=OffsetClock(),
+                        events=events)
     inbox: Channel[TextHypothesis] = Channel(8)
     outbox: Channel[TextHypothesis] = Channel(8)
-    events: Channel[OutputEvent] = Channel(8)
     for item in (source(1, "Bonjour", lang="xx", final=True), source(2, "Hi you", final=True)):
         inbox.put_nowait(item)
     inbox.close()
-    await stage.run(inbox, outbox, events)
+    await stage.run(inbox, outbox)
     got = [await events.get() for _ in range(len(events))]
     assert [type(e).__name__ for e in got] == ["ErrorEvent", "TextHypothesis", "TextHypothesis"]
     assert isinstance(got[0], ErrorEvent)
