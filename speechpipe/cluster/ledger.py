@@ -15,7 +15,9 @@ with it and every call that changes its state (``register``, ``heartbeat``, ``re
 ``status``, ``claim``, ``release``, ``drain``, ``leave``) carries ``sign(secret, method,
 args)``, an HMAC-SHA256 of the call: a call without the right tag is answered
 ``(UNAUTHORIZED, reason)`` and changes nothing, so a driver that can reach the Ray port but
-lacks the secret cannot register a node (and so receive redirects) or end sessions. It is
+lacks the secret cannot register a node (and so receive redirects) or end sessions. The
+ledger answers each registration's fresh nonce with ``proof`` (an HMAC under the secret), so
+a node does not follow an actor that took the ledger's name without the secret. It is
 not encryption and Ray itself has no authentication: the Ray ports still belong on a
 private network (``docs/scaling.md``).
 """
@@ -32,7 +34,7 @@ from typing import Any, TypeVar
 
 from speechpipe.cluster.ledger_core import HeldSession, LedgerCore, LedgerOptions, Verdict
 
-__all__ = ["LedgerService", "ledger_handle", "sign", "LEDGER_NAME", "NAMESPACE",
+__all__ = ["LedgerService", "ledger_handle", "sign", "proof", "LEDGER_NAME", "NAMESPACE",
            "UNAUTHORIZED", "SECRET_ENV", "SIGNED"]
 
 LEDGER_NAME = "speechpipe-ledger"
@@ -52,6 +54,12 @@ def sign(secret: str, method: str, args: tuple[Any, ...]) -> str:
         return ""
     message = json.dumps([method, *args], separators=(",", ":"), default=str).encode()
     return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
+def proof(secret: str, nonce: str, epoch: str) -> str:
+    """The ledger's answer to a registration's ``nonce``: HMAC-SHA256 under the secret ("" when
+    there is no secret)."""
+    return sign(secret, "ledger", (nonce, epoch))
 
 
 class LedgerService:
@@ -76,14 +84,16 @@ class LedgerService:
         return self.epoch, run()
 
     def register(self, tag: str, node: str, url: str, capacity: int,
-                 held: list[tuple[Any, ...]]) -> tuple[str, None | str]:
+                 held: list[tuple[Any, ...]], nonce: str = "") -> tuple[str, str]:
         """``LedgerCore.register``: a node joins with the sessions it holds, each
-        ``(ticket, client, token[, age_s])``."""
-        def run() -> None:
+        ``(ticket, client, token[, age_s])``. Answers ``proof(secret, nonce, epoch)``, so the
+        node knows this ledger holds the cluster secret too (not an impostor's actor)."""
+        def run() -> str:
             sessions = [HeldSession(str(h[0]), str(h[1]), str(h[2]),
                                     float(h[3]) if len(h) > 3 else 0.0) for h in held]
             self.core.register(node, url, capacity, sessions, self._now())
-        return self._signed(tag, "register", (node, url, capacity, held), run)
+            return proof(self._secret, nonce, self.epoch)
+        return self._signed(tag, "register", (node, url, capacity, held, nonce), run)
 
     def heartbeat(self, tag: str, node: str) -> tuple[str, tuple[str, dict[str, Any]] | str]:
         """``LedgerCore.heartbeat``, with the ledger's snapshot."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import math
 import os
@@ -214,7 +215,18 @@ class ClusterNode:
         opts = self.options
         now = time.monotonic()
         held = [(t, c, k, round(now - since, 3)) for t, (c, k, since) in self.held.items()]
-        epoch, _ = await self._raw("register", opts.name, opts.public_url, opts.capacity, held)
+        from speechpipe.cluster.ledger import proof
+
+        nonce = secrets.token_hex(16)
+        epoch, answer = await self._raw("register", opts.name, opts.public_url, opts.capacity,
+                                        held, nonce)
+        if opts.secret and not hmac.compare_digest(str(answer), proof(opts.secret, nonce,
+                                                                         epoch)):
+            log.error("the cluster ledger could not prove it holds the cluster secret: not "
+                      "following it (admitting on own capacity)")
+            self._set_reachable(False)
+            self._stale = True
+            raise LedgerRefused("the ledger does not hold this node's cluster secret")
         self.epoch = epoch
         self._stale = False
         if self.draining:  # a restarted ledger must not place sessions here again
@@ -262,6 +274,7 @@ class ClusterNode:
         def adopt(done: asyncio.Future[Any]) -> None:
             if not done.cancelled() and done.exception() is None and done.result() is not None:
                 self.handle = done.result()
+                self._stale = True  # register (and check its proof) before the next call
 
         future.add_done_callback(adopt)
         self._lookup = future

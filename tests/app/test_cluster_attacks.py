@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from websockets.exceptions import ConnectionClosedOK
 from websockets.frames import Close
 
-from speechpipe.cluster.ledger import UNAUTHORIZED, LedgerService, sign
+from speechpipe.cluster.ledger import UNAUTHORIZED, LedgerService, proof, sign
 from speechpipe.cluster.ledger_core import HeldSession, LedgerCore, LedgerOptions
 from speechpipe.cluster.node import ClusterNode, ClusterOptions
 from speechpipe.errors import AdmissionError, SessionRedirect
@@ -185,8 +185,9 @@ def test_the_ledger_refuses_calls_without_the_cluster_secret():
     assert service.register(sign("s3cret", "register", ("rogue", "ws://x/ws", 50, [])),
                             *args)[0] == UNAUTHORIZED  # a tag for other arguments
     assert service.core.nodes == {}
-    good = ("a", "ws://a/ws", 2, [])
-    assert service.register(sign("s3cret", "register", good), *good)[0] == service.epoch
+    good = ("a", "ws://a/ws", 2, [], "nonce1")
+    epoch, answer = service.register(sign("s3cret", "register", good), *good)
+    assert epoch == service.epoch and answer == proof("s3cret", "nonce1", epoch)
     assert list(service.core.nodes) == ["a"]
     assert service.leave("", "a")[0] == UNAUTHORIZED and service.core.nodes["a"].alive
     assert service.snapshot()[1]["refused_calls"] == 4
@@ -278,6 +279,19 @@ async def test_a_node_with_the_wrong_secret_is_refused():
     with pytest.raises(Exception, match="not signed"):
         await secret_node(ledger, "rogue", capacity=50, secret="wrong")
     assert sorted(ledger.service.core.nodes) == ["ws://a/ws"]  # no rogue node
+
+
+async def test_a_node_does_not_follow_a_ledger_without_the_secret():
+    """An actor that took the ledger's name without the secret (after killing the real one)
+    cannot answer a registration's nonce: the node refuses it and admits on its own."""
+    ledger = InProcessLedger()
+    ledger.service = LedgerService(LedgerOptions())  # the impostor: no secret, accepts all
+    with pytest.raises(Exception, match="does not hold this node's cluster secret"):
+        await secret_node(ledger, "a", secret="right")
+    honest = InProcessLedger()
+    honest.service = LedgerService(LedgerOptions(), secret="right")
+    node = await secret_node(honest, "a", secret="right")
+    assert node.reachable and node.epoch == honest.service.epoch
 
 
 async def _enter(node: ClusterNode, notify: Heard) -> None:

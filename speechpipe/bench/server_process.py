@@ -1,0 +1,98 @@
+"""A ``speechpipe serve`` subprocess for the benchmarks, and a scrape of its ``/metrics``."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["ServerProcess", "scrape"]
+
+
+# -- the server -------------------------------------------------------------------------------
+class ServerProcess:
+    """``speechpipe serve`` in a subprocess on 127.0.0.1 (port chosen by the OS)."""
+
+    def __init__(self, extra: Sequence[str]) -> None:
+        self.extra = list(extra)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = tempfile.NamedTemporaryFile(prefix="speechpipe-bench-", suffix=".log",
+                                               delete=False)
+        self.port = 0
+
+    def __enter__(self) -> ServerProcess:
+        cmd = [sys.executable, "-m", "speechpipe", "serve", "--host", "127.0.0.1",
+               "--port", "0", "--no-webrtc", *self.extra]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
+        deadline = time.monotonic() + 300
+        text = ""
+        while time.monotonic() < deadline:
+            text = Path(self.log.name).read_text(errors="replace")
+            found = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", text)
+            if found:
+                self.port = int(found.group(1))
+            if "speechpipe: ready" in text and self.port:
+                return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        self.__exit__()
+        raise RuntimeError("the server did not become ready:\n" + text[-2000:])
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        with contextlib.suppress(OSError):
+            os.unlink(self.log.name)
+
+    @property
+    def url(self) -> str:
+        """The server's WebSocket URL."""
+        return f"ws://127.0.0.1:{self.port}/ws"
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds the server process has used so far."""
+        assert self.proc is not None
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return math.nan
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def scrape(url: str) -> dict[str, float]:
+    """A few sums from ``/metrics`` (Prometheus text)."""
+    http = url.replace("ws://", "http://").rsplit("/ws", 1)[0] + "/metrics"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
+    try:
+        with opener.open(http, timeout=10) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        name, value = line.rsplit(" ", 1)
+        key = name.split("{", 1)[0]
+        if key in ("speechpipe_asr_batch_size_sum", "speechpipe_asr_batch_size_count",
+                   "speechpipe_asr_dropped_total", "speechpipe_degrade_level",
+                   "speechpipe_degrade_transitions_total", "speechpipe_asr_queue_wait_seconds_sum",
+                   "speechpipe_asr_queue_wait_seconds_count", "speechpipe_sessions_refused_total",
+                   "speechpipe_capacity_sessions"):
+            with contextlib.suppress(ValueError):
+                out[key] = out.get(key, 0.0) + float(value)
+    return out
