@@ -61,3 +61,25 @@ def test_a_real_run_prints_figures_that_add_up(tmp_path, capsys):
     assert row["encoded_audio_per_audio_s"] >= 1.0  # every second is encoded at least once
     assert row["generated_tokens_per_audio_s"] > 0
     assert row["commit_lag_p95"] is None  # fast pace: no wall-clock lag to report
+
+
+def test_eval_reports_each_category_apart(capsys):
+    from speechpipe.evaluation.evaluate import _aggregate, print_categories
+
+    def row(clip_id: str, text: str) -> dict:
+        return {"id": clip_id, "duration_s": 2.0, "cpu_per_audio_s": 0.1, "rtf": 0.5,
+                "target_text": text, "source_text": "hola", "wer": 0.0, "asr_text": text,
+                "words_in_non_speech": 0, "utterances_invented": 0, "utterances_dropped": 0,
+                "start_offset": 1.0, "end_offset": 1.5}
+    clips = [{"id": "a", "category": "read", "translation_en": "the cat sleeps now",
+              "transcript": "hola"},
+             {"id": "b", "category": "phone", "translation_en": "where are you going",
+              "transcript": "hola"}]
+    rows = [row("a", "the cat sleeps now"), row("b", "nothing like it")]
+    aggregate = _aggregate(rows, clips, {}, 0.4, 4.0, 2.0)
+    categories = aggregate["by_category"]
+    assert categories["read"]["bleu"] == 100.0 and categories["phone"]["bleu"] < 10
+    assert categories["read"]["clips"] == 1
+    print_categories(aggregate)
+    printed = capsys.readouterr().out
+    assert "read" in printed and "phone" in printed
