@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("manifest",
                           help="JSON-lines manifest (file, lang, transcript, translation_en)")
     evaluate.add_argument("--report", default=None, help="write per-clip and aggregate JSON")
-    evaluate.add_argument("--limit", type=int, default=None, help="first N matching clips")
+    evaluate.add_argument("--limit", type=int, default=None,
+                          help="first N matching clips (N >= 1)")
     evaluate.add_argument("--category", action="append", default=None,
                           help="only clips of this category (repeatable; default: clips "
                                "whose language differs from the target)")
@@ -176,6 +177,7 @@ def _load_pipeline(args: argparse.Namespace) -> Pipeline:
 
 def cmd_translate(args: argparse.Namespace) -> int:
     """``speechpipe translate``: one file in, translated speech (and trace) out."""
+    from speechpipe.evaluation.trace import source_languages
     from speechpipe.file_translation import translate_file
     from speechpipe.session import check_output_rate
     from speechpipe.transport.file_output import SpeechFileWriter, check_output_path
@@ -200,6 +202,9 @@ def cmd_translate(args: argparse.Namespace) -> int:
     def fmt(value: float | None) -> str:
         return "n/a" if value is None else f"{value:.2f} s"
 
+    languages = source_languages(run.records)
+    how = "detected" if args.source_lang.strip().lower() == "auto" else "given"
+    print(f"language:    {', '.join(languages) or 'none (no speech)'} ({how})")
     print(f"source:      {run.source_text}")
     print(f"translation: {run.target_text}")
     print(f"StartOffset: {fmt(scores.get('start_offset'))}   "

@@ -41,7 +41,8 @@ from speechpipe.voices.piper_engine import PiperOptions
 __all__ = [
     "Config", "PipelineOptions", "ServerOptions", "GROUPS", "apply_overrides", "with_overrides",
     "config_dict", "render_config", "Alias", "add_aliases", "apply_aliases", "MODEL_ALIASES",
-    "groups_of", "Range", "RANGES", "check_leaf", "leaf_range", "check_config",
+    "groups_of", "Range", "RANGES", "check_leaf", "leaf_range", "check_config", "check_group",
+    "GROUP_RULES",
 ]
 
 
@@ -196,7 +197,10 @@ def groups_of(tree: str) -> str:
 
 def apply_overrides(config: Config, overrides: Iterable[str]) -> Config:
     """Apply ``GROUP.FIELD=VALUE`` overrides (``--set``) to the tree, converting each value
-    to the field's type; a bad key or value raises ``InputError`` naming what is accepted."""
+    to the field's type; a bad key or value raises ``InputError`` naming what is accepted.
+    Each value is checked against its leaf's range as it is read; the rules across the
+    leaves of a group (``GROUP_RULES``) once every override is in."""
+    touched: dict[str, str] = {}
     for item in overrides:
         key, sep, raw = item.partition("=")
         group, _, name = key.strip().partition(".")
@@ -215,7 +219,13 @@ def apply_overrides(config: Config, overrides: Iterable[str]) -> Config:
             value = fields[name](raw)
             check_leaf(f"{group}.{name}", value)
             config = _put(config, path, dataclasses.replace(section, **{name: value}))
+            touched[group] = item
         except (TypeError, ValueError) as exc:
+            raise InputError(f"--set {item!r}: {exc}") from None
+    for group, item in touched.items():
+        try:
+            check_group(group, _get(config, GROUPS[group]))
+        except ValueError as exc:
             raise InputError(f"--set {item!r}: {exc}") from None
     return config
 
@@ -462,6 +472,26 @@ def check_leaf(leaf: str, value: object) -> None:
         allowed.check(number, name)
 
 
+def _catch_up_pairs(section: Any) -> str | None:
+    if len(section.backlog_s) != len(section.speeds):
+        return (f"catch_up.backlog_s and catch_up.speeds must be as long as each other (one "
+                f"speed per backlog step; got {len(section.backlog_s)} and "
+                f"{len(section.speeds)}): set both")
+    return None
+
+
+# Rules across the leaves of one group, where one leaf alone cannot be judged.
+GROUP_RULES: dict[str, Callable[[Any], str | None]] = {"catch_up": _catch_up_pairs}
+
+
+def check_group(group: str, section: Any) -> None:
+    """``ValueError`` when the leaves of one group do not fit together."""
+    rule = GROUP_RULES.get(group)
+    problem = rule(section) if rule is not None else None
+    if problem is not None:
+        raise ValueError(problem)
+
+
 def check_config(config: Config) -> None:
     """``check_leaf`` over every settable leaf of the tree (``InputError`` for the first
     leaf out of range)."""
@@ -472,3 +502,7 @@ def check_config(config: Config) -> None:
                 check_leaf(f"{group}.{name}", getattr(section, name))
             except ValueError as exc:
                 raise InputError(f"{group}.{name}: {exc}") from None
+        try:
+            check_group(group, section)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None

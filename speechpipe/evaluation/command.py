@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from speechpipe.config import PipelineOptions, with_overrides
-from speechpipe.errors import InputError
+from speechpipe.errors import InputError, OutputError
 from speechpipe.evaluation.compare import (
     compare_variants,
     parse_variant,
@@ -21,25 +22,38 @@ from speechpipe.evaluation.compare import (
     variant_pipelines,
 )
 from speechpipe.evaluation.evaluate import (
+    check_clips,
     evaluate_clips,
     load_manifest,
     print_report,
     select_clips,
 )
-from speechpipe.session import Pipeline, apply_process_limits
+from speechpipe.session import Pipeline, apply_process_limits, check_request
 from speechpipe.stages.request import SessionRequest
+from speechpipe.transport.file_output import check_output_path
 
 __all__ = ["run_eval"]
 
 
 def run_eval(args: argparse.Namespace, options: PipelineOptions, request: SessionRequest) -> int:
     """The ``eval`` command: evaluate the manifest's clips; returns the exit code."""
+    # Everything a run would trip on fails here, before the models load: the report path,
+    # the manifest's lines, every selected clip's audio, the request, the variants.
+    if args.limit is not None and args.limit < 1:  # -1 silently dropped the last clip
+        raise InputError(f"--limit must be 1 or more, not {args.limit}")
+    if args.report:
+        check_output_path(args.report)
     clips = select_clips(load_manifest(args.manifest), args, request.target_lang)
     if not clips:
         raise InputError(f"{args.manifest}: no clips to evaluate (check --category/--all)")
     missing = [c["path"] for c in clips if not Path(c["path"]).is_file()]
     if missing:
         raise InputError(f"{missing[0]}: listed in the manifest but missing")
+    check_clips(clips, args.manifest)
+    check_request(request)
+    for clip in clips:
+        if not args.detect_language:
+            check_request(replace(request, source_lang=clip["lang"]))
     if getattr(args, "compare", None):  # a bad variant fails before any model loads
         for text in args.compare:
             with_overrides(options, parse_variant(text)[1])
@@ -58,9 +72,17 @@ def run_eval(args: argparse.Namespace, options: PipelineOptions, request: Sessio
                           "detect_language": args.detect_language}
     print_report(report)
     if args.report:
-        Path(args.report).write_text(json.dumps(report, indent=2, ensure_ascii=False))
-        print(f"\nwrote {args.report}")
+        _write_report(args.report, report)
     return 0
+
+
+def _write_report(path: str, report: dict[str, Any]) -> None:
+    """Write the JSON report; a failure now (disk full) is one line, not a traceback."""
+    try:
+        Path(path).write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    except OSError as exc:
+        raise OutputError(f"{path}: writing the report failed ({exc.strerror})") from None
+    print(f"\nwrote {path}")
 
 
 def _run_comparison(args: argparse.Namespace, pipeline: Pipeline, clips: list[dict[str, Any]],
@@ -73,6 +95,5 @@ def _run_comparison(args: argparse.Namespace, pipeline: Pipeline, clips: list[di
                           "detect_language": args.detect_language, "compare": args.compare}
     print_comparison(report)
     if args.report:
-        Path(args.report).write_text(json.dumps(report, indent=2, ensure_ascii=False))
-        print(f"\nwrote {args.report}")
+        _write_report(args.report, report)
     return 0

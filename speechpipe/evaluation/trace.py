@@ -32,7 +32,7 @@ from speechpipe.stages.frames import (
 )
 from speechpipe.transport.file_replay import ReplayEvent
 
-__all__ = ["TraceBuilder", "write_trace", "read_trace"]
+__all__ = ["TraceBuilder", "write_trace", "read_trace", "source_languages"]
 
 
 def _sec(pts: int) -> float:
@@ -53,6 +53,7 @@ class TraceBuilder:
         self._on_speech = on_speech or (lambda start, samples: self.chunks.append(
             (start, samples)))
         self._committed: dict[tuple[str, int], str] = {}
+        self._languages: dict[int, str] = {}  # utterance -> its captions' (detected) language
         self._laid_end = 0.0
 
     def add(self, item: ReplayEvent) -> dict[str, Any]:
@@ -69,6 +70,8 @@ class TraceBuilder:
             grew = event.committed != self._committed.get(key, "")
             self._committed[key] = event.committed
             kind = "commit" if grew or event.final else "partial"
+            if event.side == "source" and event.language:
+                self._languages[event.utterance] = event.language
             record = {"event": f"{prefix}.{kind}", "stream_t": _sec(event.stream_pts),
                       "utterance": event.utterance, "revision": event.revision,
                       "committed": event.committed, "tentative": event.tentative,
@@ -87,7 +90,9 @@ class TraceBuilder:
         elif isinstance(event, UtteranceEnd):
             record = {"event": "utterance.end", "stream_t": _sec(event.stream_pts),
                       "utterance": event.utterance, "source_text": event.source_text,
-                      "text": event.target_text, **faithfulness_fields(event)}
+                      "text": event.target_text,
+                      "language": self._languages.get(event.utterance),
+                      **faithfulness_fields(event)}
         elif isinstance(event, StatusEvent):
             record = {"event": "status", "stream_t": _sec(event.stream_pts), "utterance": None,
                       "status": event.status, "message": event.message, **event.detail}
@@ -120,6 +125,17 @@ def faithfulness_fields(event: UtteranceEnd) -> dict[str, Any]:
     return {"faithfulness": classify_utterance(event.source_text, event.target_text),
             "source_words": count_words(event.source_text),
             "target_words": count_words(event.target_text)}
+
+
+def source_languages(records: Iterable[dict[str, Any]]) -> list[str]:
+    """The languages the captions were in (given, or detected by Whisper with no source
+    language), each once, in the order the utterances ended."""
+    seen: list[str] = []
+    for record in records:
+        language = record.get("language") if record["event"] == "utterance.end" else None
+        if language and language not in seen:
+            seen.append(language)
+    return seen
 
 
 def write_trace(path: str | Path, records: Iterable[dict[str, Any]]) -> None:

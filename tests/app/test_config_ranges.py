@@ -72,6 +72,18 @@ def test_the_issues_values_are_refused_in_one_line(override: str) -> None:
     assert override.partition("=")[0].partition(".")[2] in message and "\n" not in message
 
 
+def test_catch_up_steps_come_in_pairs() -> None:
+    """One speed per backlog step: unequal lengths stopped every session's speech
+    (``zip(strict=True)`` in ``stages.tts.catch_up_speed``)."""
+    with pytest.raises(InputError, match="as long as each other"):
+        apply_overrides(Config(), ["catch_up.backlog_s=1,2,3"])
+    with pytest.raises(InputError, match="as long as each other"):
+        apply_overrides(Config(), ["catch_up.speeds="])
+    config = apply_overrides(Config(), ["catch_up.backlog_s=1,2,3",
+                                        "catch_up.speeds=1.1,1.2,1.3"])
+    assert len(config.pipeline.catch_up.speeds) == 3, "both set together is fine"
+
+
 @pytest.mark.parametrize("override", [
     "quotas.min_audio_ratio=0", "admission.max_queue=0", "limits.ping_interval_s=none",
     "quotas.max_sessions_per_ip=0", "batching.window_s=0", "degrade.max_level=0",

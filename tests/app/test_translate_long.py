@@ -86,7 +86,8 @@ def test_long_input_streams_in_bounded_memory_and_keeps_logs_quiet(tmp_path):
         assert rc == 0, err
         assert err == "", err  # no bar, no refreshes: nothing on a non-terminal stderr
         lines = out.splitlines()
-        assert len(lines) == 4 and lines[-1] == f"wrote {name}_out.wav", out
+        assert len(lines) == 5 and lines[-1] == f"wrote {name}_out.wav", out
+        assert lines[0].startswith("language:"), out  # the summary names the language
         info = sf.info(tmp_path / f"{name}_out.wav")
         assert info.duration >= sf.info(source).duration
         figures[name] = rss

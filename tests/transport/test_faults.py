@@ -108,6 +108,9 @@ class FaultInjector:
         self._originals.clear()
 
 
+QUALITY_NOTICES = frozenset({"translation_incomplete"})  # recoverable, docs/protocol.md
+
+
 @pytest.mark.slow
 @live
 async def test_worker_fault_reaches_only_the_affected_session(
@@ -128,17 +131,27 @@ async def test_worker_fault_reaches_only_the_affected_session(
     assert injector.failures >= 1, "the poisoned request ran"
     assert injector.ok_after_failure > 0, "the worker served requests after the fault"
 
+    # What the test means: the fault reaches the French session once, as a recoverable
+    # worker_error, and that session goes on; the Spanish session never sees it. Besides
+    # that, either session may get recoverable quality notices its own audio calls for
+    # (translation_incomplete: under load, or for the utterance the fault cut short), which
+    # say nothing about fault isolation: they are allowed, fatal errors are not.
     fr_errors = errors([e for _, e in french.events])
-    assert [(e["code"], e["fatal"]) for e in fr_errors] == [("worker_error", False)]
-    assert isinstance(fr_errors[0].get("utterance"), int), "the error names the utterance"
-    assert "injected" in fr_errors[0]["message"]
-    kinds = [e["type"] for _, e in french.events]
-    after = kinds[kinds.index("error") + 1 :]
+    faults = [e for e in fr_errors if e["code"] == "worker_error"]
+    assert [e["fatal"] for e in faults] == [False], fr_errors
+    assert isinstance(faults[0].get("utterance"), int), "the error names the utterance"
+    assert "injected" in faults[0]["message"]
+    assert {e["code"] for e in fr_errors} <= {"worker_error", *QUALITY_NOTICES}, fr_errors
+    assert not any(e["fatal"] for e in fr_errors), fr_errors
+    events = [e for _, e in french.events]
+    after = [e["type"] for e in events[events.index(faults[0]) + 1 :]]
     assert "target" in after and "utterance_end" in after, "the session went on"
     assert french.close_code == CloseCode.NORMAL
     assert words(french.text("target")) & {"coffee", "croissant", "please", "hello", "like"}
 
-    assert not errors([e for _, e in spanish.events]), "the other session saw no error"
+    es_errors = errors([e for _, e in spanish.events])
+    assert {e["code"] for e in es_errors} <= QUALITY_NOTICES, "the fault stayed in its session"
+    assert not any(e["fatal"] for e in es_errors), es_errors
     assert spanish.close_code == CloseCode.NORMAL and spanish.audio
     assert words(spanish.text("target")) & {"brother", "hospital", "city", "works", "early"}
 

@@ -1,0 +1,101 @@
+"""What a newcomer meets first (issue 21, item 16): the README's quick start, usage block and
+nginx example, ``.gitignore``, and the detected language in ``translate``'s summary and trace.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from speechpipe.evaluation.trace import TraceBuilder, source_languages
+from speechpipe.stages.frames import TextHypothesis, UtteranceEnd
+from speechpipe.transport.file_replay import ReplayEvent
+from tests.helpers import OWN_SAMPLES
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def section(title: str) -> str:
+    return README.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
+
+
+def sh_blocks(text: str) -> list[str]:
+    return re.findall(r"```sh\n(.*?)```", text, re.S)
+
+
+def test_quick_start_is_two_commands_in_a_virtual_environment_on_python_3_11() -> None:
+    quick = section("Quick start")
+    (block,) = sh_blocks(quick)
+    commands = [line for line in block.splitlines() if line.strip()]
+    assert len(commands) == 2, commands
+    assert commands[0].startswith("python3 -m venv .venv && . .venv/bin/activate && pip install .")
+    assert "speechpipe translate samples/wav/es_gato.wav --out translated.wav" in commands[0]
+    assert commands[1].startswith("pip install -e '.[test]'")
+    assert "Python 3.11" in quick and "PEP 668" in quick
+    assert re.search(r"\d+ minutes", quick), "says how long the test command takes"
+    assert "TESTS_TAKE" not in quick
+    requires = re.search(r'requires-python = ">=(\d+\.\d+)"',
+                         (ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert requires is not None and requires.group(1) == "3.11"
+
+
+def test_every_flag_the_readme_uses_is_in_its_usage_block() -> None:
+    usage = sh_blocks(section("Usage"))[0]
+    listed = set(re.findall(r"--[a-z][a-z-]+", usage))
+    used: set[str] = set()
+    for block in sh_blocks(README):
+        if block != usage:
+            used |= set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", block))
+    assert {"--new-secret", "--client-ip-header"} <= used
+    assert used - listed == set()
+
+
+def test_start_and_end_offset_are_defined_where_translate_is_described() -> None:
+    usage = section("Usage")
+    assert re.search(r"\*\*StartOffset\*\*: from the start of the speech", usage)
+    assert re.search(r"\*\*EndOffset\*\*: from the end of the speech", usage)
+
+
+def test_the_nginx_example_keeps_metrics_private() -> None:
+    (nginx,) = re.findall(r"```nginx\n(.*?)```", README, re.S)
+    private = re.search(r"location\s*=\s*/metrics\s*\{([^}]*)\}", nginx)
+    assert private is not None and re.search(r"return 404;|deny all;", private.group(1))
+    assert nginx.index("location = /metrics") < nginx.index("location / {")
+
+
+def test_translated_wav_is_ignored_by_git() -> None:
+    result = subprocess.run(["git", "check-ignore", "-q", "translated.wav"], cwd=ROOT)
+    assert result.returncode == 0
+
+
+def test_the_trace_records_each_utterances_language() -> None:
+    builder = TraceBuilder(16000)
+    for utterance, language in ((0, "de"), (1, "de"), (2, "la")):
+        for side, text, lang in (("source", "wort", language), ("target", "word", "en")):
+            builder.add(ReplayEvent(0.0, TextHypothesis(
+                side, utterance, 1, text, "", lang, 0, 16000, 16000)))  # type: ignore[arg-type]
+        builder.add(ReplayEvent(0.0, UtteranceEnd(utterance, 16000, "wort", "word")))
+    ends = [r for r in builder.records if r["event"] == "utterance.end"]
+    assert [r["language"] for r in ends] == ["de", "de", "la"]
+    assert source_languages(builder.records) == ["de", "la"]
+
+
+@pytest.mark.slow
+def test_translate_prints_the_detected_language_and_traces_it(tmp_path: Path) -> None:
+    clip = OWN_SAMPLES / "wav" / "es_gato.wav"
+    result = subprocess.run(
+        [sys.executable, "-m", "speechpipe", "translate", str(clip), "--out", "o.wav",
+         "--trace", "t.jsonl", "--pace", "fast"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    shown = re.search(r"^language:\s+(\S+) \(detected\)$", result.stdout, re.M)
+    assert shown is not None, result.stdout
+    records = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
+    traced = source_languages(records)
+    assert traced and shown.group(1).rstrip(",") == traced[0], (shown.group(0), traced)
