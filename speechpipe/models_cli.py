@@ -58,8 +58,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     listing = sub.add_parser("list", help="installed ASR/MT models and voices")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
-    listing.add_argument("--voices-dir", action="append", default=[],
-                         help="extra folder with Piper voices")
+    from speechpipe.config import MODEL_ALIASES, add_aliases
+
+    add_aliases(listing, [a for a in MODEL_ALIASES if a.flag == "--voices-dir"])
     listing.set_defaults(handler=cmd_models_list)
 
     add = sub.add_parser("add", help="register a CTranslate2 MT folder or a Piper .onnx voice")
@@ -206,7 +207,7 @@ def cmd_models_list(args: argparse.Namespace) -> int:
             "name": v.name, "locale": v.locale, "lang": v.lang, "sample_rate": v.sample_rate,
             "size_bytes": _size(v.model_path), "source": v.source, "path": str(v.model_path),
         }
-        for v in list_voices(getattr(args, "voices_dir", ()) or ())
+        for v in list_voices(getattr(args, "voices_dir", None) or ())
     ]
     if getattr(args, "json", False):
         print(json.dumps({"asr": asr, "mt": mt, "voices": voices}, indent=2))

@@ -131,6 +131,8 @@ class LedgerMachine(RuleBasedStateMachine):
         self.redirected: dict[str, tuple[str, float]] = {}  # ticket -> node, expiry
         self.waiting: dict[str, str] = {}  # ticket -> node the client waits on
         self.lost_tickets: list[str] = []
+        self.holders: dict[str, str] = {}  # ticket -> the client that asked for it
+        self.used: set[str] = set()  # lost tickets whose resume was honoured
         self.tickets = 0
 
     def _new_ticket(self) -> str:
@@ -168,10 +170,21 @@ class LedgerMachine(RuleBasedStateMachine):
         node = data.draw(st.sampled_from(sorted(self.up)))
         ticket = self._new_ticket()
         grant = ""
+        name = f"c{client}"
         if resume and self.lost_tickets:
             grant = data.draw(st.sampled_from(self.lost_tickets))
+            if data.draw(st.booleans()):  # half the time its holder, else anyone
+                name = self.holders.get(grant, name)
+        self.core.tick(self.now)  # leases due now run out here, not inside the request
         before = [t for t in self.core.line]
-        self.core.request(ticket, node, f"c{client}", self.now, resume=grant)
+        granted_before = self.core.resumed
+        holder = self.holders.get(grant)
+        self.core.request(ticket, node, name, self.now, resume=grant)
+        self.holders[ticket] = name
+        if self.core.resumed > granted_before:  # a resume's priority: its holder's, once
+            assert holder == name, "someone else took a lost session's resume"
+            assert grant not in self.used, "a resume was honoured twice"
+            self.used.add(grant)
         if ticket in self.core.line and not self.core.line[ticket].resumed:
             assert list(self.core.line)[:-1] == before, "a new arrival jumped the line"
         self._apply(ticket, node)

@@ -15,6 +15,7 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -347,6 +348,22 @@ async def ledger_faults(out: dict[str, Any], procs: Procs) -> None:
         out["b_metrics_after"] = {k: metrics.get(k) for k in (
             "speechpipe_cluster_ledger_reachable", "speechpipe_cluster_capacity",
             'speechpipe_cluster_sessions{state="active"}')}
+
+        log("item 6: `cluster drain` signs its call")
+        drains = []
+        for secret in ("", CLUSTER_SECRET):
+            env = {k: v for k, v in os.environ.items() if k != "SPEECHPIPE_CLUSTER_SECRET"}
+            if secret:
+                env["SPEECHPIPE_CLUSTER_SECRET"] = secret
+            done = await asyncio.to_thread(
+                subprocess.run, [str(BIN / "speechpipe"), "cluster", "drain", URL["b"],
+                                 "--cluster", f"127.0.0.1:{HEAD_PORT}"],
+                capture_output=True, text=True, timeout=60, env=env)
+            drains.append([done.returncode, done.stderr.strip().splitlines()[-1:]])
+            if not secret:
+                snap = await snapshot(ledger_handle(create=False))
+                drains[-1].append([n["draining"] for n in snap["nodes"]])
+        out["drains"] = drains
     finally:
         for client in clients:
             with _suppress():

@@ -117,3 +117,12 @@ def test_nodes_recreate_a_ledger_gone_for_good(ledger):
     assert metrics, ledger
     assert float(metrics["speechpipe_cluster_ledger_reachable"]) == 1
     assert float(metrics["speechpipe_cluster_capacity"]) == 2
+
+
+@pytest.mark.slow
+def test_cluster_drain_needs_the_cluster_secret(ledger):
+    (rc_without, err_without, draining), (rc_with, _) = ledger["drains"]
+    assert rc_without != 0 and draining == [False, False]
+    assert err_without == ["speechpipe: the ledger refused the drain: set the cluster's "
+                           "SPEECHPIPE_CLUSTER_SECRET"]
+    assert rc_with == 0
