@@ -350,8 +350,9 @@ CATEGORY_COLUMNS = (("clips", "clips"), ("BLEU", "bleu"), ("ASR-BLEU", "asr_bleu
                     ("invented", "utterances_invented"), ("dropped", "utterances_dropped"))
 
 
-def print_categories(aggregate: dict[str, Any], out=sys.stdout, label: str = "") -> None:
+def print_categories(aggregate: dict[str, Any], out=None, label: str = "") -> None:
     """One row per category of ``aggregate["by_category"]`` (nothing for a single one)."""
+    out = out or sys.stdout
     categories = aggregate.get("by_category") or {}
     if not categories:
         return
