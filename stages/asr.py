@@ -23,7 +23,6 @@ session is outstanding, so every result applies to the committed text it was ask
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -60,8 +59,6 @@ from speechpipe.stages.model_api import (
 )
 from speechpipe.stages.vad import LabeledAudio
 from speechpipe.stages.window import quiet_tail
-
-_SENTENCE_END = re.compile(r"[.!?\u3002\uff01\uff1f\u061f\u0964][\"'\u201d\u00bb)]*$")
 
 __all__ = [
     "AsrOptions", "AsrOptionsProvider", "FixedOptions", "QueuedDecodes", "UtteranceDecoder",
@@ -117,12 +114,10 @@ class AsrOptions:
     # committed everything, later decodes hear only the audio after it, with the committed
     # text as <|startofprev|> context; False: every decode hears the whole utterance
     windowing: bool = True
-    max_window_s: float = 8.0  # a window this long without a pause is cut at a quiet moment
-    # a pause moves the window on when the window is this long, or this long and the
-    # captions end a sentence there: a shorter window stays, as later decodes translate
-    # better when they still hear the start of the sentence (docs/design.md)
-    min_advance_s: float = 5.0
-    sentence_advance_s: float = 2.0
+    # a window longer than this moves on to its latest full commit (a pause); without one
+    # it is cut at a quiet moment. Shorter windows are re-decoded whole: later words
+    # translate better while Whisper still hears the start of the sentence (docs/design.md)
+    max_window_s: float = 8.0
     cut_grace_s: float = 2.0  # ... or this much later, whatever the audio
     context_tokens: int = 32  # committed-text tokens given as context (multiples of 8)
     cap_by_window: bool = True  # partials: new-token cap less the forced prefix's tokens
@@ -133,8 +128,6 @@ class AsrOptions:
                 f"asr.commit_policy must be agreement or align, not {self.commit_policy!r}")
         if self.windowing and not (self.max_window_s > 0 and self.cut_grace_s >= 0):
             raise ValueError("asr.max_window_s must be > 0 and asr.cut_grace_s >= 0")
-        if self.windowing and not 0 <= self.min_advance_s <= self.max_window_s:
-            raise ValueError("asr.min_advance_s must be in [0, asr.max_window_s]")
 
 
 class AsrOptionsProvider(Protocol):
@@ -183,6 +176,9 @@ class UtteranceDecoder:
     source_context: str = ""
     target_context: str = ""
     window_pts: int = 0  # where the window starts (at least start_pts)
+    # the latest full commit inside the window: (position, source words, target words of
+    # the window committed up to it); the window may move on to it
+    commit_point: tuple[int, int, int] | None = None
     window_voiced_from: int = 0  # voiced_samples when the window started
     windows: int = 1  # windows this utterance has had
     faithfulness: FaithfulnessOptions = field(default_factory=FaithfulnessOptions)
@@ -213,12 +209,16 @@ class UtteranceDecoder:
         return self.start_pts + self.n_samples
 
     def add(self, samples: np.ndarray, voiced: int) -> None:
-        """Append audio to the utterance and count ``voiced`` of its samples as speech."""
+        """Append audio to the utterance and count ``voiced`` of its samples as speech; a
+        window grown past ``max_window_s`` moves on to its latest full commit."""
         if len(samples):
             self.audio.append(samples)
             self.n_samples += len(samples)
             self._add_evidence(samples)
         self.voiced_samples += voiced
+        if (self.options.windowing and self.commit_point is not None
+                and self.end - self.window_start > self.options.max_window_s * STREAM_RATE):
+            self._move_to_commit_point()
 
     def tasks(self, kind: str = "final") -> tuple[DecodeTask, ...]:
         """The Whisper tasks a decode of this ``kind`` runs, each with the window's committed
@@ -356,8 +356,10 @@ class UtteranceDecoder:
             self.pause_pending = False
         if commit_all:
             self.committed_at = basis_pts
-            if kind in ("pause", "cut"):
+            if kind == "cut":  # a long window without a pause: the next starts here
                 self._advance(basis_pts)
+            elif kind == "pause":
+                self._mark_commit_point(basis_pts)
         return changed
 
     def _glue(self, side: str, fragment: str) -> None:
@@ -371,25 +373,51 @@ class UtteranceDecoder:
         elif side == "target" and self.target_context:
             self.target_context += fragment
 
+    def _mark_commit_point(self, pts: int) -> None:
+        """Everything heard up to ``pts`` is committed on both sides (a pause): a place the
+        window can move on to later, without a word heard twice or lost."""
+        if self.translate and not self.options.commit_target_on_pause and self.target.tentative:
+            return  # the translation still holds words of this audio
+        self.commit_point = (pts, len(self.source.committed), len(self.target.committed))
+
+    def _move_to_commit_point(self) -> None:
+        """Start the window at the latest full commit: the words committed up to it become
+        context; words committed after it stay the window's forced prefix."""
+        assert self.commit_point is not None
+        pts, n_source, n_target = self.commit_point
+        self.commit_point = None
+        if pts <= self.window_start:
+            return
+        self.source_context = f"{self.source_context} {' '.join(self.source.drop(n_source))}"
+        self.target_context = f"{self.target_context} {' '.join(self.target.drop(n_target))}"
+        self.source_context, self.target_context = (self.source_context.strip(),
+                                                    self.target_context.strip())
+        self._start_window(pts)
+
     def _advance(self, pts: int) -> None:
-        """Everything up to ``pts`` is committed on both sides: the next window starts
-        there, with the committed text as context (``options.windowing``)."""
+        """Everything up to ``pts`` (the end of the audio) is committed on both sides: the
+        next window starts there, with the committed text as context."""
         if not self.options.windowing or pts <= self.window_start:
             return
-        length = (pts - self.window_start) / STREAM_RATE
-        sentence = _SENTENCE_END.search(self.source.committed_text) is not None
-        if length < self.options.min_advance_s and not (
-                sentence and length >= self.options.sentence_advance_s):
-            return  # short: later decodes still hear it (the audio context helps them)
-        if self.translate and not self.options.commit_target_on_pause and self.target.tentative:
-            return  # the translation still holds words of this window's audio
         self.source_context, self.target_context = self.text("source"), self.text("target")
         self.source.reset()
         self.target.reset()
+        self.commit_point = None
+        self._start_window(pts)
+
+    def _start_window(self, pts: int) -> None:
+        voiced_before = self._voiced_before(pts)
         self.window_pts = pts
-        self.window_voiced_from = self.voiced_samples
+        self.window_voiced_from = voiced_before
         self.last_truncated = False
         self.windows += 1
+
+    def _voiced_before(self, pts: int) -> int:
+        """Voiced samples of the utterance before ``pts`` (the audio after it counts as
+        voiced in the share the whole utterance has, a good enough estimate)."""
+        after = max(0, self.end - pts)
+        share = self.voiced_samples / max(1, self.n_samples)
+        return max(0, self.voiced_samples - int(after * share))
 
     # -- faithfulness (stages.faithfulness): never invent, never drop -------------------------
     def _add_evidence(self, samples: np.ndarray) -> None:
@@ -440,8 +468,8 @@ class UtteranceDecoder:
             policy.finalize()
             out.append((side, self.text(side), ""))
         self.pause_pending = False
-        if pause:  # the last decode heard everything up to its end: the window moves there
-            self._advance(self.last_decode_end)
+        if pause:  # the last decode heard everything up to its end
+            self._mark_commit_point(self.last_decode_end)
         return out
 
 

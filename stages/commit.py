@@ -98,6 +98,13 @@ class CommitPolicy:
         ``LocalAgreement.glue``)."""
         return self._agreement.glue(fragment)
 
+    def drop(self, count: int) -> list[str]:
+        """Remove the first ``count`` committed words (they move to the context) and return
+        them; the rest stay committed (the decoder's forced prefix)."""
+        dropped = self._agreement.committed[:count]
+        del self._agreement.committed[:count]
+        return dropped
+
     def reset(self) -> None:
         """Start an empty window."""
         self._agreement.reset()

@@ -14,8 +14,7 @@ from speechpipe.stages.frames import STREAM_RATE
 from speechpipe.stages.model_api import DecodeResult, WhisperResult
 from speechpipe.stages.window import quiet_tail
 
-OPTIONS = AsrOptions(max_window_s=6.0, cut_grace_s=2.0, min_advance_s=3.0, step_s=1.0,
-                     early_step_s=1.0)
+OPTIONS = AsrOptions(max_window_s=6.0, cut_grace_s=2.0, step_s=1.0, early_step_s=1.0)
 
 
 def _decoder(options: AsrOptions = OPTIONS) -> UtteranceDecoder:
@@ -41,21 +40,29 @@ def _add(decoder: UtteranceDecoder, seconds: float, voiced: bool = True) -> None
     decoder.add(samples, len(samples) if voiced else 0)
 
 
-def test_a_pause_commit_moves_the_window_and_its_text_becomes_context():
+def test_a_long_window_moves_to_its_last_pause_and_that_text_becomes_context():
     decoder = _decoder()
     _add(decoder, 3.5)
     decoder.pause_pending, decoder.pause_pts = True, int(3.3 * STREAM_RATE)
     assert decoder.due() == "pause"
     basis = decoder.basis("pause")
     decoder.apply(_result("hola a todos", "hello everyone"), "pause", basis)
+    assert decoder.window_start == 0  # not yet: later decodes still hear the start
+    _add(decoder, 2.0)
+    decoder.apply(_result("y bienvenidos", "and welcome"), "partial", decoder.end)
+    decoder.apply(_result("y bienvenidos al", "and welcome to"), "partial", decoder.end)
+    assert decoder.text("source") == "hola a todos y bienvenidos"
+    _add(decoder, 1.0)  # 6.5 s: past max_window_s, the window moves to the pause
     assert decoder.window_start == basis == int(3.5 * STREAM_RATE)
-    _add(decoder, 1.2)
-    assert decoder.due() == "partial"
     request = decoder.request("partial")
-    assert len(request.audio) == int(1.2 * STREAM_RATE)  # only the audio after the commit
+    assert len(request.audio) == int(3.0 * STREAM_RATE)  # only the audio after the pause
     by_task = {t.task: t for t in request.tasks}
-    assert by_task["transcribe"].context == "hola a todos" and by_task["transcribe"].prefix == ""
+    # what the pause committed is context; what was committed after it stays forced
+    assert by_task["transcribe"].context == "hola a todos"
+    assert by_task["transcribe"].prefix == "y bienvenidos"
     assert by_task["translate"].context == "hello everyone"
+    assert by_task["translate"].prefix == "and welcome"
+    assert decoder.text("source") == "hola a todos y bienvenidos"  # nothing lost or doubled
     assert request.cap_by_window
 
 
@@ -64,8 +71,8 @@ def test_a_short_window_keeps_its_audio_at_a_pause():
     _add(decoder, 1.5)
     decoder.pause_pending, decoder.pause_pts = True, int(1.4 * STREAM_RATE)
     decoder.apply(_result("hola", "hello"), "pause", decoder.basis("pause"))
-    assert decoder.window_start == 0  # under min_advance_s: later decodes still hear it
     _add(decoder, 1.0)
+    assert decoder.window_start == 0  # under max_window_s: later decodes still hear it
     request = decoder.request("partial")
     assert len(request.audio) == int(2.5 * STREAM_RATE)
     assert {t.task: t.prefix for t in request.tasks} == {"transcribe": "hola",
@@ -160,13 +167,3 @@ def test_commit_policy_align_commits_words_far_from_the_audio_end():
     agreement = CommitPolicy("agreement")
     assert not agreement.needs_word_times
     assert agreement.update(["a", "b"], [0.5, 2.2], heard_s=3.0) == []
-
-
-def test_a_pause_after_a_sentence_end_moves_a_shorter_window():
-    options = AsrOptions(min_advance_s=5.0, sentence_advance_s=2.0)
-    for source, moved in (("Hola a todos.", True), ("hola a todos y", False)):
-        decoder = _decoder(options)
-        _add(decoder, 2.6)
-        decoder.pause_pending, decoder.pause_pts = True, int(2.5 * STREAM_RATE)
-        decoder.apply(_result(source, "hello"), "pause", decoder.basis("pause"))
-        assert (decoder.window_start > 0) == moved, source
