@@ -13,10 +13,13 @@ Batching (``run_batch``; ``run`` is a batch of one, so both give identical resul
   their decodes share ``generate`` calls; requests in different buckets are never padded
   together.
 - CTranslate2 requires the same number of special tokens after ``<|startoftranscript|>`` in
-  a batch; the forced text prefixes may differ in length (identical ids and scores batched
-  and alone). ``max_length`` is one value per
-  ``generate`` call, so it is canonical too: rounded up to ``DECODE_BUCKET_TOKENS``; the
-  per-request cap is enforced by truncation, so the text is the same for any bucket.
+  a batch (and the same number of ``<|startofprev|>`` context tokens before it: context
+  lengths are canonical, multiples of ``CONTEXT_BUCKET_TOKENS`` decided per request); the
+  forced text prefixes may differ in length (identical ids and scores batched and alone).
+  ``max_length`` is one value per ``generate`` call and part of the result (the score of a
+  capped sequence counts what it generated): it is decided per request, the largest its
+  tasks need (``generate_max_length``, exact: no token generated past the cap), rounded up
+  to ``MAX_LENGTH_STEP``; requests share a call when their values match.
 
 Guards against words from nothing (unguarded decodes loop on real clips here):
 - 1 s of trailing silence is appended before encoding, which gives Whisper its end-of-audio
@@ -42,9 +45,10 @@ any. Its words are appended to the translate decode (``recovered`` counts the ex
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -65,12 +69,16 @@ __all__ = [
     "WhisperResult",
     "cut_repetition",
     "WHISPER_LANGUAGES",
+    "EngineStats",
+    "generate_max_length",
 ]
 
 SAMPLE_RATE = 16_000
 TRAILING_SILENCE_S = 1.0
 ENCODE_BUCKET_S = 1.0  # encode lengths are multiples of this (see "Batching" above)
-DECODE_BUCKET_TOKENS = 16  # max_length granularity shared by a generate call
+MAX_LENGTH_STEP = 4  # max_length granularity: requests within a step share generate calls
+CONTEXT_BUCKET_TOKENS = 8  # context lengths are multiples of this (generate needs
+# <|startoftranscript|> at the same position in every item of a call)
 
 # Whisper's language codes (tokenizer order). Used to validate --source-lang.
 WHISPER_LANGUAGES = (
@@ -111,10 +119,56 @@ def cut_repetition(
     return list(words), False
 
 
+class EngineStats:
+    """Cumulative work counters of one engine (all worker threads): what ``bench cost``
+    reads. Seconds are wall time of the calls, which is CPU time with one CTranslate2 thread
+    per call; ``encoded_s`` is encoder input in audio seconds (window + silence)."""
+
+    FIELDS = ("encode_calls", "encode_s", "encoded_s", "generate_calls", "decode_items",
+              "decode_s", "generated_tokens", "kept_tokens", "forced_tokens",
+              "context_tokens", "align_s", "recover_s")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values = dict.fromkeys(self.FIELDS, 0.0)
+
+    def add(self, **values: float) -> None:
+        """Add to counters (thread-safe)."""
+        with self._lock:
+            for name, value in values.items():
+                self._values[name] += value
+
+    def snapshot(self) -> dict[str, float]:
+        """A copy of every counter now."""
+        with self._lock:
+            return dict(self._values)
+
+
+def generate_max_length(output_tokens: int, context_tokens: int) -> int:
+    """The ``max_length`` that lets CTranslate2's Whisper ``generate`` return exactly
+    ``output_tokens`` (forced prefix + new) after a prompt holding ``context_tokens`` tokens
+    before ``<|startoftranscript|>`` (``<|startofprev|>`` included). Measured with
+    CTranslate2 4.x: a sequence stops at ``min(L // 2, L - context_tokens - 3)`` tokens, so
+    asking for more would only make it generate tokens that are cut off (a test checks it)."""
+    return min(448, max(2 * output_tokens, output_tokens + context_tokens + 3))
+
+
 def _joined(prefix: str, decode: DecodeResult, added: str = "") -> str:
     """The full text of a side: forced prefix, glued fragment, continuation, additions."""
     text = f"{prefix.strip()}{decode.glued} {decode.continuation}".strip()
     return f"{text} {added}".strip() if added else text
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    """One decode of a bucket call: request ``row``'s ``task`` with its full prompt."""
+    row: int
+    task: DecodeTask
+    prompt: list[int]  # context, sot sequence, forced prefix
+    n_prefix: int
+    new_tokens: int
+    n_context: int
+    max_length: int
 
 
 class WhisperEngine:
@@ -125,6 +179,7 @@ class WhisperEngine:
         encode_bucket_s: float = ENCODE_BUCKET_S,
     ):
         self.encode_bucket_s = encode_bucket_s
+        self.stats = EngineStats()
         try:
             from faster_whisper import WhisperModel
         except ImportError as exc:  # pragma: no cover - a hard dependency
@@ -143,7 +198,7 @@ class WhisperEngine:
         self.feature_extractor = self.model.feature_extractor
         self._tok = {name: self.tokenizer.token_to_id(name) for name in (
             "<|startoftranscript|>", "<|transcribe|>", "<|translate|>", "<|notimestamps|>",
-            "<|endoftext|>",
+            "<|endoftext|>", "<|startofprev|>",
         )}
         self.eot = self._tok["<|endoftext|>"]
         self.languages = tuple(
@@ -197,37 +252,45 @@ class WhisperEngine:
         token, prob = results[0]
         return token[2:-2], float(prob)
 
-    def _prompt(self, language: str, task: str, prefix: str) -> tuple[list[int], int]:
-        prompt = [
-            self._tok["<|startoftranscript|>"],
-            self.tokenizer.token_to_id(f"<|{language}|>"),
-            self._tok[f"<|{task}|>"],
-            self._tok["<|notimestamps|>"],
-        ]
-        prefix_ids = (
-            self.tokenizer.encode(" " + prefix.strip(), add_special_tokens=False).ids
-            if prefix.strip() else []
-        )
-        return prompt + prefix_ids, len(prefix_ids)
+    def _text_ids(self, text: str) -> list[int]:
+        return (self.tokenizer.encode(" " + text.strip(), add_special_tokens=False).ids
+                if text.strip() else [])
+
+    def _sot(self, language: str, task: str) -> list[int]:
+        return [self._tok["<|startoftranscript|>"], self.tokenizer.token_to_id(f"<|{language}|>"),
+                self._tok[f"<|{task}|>"], self._tok["<|notimestamps|>"]]
+
+    def context_ids(self, request: WhisperRequest) -> dict[str, list[int]]:
+        """Per task, the ``<|startofprev|>`` tokens of its context. Every task of a request
+        gets the same, canonical count (a multiple of ``CONTEXT_BUCKET_TOKENS``, at most
+        ``max_context_tokens``; the newest tokens are kept), decided by the request alone,
+        so its decodes batch with each other and with any request of the same count, and
+        the result does not depend on the batch."""
+        contexts = {t.task: self._text_ids(t.context) for t in request.tasks}
+        available = min((len(ids) for ids in contexts.values()), default=0)
+        count = min(available, max(0, request.max_context_tokens))
+        count -= count % CONTEXT_BUCKET_TOKENS
+        if count <= 0:
+            return {task: [] for task in contexts}
+        return {task: [self._tok["<|startofprev|>"], *ids[-count:]]
+                for task, ids in contexts.items()}
+
+    def _prompt(self, language: str, task: str, prefix: str,
+                context: Sequence[int] = ()) -> tuple[list[int], int]:
+        prefix_ids = self._text_ids(prefix)
+        return [*context, *self._sot(language, task), *prefix_ids], len(prefix_ids)
 
     @staticmethod
-    def new_tokens(request: WhisperRequest) -> int:
-        """How many tokens a decode of ``request`` may add after its forced prefix."""
+    def new_tokens(request: WhisperRequest, prefix_tokens: int = 0) -> int:
+        """How many tokens a decode of ``request`` may add after its forced prefix: enough
+        for the window's audio (``tokens_per_second``), less the prefix's tokens when
+        ``cap_by_window`` (they already cover part of it), at most ``max_new_tokens``."""
         tokens = 4 + math.ceil(len(request.audio) / SAMPLE_RATE * request.tokens_per_second)
+        if request.cap_by_window:
+            tokens = max(4, tokens - prefix_tokens)
         if request.max_new_tokens is not None:
             tokens = min(tokens, request.max_new_tokens)
         return tokens
-
-    @staticmethod
-    def max_length(prompt_length: int, new_tokens: int) -> int:
-        """``max_length`` for a generate call (canonical: one bucket per DECODE_BUCKET_TOKENS).
-
-        Asks generously (CTranslate2 has stopped a sequence, forced prefix included, at
-        ``max_length // 2`` tokens); the cap is enforced by truncation, so the text is right
-        whatever the library's convention."""
-        wanted = prompt_length + new_tokens
-        bucketed = -(-wanted // DECODE_BUCKET_TOKENS) * DECODE_BUCKET_TOKENS
-        return min(448, 2 * bucketed + 2)
 
     # -- whole requests --------------------------------------------------------------------
     def run(self, request: WhisperRequest) -> WhisperResult:
@@ -275,44 +338,67 @@ class WhisperEngine:
                 )
                 languages.append(self.detect_language(view))
         t2 = time.perf_counter()
-        # one decode item per (request, task); grouped by what a generate call shares
-        items: list[tuple[int, DecodeTask, list[int], int, int]] = []
-        groups: dict[tuple[int, int], list[int]] = {}
+        # one decode item per (request, task); grouped by what a generate call shares: the
+        # beam size, the context length and max_length. max_length is per request (the
+        # largest its tasks need, in steps of MAX_LENGTH_STEP), so a request's results (text
+        # and scores) are the same in any batch, and its tasks share one call
+        items: list[_Item] = []
+        groups: dict[tuple[int, int, int], list[int]] = {}
         for row, request in enumerate(requests):
-            new_tokens = self.new_tokens(request)
+            contexts = self.context_ids(request)
+            pending = []
             for task in request.tasks:
-                prompt, n_prefix = self._prompt(languages[row][0], task.task, task.prefix)
-                key = (request.beam_size, self.max_length(len(prompt), new_tokens))
+                context = contexts[task.task]
+                prompt, n_prefix = self._prompt(languages[row][0], task.task, task.prefix,
+                                                context)
+                new_tokens = self.new_tokens(request, n_prefix)
+                pending.append((task, prompt, n_prefix, new_tokens, len(context)))
+            length = max((generate_max_length(p[2] + p[3], p[4]) for p in pending), default=0)
+            length = min(448, -(-length // MAX_LENGTH_STEP) * MAX_LENGTH_STEP)
+            for task, prompt, n_prefix, new_tokens, n_context in pending:
+                key = (request.beam_size, n_context, length)
                 groups.setdefault(key, []).append(len(items))
-                items.append((row, task, prompt, n_prefix, new_tokens))
+                items.append(_Item(row, task, prompt, n_prefix, new_tokens, n_context, length))
         generated: dict[int, tuple[list[int], float, float, bool]] = {}
-        for (beam_size, max_length), members in groups.items():
-            rows = [items[m][0] for m in members]
+        made = kept = forced = 0
+        for (beam_size, _, _), members in groups.items():
+            rows = [items[m].row for m in members]
             memory = ctranslate2.StorageView.from_array(np.ascontiguousarray(encoded[rows]))
             outputs = self.model.model.generate(
                 memory,
-                [items[m][2] for m in members],
+                [items[m].prompt for m in members],
                 beam_size=beam_size,
-                max_length=max_length,
+                max_length=max(items[m].max_length for m in members),
                 return_scores=True,
                 return_no_speech_prob=True,
                 suppress_blank=False,
             )
             for member, output in zip(members, outputs, strict=True):
-                _, _, _, n_prefix, new_tokens = items[member]
+                item = items[member]
                 full = list(output.sequences_ids[0])
                 # CTranslate2 returns the forced prefix tokens as part of the sequence
-                tokens = full[n_prefix:]
-                hit_cap = len(tokens) >= new_tokens
-                ids = [i for i in tokens[:new_tokens] if i < self.eot]
+                tokens = full[item.n_prefix:]
+                hit_cap = len(tokens) >= item.new_tokens
+                ids = [i for i in tokens[:item.new_tokens] if i < self.eot]
+                made += len(tokens)
+                kept += len(ids)
+                forced += item.n_prefix
                 avg_logprob = float(output.scores[0]) / max(1, len(full)) if output.scores else 0.0
                 generated[member] = (ids, avg_logprob, float(output.no_speech_prob), hit_cap)
         t3 = time.perf_counter()
         decodes: list[list[DecodeResult]] = [[] for _ in requests]
-        for member, (row, task, _, _, _) in enumerate(items):
-            decodes[row].append(self._decode_result(requests[row], task, *generated[member]))
+        for member, item in enumerate(items):
+            decodes[item.row].append(
+                self._decode_result(requests[item.row], item.task, *generated[member]))
         aligned = self._align_words(requests, encoded, languages, items, generated, decodes)
         t4 = time.perf_counter()
+        self.stats.add(
+            encode_calls=1, encode_s=t1 - t0,
+            encoded_s=len(requests) * self.encode_samples(len(requests[0].audio)) / SAMPLE_RATE,
+            generate_calls=len(groups), decode_items=len(items), decode_s=t3 - t2,
+            generated_tokens=made, kept_tokens=kept, forced_tokens=forced,
+            context_tokens=sum(item.n_context for item in items),
+            align_s=t4 - t3 if aligned else 0.0)
         recover_s = [0.0] * len(requests)
         for row, request in enumerate(requests):
             if request.recover_coverage:
@@ -339,7 +425,7 @@ class WhisperEngine:
     def _align_words(
         self, requests: Sequence[WhisperRequest], encoded: NDArray[np.float32],
         languages: list[tuple[str, float]],
-        items: list[tuple[int, DecodeTask, list[int], int, int]],
+        items: list[_Item],
         generated: dict[int, tuple[list[int], float, float, bool]],
         decodes: list[list[DecodeResult]],
     ) -> bool:
@@ -351,19 +437,21 @@ class WhisperEngine:
         import ctranslate2
 
         wanted: dict[tuple[str, str], list[int]] = {}
-        for member, (row, task, _, _, _) in enumerate(items):
-            if task.task in requests[row].word_times and generated[member][0]:
-                wanted.setdefault((languages[row][0], task.task), []).append(member)
+        for member, item in enumerate(items):
+            if item.task.task in requests[item.row].word_times and generated[member][0]:
+                wanted.setdefault((languages[item.row][0], item.task.task), []).append(member)
         for (language, task_name), members in wanted.items():
-            rows = [items[m][0] for m in members]
+            rows = [items[m].row for m in members]
             start = [self._tok["<|startoftranscript|>"],
                      self.tokenizer.token_to_id(f"<|{language}|>"), self._tok[f"<|{task_name}|>"]]
-            texts = [items[m][2][4:] + generated[m][0] for m in members]  # prefix + new tokens
+            # prefix + new tokens (the context before the sot sequence is not aligned)
+            texts = [items[m].prompt[items[m].n_context + 4:] + generated[m][0]
+                     for m in members]
             frames = [max(2, len(requests[r].audio) // 160) for r in rows]  # mel frames, 100/s
             memory = ctranslate2.StorageView.from_array(np.ascontiguousarray(encoded[rows]))
             results = self.model.model.align(memory, start, texts, frames)
             for member, text, result in zip(members, texts, results, strict=True):
-                row, task, _, n_prefix, _ = items[member]
+                row, task, n_prefix = items[member].row, items[member].task, items[member].n_prefix
                 token_start: dict[int, float] = {}
                 for text_index, time_index in result.alignments:
                     token_start.setdefault(int(text_index), int(time_index) / 50.0)
@@ -399,7 +487,9 @@ class WhisperEngine:
         glued = ""
         if task.prefix.strip() and text and not text[0].isspace():
             glued, _, text = text.partition(" ")
-        words, was_cut = cut_repetition(text.split(), context=task.prefix.split())
+        # a loop that starts in the context (text copied from before the window) is cut too
+        words, was_cut = cut_repetition(
+            text.split(), context=[*task.context.split()[-40:], *task.prefix.split()])
         suppressed = (
             no_speech_prob > request.no_speech_threshold
             and avg_logprob < request.logprob_threshold

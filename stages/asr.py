@@ -23,18 +23,20 @@ session is outstanding, so every result applies to the committed text it was ask
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
 
 from speechpipe.errors import SpeechpipeError, Superseded
-from speechpipe.stages.agreement import LocalAgreement
+from speechpipe.stages.agreement import normalize_word
 from speechpipe.stages.channels import Channel, ChannelClosed
 from speechpipe.stages.clock import StreamClock
+from speechpipe.stages.commit import CommitPolicy, CommitPolicyName, align_commit_count
 from speechpipe.stages.faithfulness import (
     FaithfulnessOptions,
     SpeechClassifier,
@@ -52,12 +54,14 @@ from speechpipe.stages.frames import (
     VadEvent,
 )
 from speechpipe.stages.model_api import (
-    DecodeResult,
     DecodeTask,
     WhisperRequest,
     WhisperResult,
 )
 from speechpipe.stages.vad import LabeledAudio
+from speechpipe.stages.window import quiet_tail
+
+_SENTENCE_END = re.compile(r"[.!?\u3002\uff01\uff1f\u061f\u0964][\"'\u201d\u00bb)]*$")
 
 __all__ = [
     "AsrOptions", "AsrOptionsProvider", "FixedOptions", "QueuedDecodes", "UtteranceDecoder",
@@ -104,15 +108,33 @@ class AsrOptions:
     min_utterance_voiced_s: float = 0.5  # shorter "utterances" are treated as noise
     partial_max_new_tokens: int = 16  # partials only need the next few words
     source_partials: bool = True  # False: partials decode the translation only (degrade)
-    # what commits the translation between pauses: "agreement" (LocalAgreement only) or
-    # "align" (also the words a single decode's alignment puts this far before its audio end)
-    commit_policy: str = "agreement"
+    # what commits the translation between pauses (stages.commit): "agreement"
+    # (LocalAgreement only) or "align" (also the words a single decode's alignment puts this
+    # far before its audio end)
+    commit_policy: CommitPolicyName = "agreement"
     align_margin_s: float = 1.0
+    # bounded windows (docs/design.md, "Bounded windows"): after a pause or a cut has
+    # committed everything, later decodes hear only the audio after it, with the committed
+    # text as <|startofprev|> context; False: every decode hears the whole utterance
+    windowing: bool = True
+    max_window_s: float = 8.0  # a window this long without a pause is cut at a quiet moment
+    # a pause moves the window on when the window is this long, or this long and the
+    # captions end a sentence there: a shorter window stays, as later decodes translate
+    # better when they still hear the start of the sentence (docs/design.md)
+    min_advance_s: float = 5.0
+    sentence_advance_s: float = 2.0
+    cut_grace_s: float = 2.0  # ... or this much later, whatever the audio
+    context_tokens: int = 32  # committed-text tokens given as context (multiples of 8)
+    cap_by_window: bool = True  # partials: new-token cap less the forced prefix's tokens
 
     def __post_init__(self) -> None:
         if self.commit_policy not in ("agreement", "align"):
             raise ValueError(
                 f"asr.commit_policy must be agreement or align, not {self.commit_policy!r}")
+        if self.windowing and not (self.max_window_s > 0 and self.cut_grace_s >= 0):
+            raise ValueError("asr.max_window_s must be > 0 and asr.cut_grace_s >= 0")
+        if self.windowing and not 0 <= self.min_advance_s <= self.max_window_s:
+            raise ValueError("asr.min_advance_s must be in [0, asr.max_window_s]")
 
 
 class AsrOptionsProvider(Protocol):
@@ -155,21 +177,35 @@ class UtteranceDecoder:
     last_truncated: bool = False  # the last decode hit its length cap
     committed_at: int = 0  # audio position of the last decode that committed everything
     revision: int = 0
-    source: LocalAgreement = field(init=False)
-    target: LocalAgreement = field(init=False)
+    source: CommitPolicy = field(init=False)  # the current window's captions
+    target: CommitPolicy = field(init=False)  # ... and translation
+    # text committed before the window (its audio is no longer decoded): context
+    source_context: str = ""
+    target_context: str = ""
+    window_pts: int = 0  # where the window starts (at least start_pts)
+    window_voiced_from: int = 0  # voiced_samples when the window started
+    windows: int = 1  # windows this utterance has had
     faithfulness: FaithfulnessOptions = field(default_factory=FaithfulnessOptions)
     speech: SpeechClassifier | None = None  # speech probability per 32 ms window
     evidence: SpeechEvidence | None = None  # made at the first audio (start_pts is final)
 
     def __post_init__(self) -> None:
-        lookback = self.options.agreement_lookback
-        self.source = LocalAgreement(
-            self.options.agreement, lookback if self.options.agreement == 2 else 0
-        )
-        self.target = LocalAgreement(
-            self.options.target_agreement, lookback if self.options.target_agreement == 2 else 0
-        )
+        options = self.options
+        self.source = CommitPolicy("agreement", options.agreement, options.agreement_lookback)
+        self.target = CommitPolicy(options.commit_policy, options.target_agreement,
+                                   options.agreement_lookback, options.align_margin_s)
         self.language_locked = self.language is not None
+
+    @property
+    def window_start(self) -> int:
+        """Stream position where the current decode window starts."""
+        return max(self.start_pts, self.window_pts)
+
+    def text(self, side: str) -> str:
+        """Everything committed on ``side`` (``source``/``target``) in this utterance."""
+        context, policy = ((self.source_context, self.source) if side == "source"
+                           else (self.target_context, self.target))
+        return f"{context} {policy.committed_text}".strip()
 
     @property
     def end(self) -> int:
@@ -185,26 +221,33 @@ class UtteranceDecoder:
         self.voiced_samples += voiced
 
     def tasks(self, kind: str = "final") -> tuple[DecodeTask, ...]:
-        """The Whisper tasks a decode of this ``kind`` runs, each with its committed prefix."""
-        tasks = [DecodeTask("transcribe", self.source.committed_text)]
+        """The Whisper tasks a decode of this ``kind`` runs, each with the window's committed
+        text as forced prefix and the text committed before the window as context."""
+        tasks = [DecodeTask("transcribe", self.source.committed_text, self.source_context)]
         if self.translate:
-            tasks.append(DecodeTask("translate", self.target.committed_text))
+            tasks.append(DecodeTask("translate", self.target.committed_text,
+                                    self.target_context))
             if kind == "partial" and not self.options.source_partials:
                 del tasks[0]  # captions catch up at the next pause or the end
         return tuple(tasks)
 
     def due(self) -> str | None:
-        """Which decode is due now: ``final``, ``pause``, ``partial`` or None."""
-        enough_voice = self.voiced_samples >= self.options.min_voiced_s * STREAM_RATE
+        """Which decode is due now: ``final``, ``pause``, ``cut``, ``partial`` or None."""
+        options = self.options
+        min_voiced = options.min_voiced_s * STREAM_RATE
+        enough_voice = self.voiced_samples >= min_voiced
         if self.ended:
             return "final"
-        if self.pause_pending and enough_voice and self.options.commit_on_pause:
+        if self.pause_pending and enough_voice and options.commit_on_pause:
             return "pause"
-        spoken = self.target.committed if self.translate else self.source.committed
-        early = len(spoken) < self.options.early_words
-        step = int((self.options.early_step_s if early else self.options.step_s) * STREAM_RATE)
-        since = self.end - max(self.last_decode_end, self.start_pts)
-        if enough_voice and since >= step:
+        window_voice = self.voiced_samples - self.window_voiced_from >= min_voiced
+        if options.windowing and window_voice and self._cut_due():
+            return "cut"
+        spoken = self.text("target" if self.translate else "source")
+        early = count_words(spoken) < options.early_words
+        step = int((options.early_step_s if early else options.step_s) * STREAM_RATE)
+        since = self.end - max(self.last_decode_end, self.window_start)
+        if enough_voice and window_voice and since >= step:
             return "partial"
         return None
 
@@ -217,21 +260,43 @@ class UtteranceDecoder:
             and not self.last_truncated
         )
 
+    def window_too_quiet(self) -> bool:
+        """A later window (after a pause or cut) with under ``min_voiced_s`` of speech: its
+        decode would hear almost nothing but the context and invent from it."""
+        return self.windows > 1 and (self.voiced_samples - self.window_voiced_from
+                                     < self.options.min_voiced_s * STREAM_RATE)
+
+    def _cut_due(self) -> bool:
+        """A window without a pause is cut when it is long and its newest audio is quiet
+        (``stages.window``), or when it is too long."""
+        length = self.end - self.window_start
+        if length < self.options.max_window_s * STREAM_RATE:
+            return False
+        if length >= (self.options.max_window_s + self.options.cut_grace_s) * STREAM_RATE:
+            return True
+        return quiet_tail(self._samples(self.window_start, self.end))
+
     def basis(self, kind: str) -> int:
         """Where the audio of this decode ends. A pause decode stops at the pause (plus a
-        little silence), so committing everything never cuts a word that went on after it."""
+        little silence), so committing everything never cuts a word that went on after it;
+        every other decode hears all the audio there is."""
         if kind == "pause":
             return min(self.end, self.pause_pts + int(0.2 * STREAM_RATE))
         return self.end
 
-    def request(self, kind: str) -> WhisperRequest:
-        """The Whisper request for a decode of this ``kind`` over the audio up to ``basis``."""
+    def _samples(self, start: int, end: int) -> np.ndarray:
         audio = np.concatenate(self.audio) if self.audio else np.zeros(0, np.int16)
-        audio = audio[: max(0, self.basis(kind) - self.start_pts)]
+        return audio[max(0, start - self.start_pts): max(0, end - self.start_pts)]
+
+    def request(self, kind: str) -> WhisperRequest:
+        """The Whisper request for a decode of this ``kind`` over the window's audio up to
+        ``basis``."""
+        basis = self.basis(kind)
+        audio = self._samples(self.window_start, basis)
         if kind == "partial":
             cap = self.options.partial_max_new_tokens
         else:  # enough for the audio not yet committed, not for a loop
-            uncommitted = (self.basis(kind) - max(self.start_pts, self.committed_at)) / STREAM_RATE
+            uncommitted = (basis - max(self.window_start, self.committed_at)) / STREAM_RATE
             cap = 8 + int(self.options.tokens_per_second * uncommitted)
         return self._with_recovery(kind, WhisperRequest(
             audio=audio.astype(np.float32) / 32768.0,
@@ -242,14 +307,18 @@ class UtteranceDecoder:
             max_new_tokens=cap,
             partial=kind == "partial",
             word_times=self._word_times(kind),
+            max_context_tokens=self.options.context_tokens,
+            cap_by_window=self.options.cap_by_window and kind == "partial",
         ))
 
     def _word_times(self, kind: str) -> tuple[str, ...]:
-        """Tasks whose words need alignment times: the translation's partials under the
-        ``align`` commit policy (see ``align_commit_count``)."""
-        if self.options.commit_policy == "align" and self.translate and kind == "partial":
-            return ("translate",)
-        return ()
+        """Tasks whose words need alignment times: the partials of a side whose commit
+        policy uses them (``stages.commit``)."""
+        if kind != "partial":
+            return ()
+        sides = [("transcribe", self.source)] + (
+            [("translate", self.target)] if self.translate else [])
+        return tuple(task for task, policy in sides if policy.needs_word_times)
 
     def apply(self, result: WhisperResult, kind: str, basis_pts: int) -> list[tuple[str, str, str]]:
         """Feed a decode result; return (side, committed, tentative) for each changed side."""
@@ -260,34 +329,67 @@ class UtteranceDecoder:
             self.language = result.language
             if self.n_samples >= self.options.language_lock_s * STREAM_RATE:
                 self.language_locked = True
-        commit_all = kind in ("final", "pause")
+        commit_all = kind in ("final", "pause", "cut")
+        heard_s = (basis_pts - self.window_start) / STREAM_RATE
         changed = []
         for decode in result.decodes:
-            agreement = self.source if decode.task == "transcribe" else self.target
-            before = (agreement.committed_text, agreement.tentative_text)
+            side = "source" if decode.task == "transcribe" else "target"
+            policy = self.source if side == "source" else self.target
+            before = (self.text(side), policy.tentative_text)
             words = decode.continuation.split()
             if decode.glued and (commit_all or self.language_locked):
-                agreement.glue(decode.glued)
+                self._glue(side, decode.glued)
             target_by_agreement = (
                 kind == "pause" and decode.task == "translate"
                 and not self.options.commit_target_on_pause
             )
             if commit_all and not target_by_agreement:
-                agreement.finalize(words)
+                policy.finalize(words)
             elif not self.language_locked:
-                agreement.tentative = words  # language still uncertain: show, never commit
+                policy.tentative = words  # language still uncertain: show, never commit
             else:
-                agreement.update(words)
-                self._commit_aligned(agreement, decode, words, basis_pts)
-            after = (agreement.committed_text, agreement.tentative_text)
+                policy.update(words, decode.word_ends, heard_s)
+            after = (self.text(side), policy.tentative_text)
             if after != before or kind == "final":
-                side = "source" if decode.task == "transcribe" else "target"
                 changed.append((side, *after))
         if kind == "pause":
             self.pause_pending = False
         if commit_all:
             self.committed_at = basis_pts
+            if kind in ("pause", "cut"):
+                self._advance(basis_pts)
         return changed
+
+    def _glue(self, side: str, fragment: str) -> None:
+        """Punctuation right after the committed text: on the window's last committed word,
+        or on the context's when the window has none yet (still append-only as a string)."""
+        policy = self.source if side == "source" else self.target
+        if policy.glue(fragment) or policy.committed or normalize_word(fragment):
+            return
+        if side == "source" and self.source_context:
+            self.source_context += fragment
+        elif side == "target" and self.target_context:
+            self.target_context += fragment
+
+    def _advance(self, pts: int) -> None:
+        """Everything up to ``pts`` is committed on both sides: the next window starts
+        there, with the committed text as context (``options.windowing``)."""
+        if not self.options.windowing or pts <= self.window_start:
+            return
+        length = (pts - self.window_start) / STREAM_RATE
+        sentence = _SENTENCE_END.search(self.source.committed_text) is not None
+        if length < self.options.min_advance_s and not (
+                sentence and length >= self.options.sentence_advance_s):
+            return  # short: later decodes still hear it (the audio context helps them)
+        if self.translate and not self.options.commit_target_on_pause and self.target.tentative:
+            return  # the translation still holds words of this window's audio
+        self.source_context, self.target_context = self.text("source"), self.text("target")
+        self.source.reset()
+        self.target.reset()
+        self.window_pts = pts
+        self.window_voiced_from = self.voiced_samples
+        self.last_truncated = False
+        self.windows += 1
 
     # -- faithfulness (stages.faithfulness): never invent, never drop -------------------------
     def _add_evidence(self, samples: np.ndarray) -> None:
@@ -316,55 +418,31 @@ class UtteranceDecoder:
         if self.evidence is not None:
             speech_s = self.evidence.seconds(max(self.start_pts, self.committed_at), basis_pts)
         decodes = guard_decodes(
-            result.decodes, speech_s, count_words(self.source.committed_text),
-            count_words(self.target.committed_text), self.faithfulness,
+            result.decodes, speech_s, count_words(self.text("source")),
+            count_words(self.text("target")), self.faithfulness,
         )
         return replace(result, decodes=tuple(decodes))
 
     def coverage(self) -> str:
         """``ok``, ``invented``, ``dropped`` or ``empty``: the committed translation against
         the committed captions (``stages.coverage.classify_utterance``)."""
-        return classify_utterance(self.source.committed_text, self.target.committed_text,
+        return classify_utterance(self.text("source"), self.text("target"),
                                   self.faithfulness.min_ratio, self.faithfulness.min_source_words)
-
-    def _commit_aligned(
-        self, agreement: LocalAgreement, decode: DecodeResult, words: list[str], basis_pts: int
-    ) -> None:
-        """``align`` policy: after LocalAgreement, also commit the words that this single
-        decode aligned at least ``align_margin_s`` before the end of its audio."""
-        if self.options.commit_policy != "align" or decode.task != "translate":
-            return
-        heard_s = (basis_pts - self.start_pts) / STREAM_RATE
-        stable = align_commit_count(decode.word_ends[: len(words)], heard_s,
-                                    self.options.align_margin_s)
-        already = len(words) - len(agreement.tentative)  # committed by agreement just now
-        if stable > already:
-            agreement.commit_tentative(stable - already)
 
     def commit_last(self, pause: bool = False) -> list[tuple[str, str, str]]:
         """Commit the last hypothesis without decoding (it already heard all the speech).
         At a pause the translation keeps its tentative words unless configured otherwise."""
         sides = [("source", self.source)] + ([("target", self.target)] if self.translate else [])
         out = []
-        for side, agreement in sides:
+        for side, policy in sides:
             if side == "target" and pause and not self.options.commit_target_on_pause:
                 continue
-            agreement.finalize()
-            out.append((side, agreement.committed_text, ""))
+            policy.finalize()
+            out.append((side, self.text(side), ""))
         self.pause_pending = False
+        if pause:  # the last decode heard everything up to its end: the window moves there
+            self._advance(self.last_decode_end)
         return out
-
-
-def align_commit_count(word_ends: Sequence[float], heard_s: float, margin_s: float) -> int:
-    """How many leading words to commit: those whose aligned end lies at least ``margin_s``
-    before the end of the audio heard (AlignAtt's rule on words: what the model attends to
-    near the end of the audio may still change). Stops at the first word too close."""
-    count = 0
-    for end in word_ends:
-        if end > heard_s - margin_s:
-            break
-        count += 1
-    return count
 
 
 @dataclass(eq=False)
@@ -647,13 +725,14 @@ class AsrStage:
             return
         too_little_voice = (
             decoder.voiced_samples < self.options.min_utterance_voiced_s * STREAM_RATE
+            or decoder.window_too_quiet()
         )
         basis = decoder.basis(kind)
         timings: tuple[StageTiming, ...] = ()
         if kind in ("final", "pause") and (decoder.covered() or too_little_voice):
             changed = decoder.commit_last(kind == "pause") if decoder.covered() else [
-                ("source", decoder.source.committed_text, ""),
-                ("target", decoder.target.committed_text, ""),
+                ("source", decoder.text("source"), ""),
+                ("target", decoder.text("target"), ""),
             ][: 2 if decoder.translate else 1]
             if kind == "pause":
                 decoder.pause_pending = False
@@ -712,8 +791,8 @@ class AsrStage:
         self.incomplete += 1
         await events.put(ErrorEvent(
             "translation_incomplete",
-            f"the translation covers {count_words(decoder.target.committed_text)} words of "
-            f"{count_words(decoder.source.committed_text)} heard",
+            f"the translation covers {count_words(decoder.text('target'))} words of "
+            f"{count_words(decoder.text('source'))} heard",
             self.clock.stamp(basis), decoder.utterance,
         ))
 

@@ -27,16 +27,20 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class DecodeTask:
     """One decode on the shared encoder output: ``transcribe`` or ``translate`` (to English),
-    continuing ``prefix`` (the committed text, forced)."""
+    continuing ``prefix`` (the window's committed text, forced) after ``context`` (text
+    committed before the window)."""
 
     task: str
     prefix: str = ""
+    # committed text of earlier windows (its audio is no longer in the request): given to
+    # Whisper as ``<|startofprev|>`` context, one forward pass, never forced or re-decoded
+    context: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class WhisperRequest:
     """One ASR request: the utterance's audio and the decodes to run on it."""
-    audio: NDArray[np.float32]  # 16 kHz mono, the utterance so far
+    audio: NDArray[np.float32]  # 16 kHz mono, the utterance's current window
     language: str | None  # None: detect
     tasks: tuple[DecodeTask, ...]
     beam_size: int = 1
@@ -50,6 +54,10 @@ class WhisperRequest:
     coverage_min_words: int = MIN_SOURCE_WORDS  # shorter captions are never judged
     max_recoveries: int = 2  # extra translate decodes per request at most
     word_times: tuple[str, ...] = ()  # tasks whose continuation words get aligned end times
+    max_context_tokens: int = 32  # at most this many tokens of ``DecodeTask.context``
+    # partials: the new-token cap also subtracts the forced prefix's tokens (the words of the
+    # window already committed), so a partial stops about where its audio ends
+    cap_by_window: bool = False
 
 
 @dataclass(frozen=True, slots=True)

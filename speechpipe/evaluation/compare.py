@@ -17,7 +17,12 @@ from typing import Any, TextIO
 
 from speechpipe.config import PipelineOptions, with_overrides
 from speechpipe.errors import InputError
-from speechpipe.evaluation.evaluate import _aggregate, evaluate_clips, print_report
+from speechpipe.evaluation.evaluate import (
+    _aggregate,
+    evaluate_clips,
+    print_categories,
+    print_report,
+)
 from speechpipe.session import Pipeline
 from speechpipe.stages.request import SessionRequest
 
@@ -120,6 +125,10 @@ def print_comparison(report: dict[str, Any], out: TextIO = sys.stdout) -> None:
         a = report["variants"][label]["aggregate"]
         print(f"{label[:43]:<44}" + "".join(f"{_num(a.get(key)):>10}" for _, key in SUMMARY),
               file=out)
+    if any(report["variants"][label]["aggregate"].get("by_category") for label in labels):
+        print("\n== same run, by category", file=out)
+        for label in labels:
+            print_categories(report["variants"][label]["aggregate"], out, label)
     if len(labels) > 1:
         print(f"\nper-clip speech EndOffset (s)\n{'clip':<28}"
               + "".join(f"{'v' + str(i):>8}" for i in range(len(labels))), file=out)

@@ -289,6 +289,8 @@ def _aggregate(rows, clips, stage_values, total_cpu, total_audio, total_wall) ->
         corpus_wer = float(jiwer.wer(
             [normalize_text(by_id[r["id"]]["transcript"]) for r in wer_rows],
             [normalize_text(r["source_text"]) or "<empty>" for r in wer_rows]))
+    top = stage_values is not None  # not a category's own aggregate
+    stage_values = stage_values or {}
     totals = {stage: sum(values) for stage, values in stage_values.items()}
     grand = sum(totals.values()) or 1.0
     stages = {}
@@ -318,7 +320,48 @@ def _aggregate(rows, clips, stage_values, total_cpu, total_audio, total_wall) ->
         "utterances_dropped": sum(r["utterances_dropped"] for r in rows),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "stages": stages,
+        "by_category": _by_category(rows, clips) if top else {},
     }
+
+
+def _by_category(rows: list[dict[str, Any]], clips: list[dict[str, Any]]) -> dict[str, Any]:
+    """The aggregate of each manifest ``category`` apart (a set that flatters one kind of
+    speech hides another's losses)."""
+    by_id = {c["id"]: c for c in clips}
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(str(by_id[row["id"]].get("category") or "-"), []).append(row)
+    if len(groups) < 2:
+        return {}
+    out = {}
+    for category, members in sorted(groups.items()):
+        audio = sum(r["duration_s"] for r in members)
+        cpu = sum(r["cpu_per_audio_s"] * r["duration_s"] for r in members)
+        wall = sum(r["rtf"] * r["duration_s"] for r in members)
+        figures = _aggregate(members, clips, None, cpu, audio, wall)
+        out[category] = {k: v for k, v in figures.items() if k not in ("stages", "by_category")}
+    return out
+
+
+CATEGORY_COLUMNS = (("clips", "clips"), ("BLEU", "bleu"), ("ASR-BLEU", "asr_bleu"),
+                    ("WER", "wer"), ("StartOff", "median_start_offset"),
+                    ("EndOff", "median_end_offset"), ("tStart", "median_text_start_offset"),
+                    ("NE", "median_ne"), ("CPU/s", "cpu_per_audio_s"),
+                    ("invented", "utterances_invented"), ("dropped", "utterances_dropped"))
+
+
+def print_categories(aggregate: dict[str, Any], out=None, label: str = "") -> None:
+    """One row per category of ``aggregate["by_category"]`` (nothing for a single one)."""
+    out = out or sys.stdout
+    categories = aggregate.get("by_category") or {}
+    if not categories:
+        return
+    title = f"by category ({label})" if label else "by category"
+    print(f"\n{title}\n{'category':<28}"
+          + "".join(f"{name:>9}" for name, _ in CATEGORY_COLUMNS), file=out)
+    for category, figures in categories.items():
+        print(f"{category[:27]:<28}" + "".join(f"{_fmt(figures.get(key)):>9}"
+                                             for _, key in CATEGORY_COLUMNS), file=out)
 
 
 def _listener_aggregate(rows: list[dict[str, Any]], by_id: dict[str, Any]) -> dict[str, Any]:
@@ -379,6 +422,7 @@ def print_report(report: dict[str, Any], out=sys.stdout) -> None:
           + "".join(f"; {r['id']}: {r['utterances_invented']} invented, "
                     f"{r['utterances_dropped']} dropped" for r in report["clips"]
                     if r["utterances_invented"] or r["utterances_dropped"]), file=out)
+    print_categories(a, out)
     print(f"\n{'stage':<12}{'p50':>8}{'p95':>8}{'p99':>8}{'n':>6}{'share':>8}", file=out)
     for stage, f in a["stages"].items():
         print(f"{stage:<12}{_fmt(f.get('p50')):>8}{_fmt(f.get('p95')):>8}"

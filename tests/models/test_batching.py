@@ -56,19 +56,33 @@ def load_16k(clip_id: str) -> np.ndarray:
     return np.ascontiguousarray(audio, dtype=np.float32)
 
 
+# committed text of an earlier window, as <|startofprev|> context (bounded windows)
+CONTEXTS = (("", ""), ("", ""), ("", ""),
+            ("La ley reconoce a los autores varios derechos sobre sus obras.",
+             "The law gives authors several rights over their works."),
+            ("", ""),
+            ("El parlamento europeo aprobó ayer la propuesta de la comisión sobre los "
+             "derechos de los consumidores en toda la unión y dijo que la",
+             "The European Parliament yesterday approved the Commission's proposal on "
+             "consumer rights throughout the Union and said that the"))
+
+
 def real_requests() -> list[WhisperRequest]:
     """Six real clips cut to 2.2-5.5 s: four share an encode bucket, two are alone; prefixes
-    of different lengths, one language left to detection, one beam-2, partial and final."""
+    of different lengths, contexts of different lengths (none, 8 and 16+ tokens), one
+    language left to detection, one beam-2, partial and final, window-capped partials."""
     cuts = (3.1, 3.4, 3.9, 3.2, 5.5, 2.2)
     prefixes = ("", "Autobuses", "", "En", "", "la")
     requests = []
     for i, (clip, cut, prefix) in enumerate(zip(CLIPS, cuts, prefixes, strict=True)):
         audio = load_16k(clip)[: int(cut * STREAM_RATE)]
+        source_context, target_context = CONTEXTS[i]
         requests.append(WhisperRequest(
             audio=audio,
             language=None if i == 2 else "es",
-            tasks=(DecodeTask("transcribe", prefix),
-                   DecodeTask("translate", "The" if i % 2 else "")),
+            tasks=(DecodeTask("transcribe", prefix, source_context),
+                   DecodeTask("translate", "The" if i % 2 else "", target_context)),
+            cap_by_window=bool(i % 2),
             beam_size=2 if i == 5 else 1,
             max_new_tokens=16 if i % 2 else None,
             partial=bool(i % 2),
@@ -95,6 +109,29 @@ def test_batched_results_equal_unbatched_on_real_clips(pipeline):
     sizes = [r.batch_requests for r in together]  # four shared one bucket: really batched
     assert sizes.count(4) == 4 and sizes.count(1) == 2
     assert all(d.continuation for r in alone for d in r.decodes), "real speech gives words"
+    contexts = [len(engine.context_ids(r)["translate"]) for r in requests]
+    assert contexts[5] > contexts[3] > 0 == contexts[0]  # canonical context lengths
+
+
+@pytest.mark.slow
+def test_a_capped_decode_generates_no_token_past_its_cap(pipeline):
+    """``max_length`` is exact: CTranslate2 stops at the cap (nothing generated to be cut),
+    with and without context (caps chosen so that ``MAX_LENGTH_STEP`` adds nothing: 8 new
+    tokens after no context, or after 16 context tokens and <|startofprev|>)."""
+    engine = pipeline.engine
+    audio = load_16k(CLIPS[4])[: int(5.5 * STREAM_RATE)]
+    for context in ("", CONTEXTS[5][1]):
+        request = WhisperRequest(audio=audio, language="es", max_new_tokens=8, partial=True,
+                                 max_context_tokens=16,
+                                 tasks=(DecodeTask("translate", "", context),))
+        before = engine.stats.snapshot()
+        result = engine.run(request)
+        after = engine.stats.snapshot()
+        assert result.decodes[0].truncated  # 5.5 s of speech is more than 8 tokens
+        generated = after["generated_tokens"] - before["generated_tokens"]
+        kept = after["kept_tokens"] - before["kept_tokens"]
+        assert generated == kept == 8
+        assert (after["context_tokens"] - before["context_tokens"] > 0) == bool(context)
 
 
 @pytest.mark.slow
