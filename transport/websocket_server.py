@@ -42,9 +42,9 @@ from speechpipe.transport.protocol import (
 from speechpipe.transport.session_api import SessionFactory
 from speechpipe.transport.ws_connection import (
     CapacityGate,
+    NullObserver,
     ServerObserver,
-    _Connection,
-    _NullObserver,
+    WsConnection,
 )
 
 __all__ = ["SpeechServer"]
@@ -78,10 +78,10 @@ class SpeechServer:
         self.requested_port = port
         self.is_ready = is_ready
         self.metrics_text = metrics_text
-        self.observer: ServerObserver = observer or _NullObserver()
+        self.observer: ServerObserver = observer or NullObserver()
         self.limits = limits or ServerLimits()
         self.webrtc = webrtc
-        self.connections: set[_Connection] = set()
+        self.connections: set[WsConnection] = set()
         self._server: Server | None = None
         verifier = self.limits.auth or (
             StaticToken(self.limits.token) if self.limits.token else None
@@ -188,7 +188,7 @@ class SpeechServer:
 
     # -- sessions ----------------------------------------------------------------------------
     async def _handle(self, ws: ServerConnection) -> None:
-        conn = _Connection(self, ws)
+        conn = WsConnection(self, ws)
         self.connections.add(conn)
         try:
             await conn.run()

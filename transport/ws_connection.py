@@ -70,7 +70,7 @@ from speechpipe.transport.session_api import LiveSession, SessionFactory
 if TYPE_CHECKING:
     from speechpipe.transport.webrtc import WebRtcPeer
 
-__all__ = ["ServerObserver", "CapacityGate", "ServerSide"]
+__all__ = ["ServerObserver", "CapacityGate", "ServerSide", "WsConnection", "NullObserver"]
 
 log = logging.getLogger("speechpipe.server")
 
@@ -129,7 +129,9 @@ class ServerSide(Protocol):
     webrtc: bool
 
 
-class _NullObserver:
+class NullObserver:
+    """A ``ServerObserver`` that records nothing (a server without metrics)."""
+
     def session_opened(self) -> None:
         pass
 
@@ -175,7 +177,7 @@ def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
     return out
 
 
-class _Connection:
+class WsConnection:
     """One WebSocket client: its session, its tasks and (maybe) its WebRTC peer."""
 
     def __init__(self, server: ServerSide, ws: ServerConnection) -> None:
