@@ -117,7 +117,7 @@ class AsrOptions:
     # a window longer than this moves on to its latest full commit (a pause); without one
     # it is cut at a quiet moment. Shorter windows are re-decoded whole: later words
     # translate better while Whisper still hears the start of the sentence (docs/design.md)
-    max_window_s: float = 8.0
+    max_window_s: float = 10.0
     cut_grace_s: float = 2.0  # ... or this much later, whatever the audio
     context_tokens: int = 32  # committed-text tokens given as context (multiples of 8)
     cap_by_window: bool = True  # partials: new-token cap less the forced prefix's tokens
