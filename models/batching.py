@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from speechpipe.errors import SpeechpipeError, Superseded, WorkerError
+from speechpipe.models.batch_options import BatchOptions
 from speechpipe.models.whisper_engine import WhisperEngine, WhisperRequest, WhisperResult
 
 __all__ = [
@@ -65,26 +66,6 @@ log = logging.getLogger("speechpipe.batching")
 PRIORITY_LIVE = 0
 PRIORITY_REPLAY = 1
 JOIN_TIMEOUT_S = 60.0  # longest an engine call in progress may delay close()
-
-
-@dataclass(frozen=True, slots=True)
-class BatchOptions:
-    """The shared ASR worker's batching and deadlines (``--set batching.*``)."""
-    enabled: bool = True  # False: one request per engine call (the no-batching baseline)
-    window_s: float = 0.02  # an idle worker waits this long after the first request
-    max_batch: int = 8  # requests per engine call
-    partial_deadline_s: float = 1.0  # a partial should be computed within this
-    workers: int = 2  # threads taking batches (the engine needs as many CTranslate2 workers)
-    group_min_queue: int = 4  # group a bucket only when this many requests wait (see below)
-    final_deadline_s: float = 0.3  # finals are on the speech's critical path: sooner
-
-    def __post_init__(self) -> None:
-        if self.max_batch < 1:
-            raise ValueError("max_batch must be >= 1")
-        if self.window_s < 0:
-            raise ValueError("window_s must be >= 0")
-        if self.workers < 1:
-            raise ValueError("workers must be >= 1")
 
 
 class BatchObserver(Protocol):
@@ -283,8 +264,9 @@ class AsrBatcher:
         return sum(thread.is_alive() for thread in self._threads)
 
     async def aclose(self) -> None:
-        """``close()`` for async callers."""
-        self.close()
+        """``close()`` for async callers: the threads are joined off the event loop (a call
+        in progress may take a while), so other sessions go on meanwhile."""
+        await asyncio.to_thread(self.close)
 
     async def __aenter__(self) -> AsrBatcher:
         return self

@@ -27,9 +27,9 @@ from typing import Any
 
 from speechpipe.cluster.options import ClusterSettings
 from speechpipe.errors import InputError
-from speechpipe.models.batching import BatchOptions
+from speechpipe.models.batch_options import BatchOptions
 from speechpipe.server.options import LoadOptions
-from speechpipe.stages.asr import AsrOptions
+from speechpipe.stages.asr_options import AsrOptions
 from speechpipe.stages.faithfulness import FaithfulnessOptions
 from speechpipe.stages.phrases import PhraseOptions
 from speechpipe.stages.text_mt import TextMtOptions

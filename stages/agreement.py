@@ -18,7 +18,7 @@ import re
 from collections import deque
 from collections.abc import Sequence
 
-__all__ = ["LocalAgreement", "normalize_word", "split_words"]
+__all__ = ["LocalAgreement", "normalize_word"]
 
 _PUNCT = re.compile(r"[^\w']+", re.UNICODE)
 
@@ -26,11 +26,6 @@ _PUNCT = re.compile(r"[^\w']+", re.UNICODE)
 def normalize_word(word: str) -> str:
     """A word as agreement compares it: lowercase, without punctuation."""
     return _PUNCT.sub("", word.casefold())
-
-
-def split_words(text: str) -> list[str]:
-    """Split text into words."""
-    return text.split()
 
 
 class LocalAgreement:

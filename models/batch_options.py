@@ -1,0 +1,28 @@
+"""The shared ASR worker's options (``--set batching.*``): a leaf module, so the options tree
+imports it without the worker, the engine or CTranslate2."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["BatchOptions"]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOptions:
+    """The shared ASR worker's batching and deadlines (``--set batching.*``)."""
+    enabled: bool = True  # False: one request per engine call (the no-batching baseline)
+    window_s: float = 0.02  # an idle worker waits this long after the first request
+    max_batch: int = 8  # requests per engine call
+    partial_deadline_s: float = 1.0  # a partial should be computed within this
+    workers: int = 2  # threads taking batches (the engine needs as many CTranslate2 workers)
+    group_min_queue: int = 4  # group a bucket only when this many requests wait (see below)
+    final_deadline_s: float = 0.3  # finals are on the speech's critical path: sooner
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1:
+            raise ValueError("max_batch must be >= 1")
+        if self.window_s < 0:
+            raise ValueError("window_s must be >= 0")
+        if self.workers < 1:
+            raise ValueError("workers must be >= 1")

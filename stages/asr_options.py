@@ -1,0 +1,78 @@
+"""The ASR stage's options (``--set asr.*``) and where a stage reads them per decode.
+
+A leaf module: the options tree (``speechpipe.config``) imports it without the stage, the
+models or asyncio."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from speechpipe.stages.commit import CommitPolicyName
+
+__all__ = ["AsrOptions", "AsrOptionsProvider", "FixedOptions"]
+
+
+@dataclass(frozen=True, slots=True)
+class AsrOptions:
+    """Settings of the ASR stage: decode cadence, commit agreement, beams and caps."""
+    step_s: float = 1.0  # re-decode cadence while speaking (docs/design.md)
+    early_step_s: float = 0.5  # cadence until the first translated words are committed ...
+    early_words: int = 2  # ... this many of them (the first phrase the listener hears)
+    min_voiced_s: float = 0.3  # no decode before this much voiced audio
+    agreement: int = 2  # LocalAgreement-n for source captions
+    target_agreement: int = 2  # LocalAgreement-n for the translation (what gets spoken)
+    agreement_lookback: int = 2  # also agree with up to this many older hypotheses
+    pause_commit_margin_s: float = 0.15  # a decode this far past the pause heard the word end
+    beam_size: int = 1  # partial decodes
+    final_beam_size: int = 1  # decodes that commit everything (pause, end); see README
+    tokens_per_second: float = 7.0  # decode length cap per second of uncommitted audio
+    commit_on_pause: bool = True  # source captions: commit everything heard at a pause
+    commit_target_on_pause: bool = True  # translation too (measured: BLEU and AL both better)
+    language_lock_s: float = 1.5  # auto-detected language is fixed after this much audio
+    keep_detected_language: bool = True  # later utterances reuse the language found first
+    pre_roll_s: float = 0.3  # audio kept before the VAD's speech start
+    min_utterance_voiced_s: float = 0.5  # shorter "utterances" are treated as noise
+    partial_max_new_tokens: int = 16  # partials only need the next few words
+    source_partials: bool = True  # False: partials decode the translation only (degrade)
+    # what commits the translation between pauses (stages.commit): "agreement"
+    # (LocalAgreement only) or "align" (also the words a single decode's alignment puts this
+    # far before its audio end)
+    commit_policy: CommitPolicyName = "agreement"
+    align_margin_s: float = 1.0
+    # bounded windows (docs/design.md, "Bounded windows"): after a pause or a cut has
+    # committed everything, later decodes hear only the audio after it, with the committed
+    # text as <|startofprev|> context; False: every decode hears the whole utterance
+    windowing: bool = True
+    # a window longer than this moves on to its latest full commit (a pause); without one
+    # it is cut at a quiet moment. Shorter windows are re-decoded whole: later words
+    # translate better while Whisper still hears the start of the sentence (docs/design.md)
+    max_window_s: float = 10.0
+    cut_grace_s: float = 2.0  # ... or this much later, whatever the audio
+    context_tokens: int = 32  # committed-text tokens given as context (multiples of 8)
+    cap_by_window: bool = True  # partials: new-token cap less the forced prefix's tokens
+
+    def __post_init__(self) -> None:
+        if self.commit_policy not in ("agreement", "align"):
+            raise ValueError(
+                f"asr.commit_policy must be agreement or align, not {self.commit_policy!r}")
+        if self.windowing and not (self.max_window_s > 0 and self.cut_grace_s >= 0):
+            raise ValueError("asr.max_window_s must be > 0 and asr.cut_grace_s >= 0")
+
+
+class AsrOptionsProvider(Protocol):
+    """Where a stage reads its effective options, once per decode."""
+
+    def current(self) -> AsrOptions:
+        """The options to use for the next decode."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class FixedOptions:
+    """An ``AsrOptionsProvider`` that always returns the same options."""
+    options: AsrOptions = AsrOptions()
+
+    def current(self) -> AsrOptions:
+        """The fixed options."""
+        return self.options
