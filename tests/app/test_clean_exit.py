@@ -21,6 +21,10 @@ import soundfile as sf
 
 from tests.helpers import OWN_SAMPLES
 
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 RUNS_PER_INPUT = 15  # x 2 inputs = 30 consecutive runs
 
 
@@ -76,6 +80,9 @@ def test_ctrl_c_mid_translation_exits_cleanly(tmp_path):
         [sys.executable, "-m", "speechpipe", "-v", "translate", str(clip), "--out", "o.wav",
          "--pace", "realtime"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        # a runner started in the background ignores SIGINT, and a child inherits that:
+        # the test is about the default disposition a user's Ctrl-C meets
+        preexec_fn=_default_sigint,
     )
     try:
         assert proc.stderr is not None

@@ -258,6 +258,8 @@ async def admission(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
         first_in_line = await opened("first", URL["b"], tokens.new())
         clients.append(first_in_line)
         out["first_position"] = await first_in_line.queued_position()
+        before_kill = await _snapshot_retry(ledger, 10)
+        out["lost_before_kill"] = before_kill["lost"]  # earlier steps may have lost some
         procs.kill("a")  # h1b's node dies
         with _suppress():
             async with asyncio.timeout(10):
@@ -315,7 +317,16 @@ async def ledger_faults(out: dict[str, Any], procs: Procs) -> None:
         clients += [w1, w2]
         out["waiters_before"] = [await w1.queued_position(), await w2.queued_position()]
         ray.kill(ledger, no_restart=False)  # Ray restarts it, empty, with a new epoch
-        await asyncio.sleep(6.0)  # the nodes re-register and their waiters ask again
+
+        async def rebuilt() -> bool:  # the nodes re-registered and their waiters asked again
+            try:
+                snap = await snapshot(ledger)
+            except Exception:  # noqa: BLE001 (restarting)
+                return False
+            return snap["active"] == 2 and snap["waiting"] == 2 and len(snap["nodes"]) == 2
+
+        await asyncio.sleep(2.0)  # the old ledger is gone before the first look
+        out["restart_settled"] = await settle(rebuilt, 25.0)  # bounded, not a fixed sleep
         out["waiters_after_restart"] = [
             c.outcome.result() if c.outcome.done() else "waiting" for c in (w1, w2)]
         out["waiter_codes"] = sorted({e["code"] for c in (w1, w2) for e in c.of("error")})
