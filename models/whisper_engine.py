@@ -579,7 +579,7 @@ class WhisperEngine:
         if encoded_row is None:
             encoded_row = self._encode_rows([self.mel(audio)])[0]
         tokenizer = Tokenizer(self.tokenizer, True, task="transcribe", language=language)
-        tokens = self.tokenizer.encode(" " + text.strip(), add_special_tokens=False).ids
+        tokens = self._text_ids(text)
         view = ctranslate2.StorageView.from_array(np.ascontiguousarray(encoded_row[None]))
         frames = len(audio) * 100 // SAMPLE_RATE  # mel frames (100 a second)
         try:

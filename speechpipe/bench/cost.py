@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import json
 import os
-import resource
 import statistics
 import sys
 import time
@@ -165,13 +164,10 @@ def threads_cpu(tids: set[int]) -> float:
     return total / tick
 
 
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def _pct(values: list[float], q: float) -> float | None:
-    return float(np.percentile(values, q)) if values else None
+    from speechpipe.evaluation.scores import percentile  # the project's one definition
+
+    return percentile(values, q) if values else None
 
 
 def clip_offsets(records: list[dict[str, Any]], spans: tuple[tuple[float, float], ...],
@@ -233,10 +229,10 @@ RunResult = tuple[list[list[dict[str, Any]]], float, float, dict[str, float]]
 
 async def _run_sessions(pipeline: Any, inputs: list[CostInput], pace: str,
                         run: int, ct2_threads: set[int]) -> RunResult:
-    from speechpipe.file_translation import translate_audio
+    from speechpipe.file_translation import _cpu_seconds, translate_audio
     from speechpipe.stages.request import SessionRequest
 
-    before, cpu0, wall0 = pipeline.engine.stats.snapshot(), _cpu(), time.monotonic()
+    before, cpu0, wall0 = pipeline.engine.stats.snapshot(), _cpu_seconds(), time.monotonic()
     ct2_0 = threads_cpu(ct2_threads)
     tts_before = {tid: threads_cpu({tid}) for tid in _tts_thread_ids()}
     runs = await asyncio.gather(*(
@@ -244,7 +240,7 @@ async def _run_sessions(pipeline: Any, inputs: list[CostInput], pace: str,
             source_lang=item.lang, pace=pace, priority="live",  # type: ignore[arg-type]
             phrase_cache=f"bench cost {run}.{index}"))
         for index, item in enumerate(inputs)))
-    cpu, wall = _cpu() - cpu0, time.monotonic() - wall0
+    cpu, wall = _cpu_seconds() - cpu0, time.monotonic() - wall0
     ct2 = threads_cpu(ct2_threads) - ct2_0
     # Piper's worker thread starts with its first phrase: a new thread counts from zero
     tts = sum(threads_cpu({tid}) - tts_before.get(tid, 0.0) for tid in _tts_thread_ids())
