@@ -124,7 +124,7 @@ def print_comparison(report: dict[str, Any], out: TextIO = sys.stdout) -> None:
         print_report(variant, out=out)
     labels = list(report["variants"])
     print("\n== same run, medians over clips (seconds; BLEU corpus)", file=out)
-    summary = SUMMARY
+    summary: tuple[tuple[str, str], ...] = SUMMARY
     if any("offline_bleu" in report["variants"][label]["aggregate"] for label in labels):
         summary = (*SUMMARY, *OFFLINE_SUMMARY)
     print(f"{'variant':<44}" + "".join(f"{name:>10}" for name, _ in summary), file=out)

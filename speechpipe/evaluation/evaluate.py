@@ -446,7 +446,7 @@ def print_categories(aggregate: dict[str, Any], out=None, label: str = "") -> No
     categories = aggregate.get("by_category") or {}
     if not categories:
         return
-    columns = CATEGORY_COLUMNS
+    columns: tuple[tuple[str, str], ...] = CATEGORY_COLUMNS
     if any("offline_bleu" in figures for figures in categories.values()):
         columns = (*columns[:2], *OFFLINE_COLUMNS, *columns[2:])  # gap = BLEU - offBLEU
     title = f"by category ({label})" if label else "by category"
@@ -486,8 +486,8 @@ def print_report(report: dict[str, Any], out=sys.stdout) -> None:
     header = (f"{'clip':<28}{'dur':>6}{'Start':>7}{'End':>7}{'tEnd':>7}{'queue':>7}"
               f"{'unsyn':>7}{'silen':>7}{'synth':>7}{'LAAL':>7}"
               f"{'NE':>6}{'WER':>6}{'BLEU':>7}{'aBLEU':>7}{'CPU/s':>7}")
-    offline = any("offline_bleu" in r for r in report["clips"])
-    print(header + (f"{'oBLEU':>7}" if offline else ""), file=out)
+    with_offline = any("offline_bleu" in r for r in report["clips"])
+    print(header + (f"{'oBLEU':>7}" if with_offline else ""), file=out)
     for r in report["clips"]:
         print(f"{r['id'][:27]:<28}{r['duration_s']:>6.1f}{_fmt(r['start_offset']):>7}"
               f"{_fmt(r['end_offset']):>7}{_fmt(r['text_end_offset']):>7}"
@@ -496,7 +496,7 @@ def print_report(report: dict[str, Any], out=sys.stdout) -> None:
               f"{_fmt(r['laal']):>7}"
               f"{_fmt(r['ne']):>6}{_fmt(r['wer']):>6}{_fmt(r['bleu']):>7}"
               f"{_fmt(r.get('asr_bleu')):>7}{_fmt(r['cpu_per_audio_s']):>7}"
-              + (f"{_fmt(r.get('offline_bleu')):>7}" if offline else ""), file=out)
+              + (f"{_fmt(r.get('offline_bleu')):>7}" if with_offline else ""), file=out)
     a = report["aggregate"]
     print(f"\n{a['clips']} clips: median StartOffset {_fmt(a['median_start_offset'], ' s')}, "
           f"EndOffset {_fmt(a['median_end_offset'], ' s')}, text StartOffset "

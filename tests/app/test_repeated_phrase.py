@@ -66,3 +66,12 @@ def test_count_over_utterances_skips_empty_ones_as_previous():
     assert count_repeated(utterances) == 2
     assert count_repeated(utterances[:2]) == 0
     assert count_repeated([("hola", "")]) == 0
+
+
+def test_what_the_stream_gave_on_a_telephone_clip():
+    # es_fisher_2251, streamed (eval --pace fast, 2026-12-01): the start said again at the end
+    assert repeated_phrase("No, no hace tanto, hace poco.",
+                           "No, I don't know so much, it's little. No, I don't") == "no i dont"
+    # the same clip offline (whole clip, beam 5): no repeat
+    assert repeated_phrase("No, no hace tanto, hace poco.", "I don't know much about that.") \
+        is None
