@@ -96,6 +96,8 @@ def _offline(pipeline: Pipeline, clips: list[dict[str, Any]], beam: int,
     ``--asr-model`` resolves to), from the cache where it has them."""
     from speechpipe.models.whisper_weights import resolve_whisper_model
 
+    for clip in clips:  # a language the loaded model lacks: one line, not a traceback
+        pipeline.engine.check_language(clip["lang"])
     model_dir = resolve_whisper_model(pipeline.options.asr_model)
     return offline_references(pipeline.engine.model, model_dir, clips, beam,
                               request.target_lang.strip().lower())
