@@ -68,6 +68,7 @@ __all__ = [
     "DecodeResult",
     "WhisperResult",
     "cut_repetition",
+    "cut_restatement",
     "WHISPER_LANGUAGES",
     "EngineStats",
     "generate_max_length",
@@ -116,6 +117,42 @@ def cut_repetition(
                 continue
             keep = i + n if n > 1 else i + 1
             return list(words[: max(0, keep - n_context)]), True
+    return list(words), False
+
+
+_SENTENCE_END = (".", "?", "!", "…")
+
+
+def cut_restatement(
+    words: Sequence[str], context: Sequence[str] = (), same_start: int = 3,
+    min_overlap: float = 0.6,
+) -> tuple[list[str], bool]:
+    """Cut ``words`` before a sentence that restates an earlier one.
+
+    Greedy Whisper forced to continue an awkward prefix often ends the sentence and says it
+    again in other words ("It was buried in the cemetery Forest Lawn. It was buried in the
+    Forest Lawn cemetery."): not an immediate repeat, so ``cut_repetition`` misses it. A
+    sentence of ``words`` counts as a restatement when its first ``same_start`` words are an
+    earlier sentence's first words and at least ``min_overlap`` of its words occur in that
+    sentence. ``context`` is the text before ``words`` (committed, never cut). Returns (kept
+    words, whether anything was cut)."""
+    all_words = [*context, *words]
+    norm = [w.casefold().strip(".,;:!?¿¡\"'…") for w in all_words]
+    starts = [0] + [i + 1 for i, w in enumerate(all_words[:-1]) if w.endswith(_SENTENCE_END)]
+    sentences = [(a, b) for a, b in zip(starts, [*starts[1:], len(all_words)], strict=True)
+                 if b - a >= same_start]
+    n_context = len(context)
+    for k, (start, end) in enumerate(sentences):
+        if start < n_context:
+            continue
+        head = norm[start:start + same_start]
+        mine = [w for w in norm[start:end] if w]
+        for earlier_start, earlier_end in sentences[:k]:
+            if norm[earlier_start:earlier_start + same_start] != head:
+                continue
+            theirs = set(norm[earlier_start:earlier_end])
+            if sum(w in theirs for w in mine) >= min_overlap * len(mine):
+                return list(words[: start - n_context]), True
     return list(words), False
 
 
@@ -488,8 +525,10 @@ class WhisperEngine:
         if task.prefix.strip() and text and not text[0].isspace():
             glued, _, text = text.partition(" ")
         # a loop that starts in the context (text copied from before the window) is cut too
-        words, was_cut = cut_repetition(
-            text.split(), context=[*task.context.split()[-40:], *task.prefix.split()])
+        context = [*task.context.split()[-40:], *task.prefix.split()]
+        words, was_cut = cut_repetition(text.split(), context=context)
+        words, restated = cut_restatement(words, context=context)
+        was_cut = was_cut or restated
         suppressed = (
             no_speech_prob > request.no_speech_threshold
             and avg_logprob < request.logprob_threshold

@@ -7,7 +7,7 @@ from speechpipe.evaluation.scores import (
     normalized_erasure,
     wer,
 )
-from speechpipe.models.whisper_engine import cut_repetition
+from speechpipe.models.whisper_engine import cut_repetition, cut_restatement
 
 
 def test_loop_guard_cuts_repeats_and_keeps_real_text():
@@ -20,6 +20,29 @@ def test_loop_guard_cuts_repeats_and_keeps_real_text():
         "a country with two governments".split(),
         context="I met a country with two governments. I met".split())
     assert (kept, cut) == ([], True)
+
+
+def test_restatement_guard_cuts_a_sentence_said_again_in_other_words():
+    # es_cvssapp_example1, pause decode after the forced prefix "It was buried in the cemetery"
+    kept, cut = cut_restatement(
+        "Forest Lawn. It was buried in the Forest Lawn cemetery.".split(),
+        context="It was buried in the cemetery".split())
+    assert (" ".join(kept), cut) == ("Forest Lawn.", True)
+    # the next pause: the restatement now starts the continuation, and is cut whole
+    kept, cut = cut_restatement(
+        "It was buried in the Forest Lawn Memorial Park. The Hollywood Hills.".split(),
+        context="It was buried in the cemetery Forest Lawn.".split())
+    assert (kept, cut) == ([], True)
+    # a new sentence with the same opening but new content is kept
+    text = "I went to the market. I went to see my brother in Madrid.".split()
+    assert cut_restatement(text) == (text, False)
+    # the same words inside a sentence (not a sentence start) are kept
+    text = "He said it was buried in the cemetery where it was buried before.".split()
+    assert cut_restatement(text) == (text, False)
+    # a restatement inside the committed context is not ours to cut
+    words = "And then we left.".split()
+    assert cut_restatement(words, context="We sat down. We sat down again.".split()) == (
+        words, False)
 
 
 def test_normalize_text_strips_case_and_punctuation():
