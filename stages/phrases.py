@@ -75,15 +75,18 @@ def _name(words: list[str], i: int) -> bool:
 
 def _connector(words: list[str], i: int) -> bool:
     """``words[i]`` links the unit words on both sides: "Leonardo da Vinci", "three point
-    five", "two hundred and five"."""
-    if not 0 < i < len(words) - 1 or _ends_clause(words[i - 1]) or _ends_clause(words[i]):
+    five", "two hundred and five" (the last known word: it may link to the next one)."""
+    if not 0 < i < len(words) or _ends_clause(words[i - 1]):
         return False
-    word, before, after = _bare(words[i]), words[i - 1], words[i + 1]
+    last = i == len(words) - 1
+    if not last and _ends_clause(words[i]):
+        return False
+    word, before = _bare(words[i]), words[i - 1]
     if word in _NAME_PARTICLES:
-        return _capitalized(before) and _name(words, i + 1)
+        return _capitalized(before) and (last or _name(words, i + 1))
     if word == "point":
-        return _numeric(before) and _numeric(after)
-    return word == "and" and _bare(before) in _MAGNITUDES and _numeric(after)
+        return _numeric(before) and (last or _numeric(words[i + 1]))
+    return word == "and" and _bare(before) in _MAGNITUDES and (last or _numeric(words[i + 1]))
 
 
 def joins(words: list[str], i: int) -> bool:
@@ -101,18 +104,10 @@ def joins(words: list[str], i: int) -> bool:
 
 def may_go_on(words: list[str]) -> bool:
     """Whether the last word's name or number may go on in the next (not yet known) word."""
-    n = len(words)
-    last = words[-1]
-    if _ends_clause(last):
+    last = len(words) - 1
+    if _ends_clause(words[last]):
         return False
-    if _name(words, n - 1) or _numeric(last):
-        return True
-    if n < 2 or _ends_clause(words[-2]):
-        return False
-    word, before = _bare(last), words[-2]
-    return ((word in _NAME_PARTICLES and _capitalized(before))
-            or (word == "point" and _numeric(before))
-            or (word == "and" and _bare(before) in _MAGNITUDES))
+    return _name(words, last) or _numeric(words[last]) or _connector(words, last)
 
 
 @dataclass(frozen=True, slots=True)

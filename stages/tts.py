@@ -90,11 +90,12 @@ def span_speed(span_s: float, options: CatchUpOptions, finishing: bool = False) 
     (``finishing``: the speaker has stopped, the utterance's final hypothesis came)."""
     rise = min(1.0, max(0.0, (span_s - options.span_s) / options.ramp_s))
     speed = 1.0 + (options.max_speed - 1.0) * rise
+    cap = max(options.max_speed, options.finish_speed if finishing else 1.0)
     if finishing:
         speed = max(speed, options.finish_speed)
     if options.speed_step > 0:
         speed = round(speed / options.speed_step) * options.speed_step
-    return round(max(1.0, speed), 6)
+    return round(min(cap, max(1.0, speed)), 6)
 
 
 def words_source_time(hyp: TextHypothesis, first_word: int, options: CatchUpOptions) -> float:
