@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                           metavar="GROUP.FIELD=VALUE[,...]",
                           help="also run each clip with these overrides, interleaved in the "
                                "same run, and compare (repeatable: one variant each)")
+    from speechpipe.evaluation.offline import add_offline_arguments
+
+    add_offline_arguments(evaluate)
     _add_session_arguments(evaluate)
 
     config = commands.add_parser(

@@ -28,6 +28,12 @@ from speechpipe.evaluation.evaluate import (
     print_report,
     select_clips,
 )
+from speechpipe.evaluation.offline import (
+    OfflineRun,
+    check_offline_request,
+    offline_beam,
+    offline_references,
+)
 from speechpipe.session import Pipeline, apply_process_limits, check_request
 from speechpipe.stages.request import SessionRequest
 from speechpipe.transport.file_output import check_output_path
@@ -41,6 +47,9 @@ def run_eval(args: argparse.Namespace, options: PipelineOptions, request: Sessio
     # the manifest's lines, every selected clip's audio, the request, the variants.
     if args.limit is not None and args.limit < 1:  # -1 silently dropped the last clip
         raise InputError(f"--limit must be 1 or more, not {args.limit}")
+    beam = offline_beam(args)
+    if beam is not None:
+        check_offline_request(request.target_lang, request.mt)
     if args.report:
         check_output_path(args.report)
     clips = select_clips(load_manifest(args.manifest), args, request.target_lang)
@@ -62,18 +71,36 @@ def run_eval(args: argparse.Namespace, options: PipelineOptions, request: Sessio
     try:
         pipeline.resolve(request)
         pipeline.warm_up()
+        # before the streamed clips: no offline decode loads the machine while they are timed
+        offline = None if beam is None else _offline(pipeline, clips, beam, request)
+        texts = None if offline is None else offline.texts
         if getattr(args, "compare", None):
-            return _run_comparison(args, pipeline, clips, request)
+            return _run_comparison(args, pipeline, clips, request, offline)
         report = asyncio.run(evaluate_clips(
-            pipeline, clips, request, detect_language=args.detect_language))
+            pipeline, clips, request, detect_language=args.detect_language, offline=texts))
     finally:
         pipeline.close()
     report["settings"] = {"pace": request.pace, "mode": request.mode,
                           "detect_language": args.detect_language}
+    if offline is not None:
+        report["offline_reference"] = offline.summary()
     print_report(report)
     if args.report:
         _write_report(args.report, report)
     return 0
+
+
+def _offline(pipeline: Pipeline, clips: list[dict[str, Any]], beam: int,
+             request: SessionRequest) -> OfflineRun:
+    """The offline reference of every clip, on the pipeline's loaded Whisper (the weights
+    ``--asr-model`` resolves to), from the cache where it has them."""
+    from speechpipe.models.whisper_weights import resolve_whisper_model
+
+    for clip in clips:  # a language the loaded model lacks: one line, not a traceback
+        pipeline.engine.check_language(clip["lang"])
+    model_dir = resolve_whisper_model(pipeline.options.asr_model)
+    return offline_references(pipeline.engine.model, model_dir, clips, beam,
+                              request.target_lang.strip().lower())
 
 
 def _write_report(path: str, report: dict[str, Any]) -> None:
@@ -86,13 +113,18 @@ def _write_report(path: str, report: dict[str, Any]) -> None:
 
 
 def _run_comparison(args: argparse.Namespace, pipeline: Pipeline, clips: list[dict[str, Any]],
-                    request: SessionRequest) -> int:
+                    request: SessionRequest, offline: OfflineRun | None = None) -> int:
     """``--compare``: the base options and each variant, interleaved per clip."""
     pipelines = variant_pipelines(pipeline, args.compare)
-    report = asyncio.run(compare_variants(pipelines, clips, request,
-                                          detect_language=args.detect_language))
+    report = asyncio.run(compare_variants(
+        pipelines, clips, request, detect_language=args.detect_language,
+        offline=None if offline is None else offline.texts))
     report["settings"] = {"pace": request.pace, "mode": request.mode,
                           "detect_language": args.detect_language, "compare": args.compare}
+    if offline is not None:
+        report["offline_reference"] = offline.summary()
+        for variant in report["variants"].values():
+            variant["offline_reference"] = report["offline_reference"]
     print_comparison(report)
     if args.report:
         _write_report(args.report, report)

@@ -34,8 +34,9 @@ SUMMARY = (
     ("unsynth", "median_unsynthesized_at_end"), ("silence", "median_silence_after_end"),
     ("synth", "median_synthesis_after_end"), ("LAAL", "median_laal"), ("BLEU", "bleu"),
     ("ASR-BLEU", "asr_bleu"), ("WER", "wer"), ("CPU/s", "cpu_per_audio_s"),
-    ("nonspeech", "words_in_non_speech"),
+    ("nonspeech", "words_in_non_speech"), ("repeated", "utterances_repeated"),
 )
+OFFLINE_SUMMARY = (("offBLEU", "offline_bleu"), ("gap", "bleu_gap"))
 
 
 # option groups read when sessions start; ``pipeline.*`` and ``batching.*`` shape the loaded
@@ -74,16 +75,19 @@ def variant_pipelines(
 async def compare_variants(
     pipelines: list[tuple[str, Pipeline]], clips: list[dict[str, Any]],
     request: SessionRequest, detect_language: bool = False,
+    offline: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Interleaved runs; per variant the report ``evaluate_clips`` gives (without the
-    per-stage breakdown, which is pooled per run there)."""
+    per-stage breakdown, which is pooled per run there). ``offline``: the offline
+    reference's texts (one for all variants: the same weights)."""
     rows: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in pipelines}
     totals: dict[str, list[float]] = {label: [0.0, 0.0, 0.0] for label, _ in pipelines}
     for number, clip in enumerate(clips, 1):
         for index, (label, pipeline) in enumerate(pipelines):
             variant_request = replace(request, phrase_cache=f"compare {index}: {label}")
             result = await evaluate_clips(pipeline, [clip], variant_request,
-                                          detect_language=detect_language, progress=False)
+                                          detect_language=detect_language, progress=False,
+                                          offline=offline)
             row = result["clips"][0]
             rows[label].append(row)
             total = totals[label]
@@ -120,10 +124,13 @@ def print_comparison(report: dict[str, Any], out: TextIO = sys.stdout) -> None:
         print_report(variant, out=out)
     labels = list(report["variants"])
     print("\n== same run, medians over clips (seconds; BLEU corpus)", file=out)
-    print(f"{'variant':<44}" + "".join(f"{name:>10}" for name, _ in SUMMARY), file=out)
+    summary: tuple[tuple[str, str], ...] = SUMMARY
+    if any("offline_bleu" in report["variants"][label]["aggregate"] for label in labels):
+        summary = (*SUMMARY, *OFFLINE_SUMMARY)
+    print(f"{'variant':<44}" + "".join(f"{name:>10}" for name, _ in summary), file=out)
     for label in labels:
         a = report["variants"][label]["aggregate"]
-        print(f"{label[:43]:<44}" + "".join(f"{_num(a.get(key)):>10}" for _, key in SUMMARY),
+        print(f"{label[:43]:<44}" + "".join(f"{_num(a.get(key)):>10}" for _, key in summary),
               file=out)
     if any(report["variants"][label]["aggregate"].get("by_category") for label in labels):
         print("\n== same run, by category", file=out)

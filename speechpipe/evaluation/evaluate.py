@@ -13,6 +13,16 @@ hallucination on noise or silence counts even though the pipeline's own VAD let 
 whose translation has words but whose captions have none, and utterances whose translation
 has fewer than half as many words as their captions (8 or more source words); the trace's
 ``utterance.end`` records carry the same verdict as ``faithfulness``.
+
+"Utterances repeated" (``count_repeated``, per clip, per category and in total): utterances
+whose translation ends with a phrase of 3 or more words (normalized like the scorer) that
+already occurred earlier in the same translation, or that the previous utterance's
+translation also ends with, while the captions do not repeat themselves there
+(``repeated_phrase``).
+
+"Offline reference" (``--offline-reference``, ``speechpipe.evaluation.offline``): each whole
+clip decoded at once by the same weights; ``offline_bleu`` per clip, per category and in
+total, scored exactly like ``bleu``, and ``bleu_gap`` = ``bleu`` - ``offline_bleu``.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ from speechpipe.evaluation.scores import (
     corpus_bleu,
     end_offset_split,
     latency_scores,
+    normalize_text,
     percentiles,
     sentence_bleu,
     wer,
@@ -47,7 +58,8 @@ from speechpipe.stages.request import SessionRequest
 from speechpipe.transport.file_replay import read_audio
 
 __all__ = ["load_manifest", "check_clips", "evaluate_clips", "words_in_non_speech",
-           "transcribe_speech", "listener_figures", "count_unfaithful", "utterance_texts"]
+           "transcribe_speech", "listener_figures", "count_unfaithful", "utterance_texts",
+           "repeated_phrase", "count_repeated"]
 
 STAGES = ("vad", "queue.asr", "asr.encode", "asr.langid", "asr.decode", "queue.tts", "tts")
 
@@ -173,6 +185,56 @@ def count_unfaithful(
     return counts
 
 
+MIN_REPEATED_WORDS = 3  # a target phrase this long, repeated at the end, is counted
+MIN_SOURCE_REPEAT_WORDS = 2  # a source repeat this long excuses it (languages differ in length)
+
+
+def _ends_with_repeat(words: list[str], previous: list[str], min_words: int) -> str | None:
+    """The shortest phrase of ``min_words`` or more that ``words`` ends with and that occurs
+    earlier in ``words`` (not overlapping that end) or that ``previous`` also ends with."""
+    for k in range(min_words, len(words) + 1):
+        tail = words[-k:]
+        if len(previous) >= k and previous[-k:] == tail:
+            return " ".join(tail)
+        head = words[:-k]
+        if any(head[i:i + k] == tail for i in range(len(head) - k + 1)):
+            return " ".join(tail)
+    return None
+
+
+def repeated_phrase(source: str, target: str, previous_source: str = "",
+                    previous_target: str = "", min_words: int = MIN_REPEATED_WORDS) -> str | None:
+    """The phrase (normalized, ``min_words`` or more words) ``target`` ends with that already
+    occurred earlier in ``target`` or at the end of ``previous_target``, when the source does
+    not repeat itself the same way (its own end repeated, ``MIN_SOURCE_REPEAT_WORDS`` or more
+    words, within ``source`` or against ``previous_source``); None when there is none.
+
+    The source is another language, so its repeat is looked for in its own words: a speaker
+    who said a phrase twice gives captions that end with a repeat too."""
+    words = normalize_text(target).split()
+    phrase = _ends_with_repeat(words, normalize_text(previous_target).split(), min_words)
+    if phrase is None:
+        return None
+    if _ends_with_repeat(normalize_text(source).split(), normalize_text(previous_source).split(),
+                         MIN_SOURCE_REPEAT_WORDS) is not None:
+        return None
+    return phrase
+
+
+def count_repeated(utterances: Iterable[tuple[str, str]],
+                   min_words: int = MIN_REPEATED_WORDS) -> int:
+    """Utterances, of (source text, target text) in order, whose target ends with a repeated
+    phrase (``repeated_phrase``); the previous utterance is the last one with target words."""
+    count = 0
+    previous = ("", "")
+    for source, target in utterances:
+        if repeated_phrase(source, target, *previous, min_words=min_words) is not None:
+            count += 1
+        if normalize_text(target):
+            previous = (source, target)
+    return count
+
+
 def utterance_texts(records: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """(source text, target text) of every ``utterance.end`` record of a trace."""
     return [(r.get("source_text") or "", r.get("text") or "")
@@ -190,8 +252,12 @@ def _stage_samples(records: list[dict[str, Any]]) -> dict[str, list[float]]:
 async def evaluate_clips(
     pipeline: Pipeline, clips: list[dict[str, Any]], request: SessionRequest,
     detect_language: bool = False, progress: bool = True,
+    offline: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Translate each clip and score it; returns per-clip rows and an aggregate."""
+    """Translate each clip and score it; returns per-clip rows and an aggregate.
+
+    ``offline``: the offline reference's text by clip id (``--offline-reference``), scored
+    beside the streamed text."""
     rows: list[dict[str, Any]] = []
     stage_values: dict[str, list[float]] = {}
     total_cpu = total_audio = total_wall = 0.0
@@ -221,12 +287,15 @@ async def evaluate_clips(
             "words_in_non_speech": words_in_non_speech(run.records, audio),
             **{f"utterances_{k}": v
                for k, v in count_unfaithful(utterance_texts(run.records)).items()},
+            "utterances_repeated": count_repeated(utterance_texts(run.records)),
         }
         kind = (clip.get("transcript_kind") or "reference").split()[0]
         if clip.get("transcript") and kind.startswith("reference"):
             row["wer"] = wer(clip["transcript"], run.source_text)
         if reference:
             row["bleu"] = round(sentence_bleu(run.target_text, reference), 2)
+        if offline is not None:
+            row.update(offline_scores(offline[clip["id"]], row["bleu"], reference))
         row.update(await listener_figures(pipeline, run, reference))
         rows.append(row)
         total_cpu += run.cpu_seconds
@@ -239,6 +308,14 @@ async def evaluate_clips(
         bar.close()
     return {"clips": rows, "aggregate": _aggregate(rows, clips, stage_values, total_cpu,
                                                    total_audio, total_wall)}
+
+
+def offline_scores(offline_text: str, bleu: float | None, reference: str) -> dict[str, Any]:
+    """A clip's offline-reference fields: its text, its BLEU (the scorer ``bleu`` uses) and
+    the gap streamed - offline."""
+    offline_bleu = round(sentence_bleu(offline_text, reference), 2) if reference else None
+    gap = None if bleu is None or offline_bleu is None else round(bleu - offline_bleu, 2)
+    return {"offline_text": offline_text, "offline_bleu": offline_bleu, "bleu_gap": gap}
 
 
 def transcribe_speech(model: Any, samples: np.ndarray, sample_rate: int) -> str:
@@ -284,8 +361,6 @@ def _aggregate(rows, clips, stage_values, total_cpu, total_audio, total_wall) ->
     if wer_rows:
         import jiwer
 
-        from speechpipe.evaluation.scores import normalize_text
-
         corpus_wer = float(jiwer.wer(
             [normalize_text(by_id[r["id"]]["transcript"]) for r in wer_rows],
             [normalize_text(r["source_text"]) or "<empty>" for r in wer_rows]))
@@ -311,6 +386,7 @@ def _aggregate(rows, clips, stage_values, total_cpu, total_audio, total_wall) ->
         "bleu": (None if not with_ref else round(corpus_bleu(
             [r["target_text"] for r in with_ref],
             [by_id[r["id"]]["translation_en"] for r in with_ref]) or 0.0, 2)),
+        **_offline_aggregate(with_ref, by_id),
         **_listener_aggregate(rows, by_id),
         "wer": None if corpus_wer is None else round(corpus_wer, 4),
         "cpu_per_audio_s": round(total_cpu / total_audio, 4) if total_audio else None,
@@ -318,10 +394,22 @@ def _aggregate(rows, clips, stage_values, total_cpu, total_audio, total_wall) ->
         "words_in_non_speech": sum(r["words_in_non_speech"] for r in rows),
         "utterances_invented": sum(r["utterances_invented"] for r in rows),
         "utterances_dropped": sum(r["utterances_dropped"] for r in rows),
+        "utterances_repeated": sum(r.get("utterances_repeated", 0) for r in rows),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "stages": stages,
         "by_category": _by_category(rows, clips) if top else {},
     }
+
+
+def _offline_aggregate(with_ref: list[dict[str, Any]], by_id: dict[str, Any]) -> dict[str, Any]:
+    """Corpus BLEU of the offline reference over the clips the streamed BLEU is taken on, and
+    the gap streamed - offline; nothing without ``--offline-reference``."""
+    if not with_ref or any("offline_text" not in r for r in with_ref):
+        return {}
+    references = [by_id[r["id"]]["translation_en"] for r in with_ref]
+    streamed = corpus_bleu([r["target_text"] for r in with_ref], references) or 0.0
+    offline = corpus_bleu([r["offline_text"] for r in with_ref], references) or 0.0
+    return {"offline_bleu": round(offline, 2), "bleu_gap": round(streamed - offline, 2)}
 
 
 def _by_category(rows: list[dict[str, Any]], clips: list[dict[str, Any]]) -> dict[str, Any]:
@@ -347,7 +435,9 @@ CATEGORY_COLUMNS = (("clips", "clips"), ("BLEU", "bleu"), ("ASR-BLEU", "asr_bleu
                     ("WER", "wer"), ("StartOff", "median_start_offset"),
                     ("EndOff", "median_end_offset"), ("tStart", "median_text_start_offset"),
                     ("NE", "median_ne"), ("CPU/s", "cpu_per_audio_s"),
-                    ("invented", "utterances_invented"), ("dropped", "utterances_dropped"))
+                    ("invented", "utterances_invented"), ("dropped", "utterances_dropped"),
+                    ("repeated", "utterances_repeated"))
+OFFLINE_COLUMNS = (("offBLEU", "offline_bleu"), ("gap", "bleu_gap"))
 
 
 def print_categories(aggregate: dict[str, Any], out=None, label: str = "") -> None:
@@ -356,12 +446,15 @@ def print_categories(aggregate: dict[str, Any], out=None, label: str = "") -> No
     categories = aggregate.get("by_category") or {}
     if not categories:
         return
+    columns: tuple[tuple[str, str], ...] = CATEGORY_COLUMNS
+    if any("offline_bleu" in figures for figures in categories.values()):
+        columns = (*columns[:2], *OFFLINE_COLUMNS, *columns[2:])  # gap = BLEU - offBLEU
     title = f"by category ({label})" if label else "by category"
     print(f"\n{title}\n{'category':<28}"
-          + "".join(f"{name:>9}" for name, _ in CATEGORY_COLUMNS), file=out)
+          + "".join(f"{name:>9}" for name, _ in columns), file=out)
     for category, figures in categories.items():
         print(f"{category[:27]:<28}" + "".join(f"{_fmt(figures.get(key)):>9}"
-                                             for _, key in CATEGORY_COLUMNS), file=out)
+                                             for _, key in columns), file=out)
 
 
 def _listener_aggregate(rows: list[dict[str, Any]], by_id: dict[str, Any]) -> dict[str, Any]:
@@ -393,7 +486,8 @@ def print_report(report: dict[str, Any], out=sys.stdout) -> None:
     header = (f"{'clip':<28}{'dur':>6}{'Start':>7}{'End':>7}{'tEnd':>7}{'queue':>7}"
               f"{'unsyn':>7}{'silen':>7}{'synth':>7}{'LAAL':>7}"
               f"{'NE':>6}{'WER':>6}{'BLEU':>7}{'aBLEU':>7}{'CPU/s':>7}")
-    print(header, file=out)
+    with_offline = any("offline_bleu" in r for r in report["clips"])
+    print(header + (f"{'oBLEU':>7}" if with_offline else ""), file=out)
     for r in report["clips"]:
         print(f"{r['id'][:27]:<28}{r['duration_s']:>6.1f}{_fmt(r['start_offset']):>7}"
               f"{_fmt(r['end_offset']):>7}{_fmt(r['text_end_offset']):>7}"
@@ -401,7 +495,8 @@ def print_report(report: dict[str, Any], out=sys.stdout) -> None:
               f"{_fmt(r.get('silence_after_end')):>7}{_fmt(r.get('synthesis_after_end')):>7}"
               f"{_fmt(r['laal']):>7}"
               f"{_fmt(r['ne']):>6}{_fmt(r['wer']):>6}{_fmt(r['bleu']):>7}"
-              f"{_fmt(r.get('asr_bleu')):>7}{_fmt(r['cpu_per_audio_s']):>7}", file=out)
+              f"{_fmt(r.get('asr_bleu')):>7}{_fmt(r['cpu_per_audio_s']):>7}"
+              + (f"{_fmt(r.get('offline_bleu')):>7}" if with_offline else ""), file=out)
     a = report["aggregate"]
     print(f"\n{a['clips']} clips: median StartOffset {_fmt(a['median_start_offset'], ' s')}, "
           f"EndOffset {_fmt(a['median_end_offset'], ' s')}, text StartOffset "
@@ -419,9 +514,20 @@ def print_report(report: dict[str, Any], out=sys.stdout) -> None:
           f"audio s, RTF {_fmt(a['rtf'])}, peak RSS {_fmt(a['peak_rss_mb'])} MB, words during "
           f"non-speech {a['words_in_non_speech']}", file=out)
     print(f"utterances invented {a['utterances_invented']}, dropped {a['utterances_dropped']}"
+          f", repeated {a.get('utterances_repeated', 0)}"
           + "".join(f"; {r['id']}: {r['utterances_invented']} invented, "
-                    f"{r['utterances_dropped']} dropped" for r in report["clips"]
-                    if r["utterances_invented"] or r["utterances_dropped"]), file=out)
+                    f"{r['utterances_dropped']} dropped, {r.get('utterances_repeated', 0)} "
+                    "repeated" for r in report["clips"]
+                    if r["utterances_invented"] or r["utterances_dropped"]
+                    or r.get("utterances_repeated")), file=out)
+    if "offline_bleu" in a:
+        offline = report.get("offline_reference") or {}
+        print(f"offline reference (whole clips, beam {offline.get('beam', '?')}): BLEU "
+              f"{_fmt(a['offline_bleu'])}, streamed - offline {_fmt(a['bleu_gap'])}"
+              + "".join(f"; {name} {_fmt(figures.get('bleu_gap'))}" for name, figures in
+                        (a.get("by_category") or {}).items())
+              + f" ({offline.get('decoded', 0)} decoded, {offline.get('cached', 0)} "
+                "from the cache)", file=out)
     print_categories(a, out)
     print(f"\n{'stage':<12}{'p50':>8}{'p95':>8}{'p99':>8}{'n':>6}{'share':>8}", file=out)
     for stage, f in a["stages"].items():

@@ -1,0 +1,230 @@
+"""``speechpipe eval --offline-reference``: what the same model gives offline, on whole clips.
+
+For each selected clip the pipeline's own loaded Whisper (``Pipeline.engine.model``: the
+weights ``--asr-model`` resolves to, int8, ``pipeline.asr_threads`` threads) decodes the whole
+clip at once: ``WhisperModel.transcribe(audio, task="translate", language=<the clip's lang>,
+beam_size=--offline-beam, condition_on_previous_text=False)``. The audio is the same 16 kHz
+mono samples the streamed run is fed (``transport.file_replay.read_audio``), so the gap
+between the two figures is the streaming policy's, not the resampler's.
+
+x-to-English with Whisper's own translation only (``--mt whisper``, ``--target-lang en``):
+the eval scores translations against the manifest's ``translation_en`` only, so an en-to-x
+offline figure would have no reference to be scored against.
+
+Results are cached under ``$SPEECHPIPE_HOME/eval-offline/`` (one JSON file per key) keyed by
+the clip file's SHA-256, the model's identity (the SHA-256 of its ``model.bin`` as pinned
+when the bundled model was assembled, else the folder, size and mtime of ``model.bin``; plus
+the faster-whisper and CTranslate2 versions), the beam size, the language and the task, so a
+repeated eval decodes nothing again. The decode runs before the streamed clips, never
+while one is paced in real time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from speechpipe.errors import InputError
+
+__all__ = ["MAX_BEAM", "add_offline_arguments", "offline_beam", "check_offline_request",
+           "model_identity", "cache_key", "OfflineCache", "OfflineRun", "offline_references",
+           "file_sha256"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BEAM = 5
+MAX_BEAM = 20
+CACHE_FOLDER = "eval-offline"
+_KEY_VERSION = 1  # bump when what a cached entry means changes
+_CHUNK = 1 << 20
+
+
+def add_offline_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--offline-reference`` and ``--offline-beam`` on the ``eval`` parser."""
+    parser.add_argument(
+        "--offline-reference", action="store_true",
+        help="also decode each whole clip offline with the same Whisper weights (beam "
+             "search, no conditioning on previous text; cached) and report its BLEU and the "
+             "gap streamed - offline per category; x-to-English with --mt whisper only")
+    parser.add_argument(
+        "--offline-beam", default=None, metavar="N",
+        help=f"beam size of the offline reference (1..{MAX_BEAM}, default {DEFAULT_BEAM})")
+
+
+def offline_beam(args: argparse.Namespace) -> int | None:
+    """The offline beam size of ``args`` (None without ``--offline-reference``); raises
+    ``InputError`` for a bad value, or ``--offline-beam`` alone."""
+    text = getattr(args, "offline_beam", None)
+    if not getattr(args, "offline_reference", False):
+        if text is not None:
+            raise InputError("--offline-beam needs --offline-reference")
+        return None
+    if text is None:
+        return DEFAULT_BEAM
+    try:
+        beam = int(str(text).strip())
+    except ValueError:
+        beam = 0
+    if not 1 <= beam <= MAX_BEAM:
+        raise InputError(f"--offline-beam must be a whole number from 1 to {MAX_BEAM}, "
+                         f"not {text!r}")
+    return beam
+
+
+def check_offline_request(target_lang: str, mt: str) -> None:
+    """``--offline-reference`` is x-to-English with Whisper's translation; ``InputError``
+    otherwise (before any model loads)."""
+    if mt != "whisper" or target_lang.strip().lower() != "en":
+        raise InputError("--offline-reference supports x-to-English with Whisper's own "
+                         f"translation only (--mt whisper --target-lang en), not --mt {mt} "
+                         f"--target-lang {target_lang}")
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def model_identity(model_dir: str | Path) -> str:
+    """What names the weights a folder holds, cheaply: the pinned SHA-256 of ``model.bin``
+    the bundled model's marker records, else the folder, size and mtime of ``model.bin``;
+    with the decoding libraries' versions (a new faster-whisper may decode differently)."""
+    import ctranslate2
+    import faster_whisper
+
+    from speechpipe.models.whisper_weights import MARKER
+
+    folder = Path(model_dir).resolve()
+    try:
+        marker = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+        weights = "sha256:" + str(marker["files"]["model.bin"]["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        stat = (folder / "model.bin").stat()
+        weights = f"{folder}:{stat.st_size}:{stat.st_mtime_ns}"
+    return (f"{weights} faster-whisper {faster_whisper.__version__} "
+            f"ctranslate2 {ctranslate2.__version__} int8")
+
+
+def cache_key(audio_sha256: str, model: str, beam: int, language: str, task: str) -> str:
+    """The cache key of one offline decode (hex SHA-256 of its inputs)."""
+    fields = {"v": _KEY_VERSION, "audio": audio_sha256, "model": model, "beam": beam,
+              "language": language, "task": task}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+class OfflineCache:
+    """One JSON file per key under ``root``; written atomically (temp file, then rename),
+    so concurrent evals and a killed run leave either no entry or a whole one."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        if root is None:
+            from speechpipe.models.home import speechpipe_home
+
+            root = speechpipe_home() / CACHE_FOLDER
+        self.root = root
+
+    def path(self, key: str) -> Path:
+        return self.root / f"{key}.json"
+
+    def get(self, key: str) -> str | None:
+        """The cached text, or None (missing or unreadable: decoded again)."""
+        try:
+            entry = json.loads(self.path(key).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        text = entry.get("text") if isinstance(entry, dict) else None
+        return text if isinstance(text, str) else None
+
+    def put(self, key: str, text: str, fields: dict[str, Any]) -> None:
+        """Store ``text``; a cache that cannot be written costs the next run a decode, not
+        this run its result (a warning, without the text)."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-", suffix=".json")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    json.dump({**fields, "text": text}, fh, ensure_ascii=False)
+                os.replace(tmp, self.path(key))
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError as exc:
+            log.warning("cannot write the offline-reference cache in %s (%s)", self.root,
+                        exc.strerror)
+
+
+@dataclass
+class OfflineRun:
+    """Offline texts by clip id, and how many were decoded now or read from the cache."""
+    beam: int
+    model: str
+    texts: dict[str, str] = field(default_factory=dict)
+    decoded: int = 0
+    cached: int = 0
+    decode_seconds: float = 0.0
+
+    def summary(self) -> dict[str, Any]:
+        return {"beam": self.beam, "model": self.model, "decoded": self.decoded,
+                "cached": self.cached, "decode_s": round(self.decode_seconds, 3)}
+
+
+def decode_whole(model: Any, audio: Any, language: str, task: str, beam: int) -> str:
+    """The whole clip decoded at once by a loaded ``faster_whisper.WhisperModel``."""
+    segments, _ = model.transcribe(audio, task=task, language=language, beam_size=beam,
+                                   condition_on_previous_text=False)
+    return " ".join(segment.text.strip() for segment in segments).strip()
+
+
+def offline_references(
+    model: Any, model_dir: str | Path, clips: list[dict[str, Any]], beam: int, target: str,
+    *, cache: OfflineCache | None = None, progress: bool = True,
+    decode: Callable[[Any, Any, str, str, int], str] = decode_whole,
+) -> OfflineRun:
+    """Offline texts of ``clips`` (from the cache where it has them). Blocking; call it
+    while no session runs (before the streamed clips)."""
+    import numpy as np
+
+    from speechpipe.transport.file_replay import read_audio
+
+    cache = cache or OfflineCache()
+    run = OfflineRun(beam=beam, model=model_identity(model_dir))
+    iterator: Any = clips
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(clips, desc="offline reference", unit="clip", file=sys.stderr, leave=False)
+        iterator = bar
+    for clip in iterator:
+        task = "transcribe" if clip["lang"] == target else "translate"
+        fields = {"audio": file_sha256(clip["path"]), "model": run.model, "beam": beam,
+                  "language": clip["lang"], "task": task}
+        key = cache_key(fields["audio"], run.model, beam, clip["lang"], task)
+        text = cache.get(key)
+        if text is None:
+            audio = read_audio(clip["path"]).astype(np.float32) / 32768.0
+            started = time.perf_counter()
+            text = decode(model, audio, clip["lang"], task, beam)
+            run.decode_seconds += time.perf_counter() - started
+            run.decoded += 1
+            cache.put(key, text, fields)
+        else:
+            run.cached += 1
+        run.texts[clip["id"]] = text
+    if bar is not None:
+        bar.close()
+    return run
