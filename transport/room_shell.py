@@ -57,8 +57,9 @@ class RoomObserver(Protocol):
     def fanout_dropped(self) -> None:
         """A listener's outbox overflowed (it is closed with ``listener_too_slow``)."""
 
-    def fanout_delay(self, seconds: float) -> None:
-        """A message reached a listener's socket ``seconds`` after it was published."""
+    def fanout_delay(self, seconds: float, cpu_s: float = 0.0) -> None:
+        """A message reached a listener's socket ``seconds`` after it was published
+        (``cpu_s``: the server's CPU time writing it)."""
 
 
 class _NoMetrics:
@@ -68,7 +69,7 @@ class _NoMetrics:
     def fanout_dropped(self) -> None:
         pass
 
-    def fanout_delay(self, seconds: float) -> None:
+    def fanout_delay(self, seconds: float, cpu_s: float = 0.0) -> None:
         pass
 
 

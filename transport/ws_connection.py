@@ -120,8 +120,9 @@ class ServerObserver(Protocol):
     def fanout_dropped(self) -> None:
         """A room listener's outbox overflowed (it is closed with ``listener_too_slow``)."""
 
-    def fanout_delay(self, seconds: float) -> None:
-        """A room message reached a listener's socket ``seconds`` after it was published."""
+    def fanout_delay(self, seconds: float, cpu_s: float = 0.0) -> None:
+        """A room message reached a listener's socket ``seconds`` after it was published;
+        writing it there took ``cpu_s`` of the server's CPU (the fan-out cost)."""
 
 
 class CapacityGate(Protocol):
@@ -177,7 +178,7 @@ class NullObserver:
     def fanout_dropped(self) -> None:
         pass
 
-    def fanout_delay(self, seconds: float) -> None:
+    def fanout_delay(self, seconds: float, cpu_s: float = 0.0) -> None:
         pass
 
 
@@ -705,11 +706,13 @@ class WsConnection:
             if sub.outbox.overflowed:
                 return  # _overflow closes it
             for item in sub.outbox.take():
+                cpu = time.thread_time()
                 for part in item.parts:
                     await self.ws.send(part)
+                cpu = time.thread_time() - cpu
                 self.sent += 1
                 if item.kind not in ("error", "end"):
-                    self.observer.fanout_delay(time.monotonic() - item.published)
+                    self.observer.fanout_delay(time.monotonic() - item.published, cpu)
             if sub.outbox.closed:
                 raise _Close(CloseCode.NORMAL, "stopped")
 

@@ -124,6 +124,10 @@ class ServerMetrics:
             "speechpipe_room_fanout_drops",
             "Room listeners closed because their outbox overflowed (listener_too_slow)",
             registry=r)
+        self.fanout_cpu = Counter(
+            "speechpipe_room_fanout_cpu_seconds",
+            "CPU seconds the server spent writing room messages to listeners' sockets",
+            registry=r)
         self.fanout_delay_seconds = Histogram(
             "speechpipe_room_fanout_delay_seconds",
             "From a room message's publication to its last byte written to a listener's socket",
@@ -144,8 +148,9 @@ class ServerMetrics:
     def fanout_dropped(self) -> None:
         self.fanout_drops.inc()
 
-    def fanout_delay(self, seconds: float) -> None:
+    def fanout_delay(self, seconds: float, cpu_s: float = 0.0) -> None:
         self.fanout_delay_seconds.observe(max(0.0, seconds))
+        self.fanout_cpu.inc(max(0.0, cpu_s))
 
     def session_opened(self) -> None:
         """Count a session start."""
