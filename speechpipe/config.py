@@ -445,6 +445,9 @@ RANGES: dict[str, Range] = {
     "quotas.min_audio_ratio": FRACTION,  # 0: the pace rule is off
     "quotas.max_sessions_per_token": NON_NEGATIVE,  # 0: no limit
     "quotas.max_sessions_per_ip": NON_NEGATIVE,
+    "rooms.max_listeners_per_room": NON_NEGATIVE,  # 0: no limit
+    "rooms.max_listeners": NON_NEGATIVE,  # 0: no limit
+    "rooms.echo_tail_s": NON_NEGATIVE,
     "admission.capacity": AT_LEAST_ONE,
     "admission.max_queue": NON_NEGATIVE,  # 0: no waiting line
     "admission.max_wait_s": NON_NEGATIVE,
