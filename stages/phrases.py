@@ -131,7 +131,7 @@ class PhraseOptions:
     # spoken anyway once the output has been silent this long and the oldest of them has
     # waited this long (never while speech is still queued)
     hold_silence_s: float = 0.5
-    hold_wait_s: float = 1.0
+    hold_wait_s: float = 1.5  # one decode step (1 s) and its decode: the next commit first
 
     def __post_init__(self) -> None:
         if self.cut not in ("count", "just_in_time"):
