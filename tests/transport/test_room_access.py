@@ -15,7 +15,15 @@ from speechpipe.transport.auth import TokenAuthority
 from speechpipe.transport.codes import CloseCode
 from speechpipe.transport.limits import RoomOptions, ServerLimits
 from speechpipe.transport.websocket_server import SpeechServer
-from tests.helpers import FAKE_TARGET, SECRET, TickFactory, pcm, read_until_closed, recv_json
+from tests.helpers import (
+    FAKE_TARGET,
+    SECRET,
+    TickFactory,
+    pcm,
+    read_until_closed,
+    recv_json,
+    wait_for,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")  # the loop the fixtures run in
 
@@ -99,3 +107,30 @@ async def test_an_unknown_room_is_refused(server: SpeechServer) -> None:
     assert (await closed_with(ws))[0] == CloseCode.NO_ROOM
     ws, reply = await start(server, role="listener", token=AUTH.issue(ttl_s=60))
     assert reply["code"] == "bad_start", "a listener needs a room"
+
+
+async def test_a_listener_in_another_language_gets_its_own_pipeline_on_the_same_audio(
+    server: SpeechServer,
+) -> None:
+    factory = server.factory
+    assert isinstance(factory, TickFactory)
+    before = len(factory.sessions)
+    speaker, started = await start(server, role="speaker", token=AUTH.issue(ttl_s=60))
+    listener, joined = await start(server, room=started["room"], target_lang="fr",
+                                   token=AUTH.issue(ttl_s=60))
+    assert joined["type"] == "started"
+    await wait_for(lambda: len(factory.sessions) == before + 2, what="the French pipeline")
+    french = factory.sessions[-1]
+    assert french.request.target_lang == "fr" and french.request.source_lang == "auto"
+    await speaker.send(pcm(1.0))
+    got = await recv_json(listener)
+    while got["type"] != "target":
+        got = await recv_json(listener)
+    assert got["speaker"] == started["session"]
+    assert french.frames > 0 and french.next_pts == factory.sessions[before].next_pts, (
+        "the French pipeline got the speaker's audio")
+    await listener.send(json.dumps({"type": "stop"}))
+    assert (await closed_with(listener))[0] == CloseCode.NORMAL
+    await speaker.send(json.dumps({"type": "stop"}))
+    assert (await closed_with(speaker))[0] == CloseCode.NORMAL
+    assert french.exited, "the extra pipeline ended with its speaker"
