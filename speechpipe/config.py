@@ -425,6 +425,12 @@ RANGES: dict[str, Range] = {
     "asr.align_margin_s": NON_NEGATIVE,
     "phrases.min_words_at_punctuation": NON_NEGATIVE,
     "phrases.lead_s": NON_NEGATIVE,
+    "phrases.hold_silence_s": NON_NEGATIVE,  # 0: a lone word may go once the output is silent
+    "phrases.hold_wait_s": NON_NEGATIVE,
+    "catch_up.span_s": NON_NEGATIVE,
+    "catch_up.max_speed": Range(1.0, 2.0),  # 1: the span never speeds the voice up
+    "catch_up.finish_speed": Range(1.0, 2.0),  # 1: no faster finish
+    "catch_up.speed_step": NON_NEGATIVE,  # 0: rates are not rounded
     "batching.window_s": NON_NEGATIVE,  # 0: no gathering window
     "batching.group_min_queue": NON_NEGATIVE,
     "faithful.min_speech_s": NON_NEGATIVE,
@@ -439,6 +445,9 @@ RANGES: dict[str, Range] = {
     "quotas.min_audio_ratio": FRACTION,  # 0: the pace rule is off
     "quotas.max_sessions_per_token": NON_NEGATIVE,  # 0: no limit
     "quotas.max_sessions_per_ip": NON_NEGATIVE,
+    "rooms.max_listeners_per_room": NON_NEGATIVE,  # 0: no limit
+    "rooms.max_listeners": NON_NEGATIVE,  # 0: no limit
+    "rooms.echo_tail_s": NON_NEGATIVE,
     "admission.capacity": AT_LEAST_ONE,
     "admission.max_queue": NON_NEGATIVE,  # 0: no waiting line
     "admission.max_wait_s": NON_NEGATIVE,

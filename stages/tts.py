@@ -33,29 +33,92 @@ from speechpipe.stages.phrases import (
     make_segmenter,
 )
 
-__all__ = ["TtsStage", "Speak", "CatchUpOptions", "catch_up_speed"]
+__all__ = ["TtsStage", "Speak", "CatchUpOptions", "catch_up_speed", "span_speed",
+           "words_source_time", "phrase_speed"]
 
 Speak = Callable[[str, float], Awaitable[NDArray[np.int16]]]
 
 
 @dataclass(frozen=True, slots=True)
 class CatchUpOptions:
-    """Speak faster when the translated speech lags the speaker, as interpreters do.
+    """Speak faster when the translated speech lags the speaker, as interpreters do
+    (``--set catch_up.*``; docs/design.md).
 
-    ``backlog`` is how far the end of the speech already queued lies ahead of the stream
-    position now. Each step up the ladder multiplies the speaking rate."""
+    ``span`` (the default): the rate follows the ear-voice span of the phrase about to be
+    synthesized: from when the listener will hear it (``max(now, queued_until)``) back to when
+    the speaker said its words. 1.0 up to ``span_s``, rising linearly to ``max_speed`` at
+    ``span_s + ramp_s``; the rest of an utterance after its final hypothesis (the speaker has
+    stopped) is spoken at least at ``finish_speed``, so the translation ends soon after the
+    speaker. Rates are rounded to multiples of ``speed_step`` (the phrase cache keys on the
+    rate; 0: not rounded). ``source_time`` is where the words were said: ``words`` places them
+    in the hypothesis' audio span by their position in its text, ``end`` takes the span's end
+    (an upper bound: the shortest span).
 
+    ``backlog`` (the rule before issue 20): ``backlog`` is how far the end of the speech
+    already queued lies ahead of the stream position now; each ``backlog_s`` step reached
+    sets the speaking rate to its ``speeds`` entry."""
+
+    mode: str = "span"  # or "backlog"
     backlog_s: tuple[float, ...] = (1.0, 2.0)
     speeds: tuple[float, ...] = (1.15, 1.3)
+    span_s: float = 1.5
+    ramp_s: float = 2.0
+    max_speed: float = 1.35
+    finish_speed: float = 1.2
+    speed_step: float = 0.05
+    source_time: str = "words"  # or "end"
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("span", "backlog"):
+            raise ValueError(f"catch_up.mode must be span or backlog, not {self.mode!r}")
+        if self.source_time not in ("words", "end"):
+            raise ValueError(
+                f"catch_up.source_time must be words or end, not {self.source_time!r}")
 
 
 def catch_up_speed(backlog_s: float, options: CatchUpOptions) -> float:
-    """The speaking rate for a backlog of ``backlog_s`` seconds."""
+    """The ``backlog`` rule: the speaking rate for a backlog of ``backlog_s`` seconds."""
     speed = 1.0
     for threshold, step_speed in zip(options.backlog_s, options.speeds, strict=True):
         if backlog_s >= threshold:
             speed = step_speed
     return speed
+
+
+def span_speed(span_s: float, options: CatchUpOptions, finishing: bool = False) -> float:
+    """The ``span`` rule: the speaking rate for an ear-voice span of ``span_s`` seconds
+    (``finishing``: the speaker has stopped, the utterance's final hypothesis came)."""
+    rise = min(1.0, max(0.0, (span_s - options.span_s) / options.ramp_s))
+    speed = 1.0 + (options.max_speed - 1.0) * rise
+    cap = max(options.max_speed, options.finish_speed if finishing else 1.0)
+    if finishing:
+        speed = max(speed, options.finish_speed)
+    if options.speed_step > 0:
+        speed = round(speed / options.speed_step) * options.speed_step
+    return round(min(cap, max(1.0, speed)), 6)
+
+
+def words_source_time(hyp: TextHypothesis, first_word: int, options: CatchUpOptions) -> float:
+    """Stream seconds at which the speaker said word ``first_word`` of ``hyp.committed``:
+    the hypothesis' text (committed, then tentative) spans ``audio_start..audio_end``; with
+    ``source_time=words`` the word is placed in it by its position in the text."""
+    end = hyp.audio_end / STREAM_RATE
+    if options.source_time == "end":
+        return end
+    start = hyp.audio_start / STREAM_RATE
+    total = len(hyp.committed.split()) + len(hyp.tentative.split())
+    if total <= 0 or end <= start:
+        return end
+    return start + (end - start) * min(first_word, total) / total
+
+
+def phrase_speed(options: CatchUpOptions, *, now_s: float, queued_until_s: float,
+                 source_s: float, finishing: bool) -> float:
+    """The speaking rate of the next phrase under ``options.mode`` (pure): ``source_s`` is
+    when its words were said (``words_source_time``)."""
+    if options.mode == "backlog":
+        return catch_up_speed(queued_until_s - now_s, options)
+    return span_speed(max(now_s, queued_until_s) - source_s, options, finishing)
 
 
 class TtsStage:
@@ -78,6 +141,7 @@ class TtsStage:
         self._segmenters: dict[int, PhraseSegmenter | JustInTimeSegmenter] = {}
         self._source_text: dict[int, str] = {}
         self._last_target: dict[int, TextHypothesis] = {}  # newest per open utterance
+        self._handed: dict[int, int] = {}  # per open utterance: words cut into phrases so far
 
     async def run(self, inbox: Channel[TextHypothesis], outbox: Channel[OutputEvent]) -> None:
         """Speak the target hypotheses from ``inbox`` as ``SpeechChunk`` events into
@@ -107,21 +171,22 @@ class TtsStage:
             await self._on_target(hypothesis, events)
 
     def _wake_in(self) -> float | None:
-        """Live sessions: seconds until held words must be cut (the queued speech is about to
-        run out), or None when no words are held. Hypotheses can be seconds apart under load,
-        so the just-in-time cut cannot wait for the next one. Replays paced by the basis
-        clock have no wall-clock stream time: their cuts happen as hypotheses arrive."""
+        """Live sessions: seconds until held words may be cut without a new hypothesis (the
+        queued speech is about to run out, or the output has been silent long enough for words
+        that make no better phrase: ``JustInTimeSegmenter.wake_at``), or None when no words
+        are held. Hypotheses can be seconds apart under load, and the final one comes only
+        after the final decode, so held words cannot wait for the next one. Replays paced by
+        the basis clock have no wall-clock stream time: their cuts happen as hypotheses
+        arrive."""
         if not isinstance(self.clock, WallStreamClock):
             return None
-        held = [u for u, s in self._segmenters.items()
-                if isinstance(s, JustInTimeSegmenter) and s.held and u in self._last_target]
-        if not held:
+        due = [at for u, s in self._segmenters.items()
+               if isinstance(s, JustInTimeSegmenter) and u in self._last_target
+               and (at := s.wake_at(self._queued_until)) is not None]
+        if not due:
             return None
         now_s = self.clock.stamp(0) / STREAM_RATE
-        due = self._queued_until - self.phrase_options.lead_s - now_s
-        if due < -0.05:  # fed since the cut point and still held (``no_end_words``): wait
-            return None
-        return max(0.01, due + 0.01)
+        return max(0.02, min(due) - now_s + 0.01)
 
     async def _wake(self, events: Channel[OutputEvent]) -> None:
         """Feed the held utterances' last hypotheses again, at the current stream time."""
@@ -144,7 +209,11 @@ class TtsStage:
             queued = time.monotonic() - emitted_at
             t0 = time.perf_counter()
             now = self.clock.stamp(hyp.stream_pts) / STREAM_RATE
-            speed = catch_up_speed(self._queued_until - now, self.catch_up)
+            first_word = self._handed.get(hyp.utterance, 0)
+            self._handed[hyp.utterance] = first_word + len(phrase.split())
+            speed = phrase_speed(
+                self.catch_up, now_s=now, queued_until_s=self._queued_until,
+                source_s=words_source_time(hyp, first_word, self.catch_up), finishing=hyp.final)
             try:
                 samples = await self.speak(phrase, speed)
             except SpeechpipeError as exc:
@@ -171,6 +240,7 @@ class TtsStage:
         if hyp.final:
             self._segmenters.pop(hyp.utterance, None)
             self._last_target.pop(hyp.utterance, None)
+            self._handed.pop(hyp.utterance, None)
             await events.put(
                 UtteranceEnd(
                     utterance=hyp.utterance,

@@ -54,6 +54,9 @@ MAX_TOKEN_CHARS = 4096  # longer is not a token we issued; refused before any pa
 MAX_TTL_S = 366 * 24 * 3600  # a token that outlives a year is a secret, not a session grant
 
 
+ROOM_ROLES = ("speaker", "listener", "participant")
+
+
 class AuthError(InputError):
     """A token was missing, malformed, forged or expired. ``expired`` lets clients refresh."""
 
@@ -72,6 +75,8 @@ class Identity:
     key: str | None
     subject: str = ""
     expires_at: float | None = None
+    room: str | None = None  # rooms: the room this token is for (``room`` claim)
+    role: str | None = None  # rooms: ``speaker``, ``listener`` or ``participant`` (``role``)
 
 
 class TokenVerifier(Protocol):
@@ -112,8 +117,10 @@ class TokenAuthority:
     def __repr__(self) -> str:  # never show the secret
         return "TokenAuthority(secret=<hidden>)"
 
-    def issue(self, *, ttl_s: float, subject: str = "", now: float | None = None) -> str:
-        """A signed token for ``subject`` valid for ``ttl_s`` seconds."""
+    def issue(self, *, ttl_s: float, subject: str = "", now: float | None = None,
+              room: str | None = None, role: str | None = None) -> str:
+        """A signed token for ``subject`` valid for ``ttl_s`` seconds (``room``/``role``:
+        the rooms claims; a ``listener`` token cannot speak)."""
         if not (math.isfinite(ttl_s) and 0 < ttl_s <= MAX_TTL_S):
             raise InputError(f"a token's time to live must be a number of seconds above 0 and "
                              f"at most {MAX_TTL_S} (one year); got {ttl_s}")
@@ -126,6 +133,12 @@ class TokenAuthority:
         }
         if subject:
             claims["sub"] = subject
+        if room:
+            claims["room"] = room
+        if role:
+            if role not in ROOM_ROLES:
+                raise InputError(f"role must be one of {', '.join(ROOM_ROLES)}")
+            claims["role"] = role
         return str(_jwt().encode(claims, self._key, algorithm=ALGORITHM))
 
     def verify(self, token: str | None) -> Identity:
@@ -147,10 +160,16 @@ class TokenAuthority:
         jti = claims.get("jti")
         key = f"jti:{jti}" if isinstance(jti, str) and jti else _digest(token)
         subject = claims.get("sub")
+        room, role = claims.get("room"), claims.get("role")
+        if not (room is None or isinstance(room, str)) or not (role is None
+                                                               or role in ROOM_ROLES):
+            raise AuthError("invalid token")
         return Identity(
             key=key,
             subject=subject if isinstance(subject, str) else "",
             expires_at=float(claims["exp"]),
+            room=room or None,
+            role=role or None,
         )
 
 

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["ClientRun", "stream_session"]
+__all__ = ["ClientRun", "stream_session", "ListenerRun", "listen_room"]
 
 
 @dataclass
@@ -177,5 +177,85 @@ async def stream_session(
             receiver.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await receiver
+        run.close_code = ws.close_code
+    return run
+
+
+@dataclass
+class ListenerRun:
+    """Everything one room listener saw: ``events`` (arrival on the monotonic clock, the
+    event), ``audio`` (arrival, header, the PCM bytes exactly as received)."""
+
+    started: dict[str, Any] = field(default_factory=dict)
+    events: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    audio: list[tuple[float, dict[str, Any], bytes]] = field(default_factory=list)
+    close_code: int | None = None
+    error: str = ""
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for _, e in self.events if e.get("type") == kind]
+
+    def committed(self, side: str) -> dict[tuple[str, int], str]:
+        """The final committed text per (speaker, utterance) of ``side``."""
+        return {(e.get("speaker", ""), e["utterance"]): e["committed"]
+                for e in self.of(side) if e.get("final")}
+
+
+async def listen_room(
+    url: str,
+    room: str,
+    *,
+    start: dict[str, Any] | None = None,
+    stop: asyncio.Event | None = None,
+    open_timeout_s: float = 30.0,
+    on_started: Callable[[dict[str, Any]], None] | None = None,
+) -> ListenerRun:
+    """Listen to ``room`` at ``url`` (``start`` adds fields, e.g. ``target_lang``) until the
+    server closes, or ``stop`` is set (then ``stop`` is sent and the close awaited). Bound
+    the call with ``asyncio.timeout``."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    run = ListenerRun()
+    async with connect(url, max_size=None, open_timeout=open_timeout_s) as ws:
+        await ws.send(json.dumps({"type": "start", "role": "listener", "room": room,
+                                  **(start or {})}))
+        first = json.loads(await ws.recv())
+        if first.get("type") != "started":
+            run.error = first.get("code", first.get("type", ""))
+            with contextlib.suppress(ConnectionClosed):
+                await ws.recv()
+            run.close_code = ws.close_code
+            return run
+        run.started = first
+        if on_started is not None:
+            on_started(first)
+
+        async def stopper() -> None:
+            if stop is not None:
+                await stop.wait()
+                with contextlib.suppress(ConnectionClosed):
+                    await ws.send(json.dumps({"type": "stop"}))
+
+        task = asyncio.create_task(stopper())
+        header: dict[str, Any] | None = None
+        try:
+            with contextlib.suppress(ConnectionClosed):
+                async for message in ws:
+                    now = time.monotonic()
+                    if isinstance(message, bytes):
+                        if header is None:
+                            raise ValueError("binary message without an audio header")
+                        run.audio.append((now, header, message))
+                        header = None
+                        continue
+                    event = json.loads(message)
+                    run.events.append((now, event))
+                    if event["type"] == "audio":
+                        header = event
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         run.close_code = ws.close_code
     return run

@@ -49,6 +49,10 @@ class CloseCode(enum.IntEnum):
     TOO_MANY_SESSIONS = 4009, "too many sessions for this token or address (`too_many_sessions`)"
     TOO_SLOW = 4010, "audio fell behind real time (`too_slow`)"
     NOT_READING = 4011, "the client stopped reading (`not_reading`): no pong to a ping in time"
+    LISTENER_TOO_SLOW = 4012, ("rooms: a listener's outbox overflowed: it did not read the room's "
+                               "messages fast enough (`listener_too_slow`)")
+    ROOM_FULL = 4013, "rooms: the room or the server has its maximum of listeners (`room_full`)"
+    NO_ROOM = 4014, "rooms: no such room (`no_room`): it ended, or the link is wrong"
     REDIRECT = 4020, ("cluster: admitted on another node (`redirect`): reconnect to `url` with "
                       "`start.ticket`")
     NODE_DRAINED = 4021, ("cluster: the node was drained (`node_drained`): reconnect anywhere "
@@ -110,6 +114,11 @@ class ErrorCode(enum.StrEnum):
     NO_VOICE = "no_voice", CloseCode.UNSUPPORTED_REQUEST, "not a voice the server offers"
     NOT_READING = "not_reading", CloseCode.NOT_READING, "the client stopped reading"
     TOO_SLOW = "too_slow", CloseCode.TOO_SLOW, "audio fell behind real time"
+    # rooms (transport/room.py)
+    LISTENER_TOO_SLOW = "listener_too_slow", CloseCode.LISTENER_TOO_SLOW, "a listener not reading"
+    ROOM_FULL = "room_full", CloseCode.ROOM_FULL, "the listener limit (room or server)"
+    NO_ROOM = "no_room", CloseCode.NO_ROOM, "an unknown room"
+    LISTENER_CANNOT_SPEAK = "listener_cannot_speak", None, "audio from a listener (dropped)"
     # quotas (transport/quotas.py)
     SESSION_EXPIRED = "session_expired", CloseCode.SESSION_EXPIRED, "maximum length reached"
     IDLE_TIMEOUT = "idle_timeout", CloseCode.IDLE_TIMEOUT, "nothing received for too long"

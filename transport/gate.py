@@ -122,7 +122,8 @@ class AccessGate:
         if self.per_ip.full(self.client_ip(remote_address, headers)):
             log.info("upgrade refused: too many sessions from one address")
             return _refuse(429, "too many sessions from this address", [("Retry-After", "5")])
-        if identity is not None and self.per_token.full(identity.key):
+        if (identity is not None and identity.role != "listener"
+                and self.per_token.full(identity.key)):
             log.info("upgrade refused: too many sessions for one token")
             return _refuse(429, "too many sessions for this token", [("Retry-After", "5")])
         return None
@@ -166,6 +167,9 @@ class AccessGate:
         self._hold_token(admission, identity)
 
     def _hold_token(self, admission: Admission, identity: Identity) -> None:
+        if identity.role == "listener":  # one listener link is shared by a whole audience:
+            admission.identity = identity  # listeners have their own limits (rooms)
+            return
         if not self.per_token.acquire(identity.key):
             raise quota_error(ErrorCode.TOO_MANY_SESSIONS, "too many sessions for this token")
         admission.identity = identity

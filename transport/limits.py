@@ -12,7 +12,20 @@ from dataclasses import dataclass, field
 from speechpipe.transport.auth import TokenVerifier
 from speechpipe.transport.protocol import MAX_MESSAGE_BYTES
 
-__all__ = ["ServerLimits", "Quotas", "DEFAULT_MAX_UNREAD_BYTES"]
+__all__ = ["ServerLimits", "Quotas", "RoomOptions", "DEFAULT_MAX_UNREAD_BYTES"]
+
+
+@dataclass(frozen=True, slots=True)
+class RoomOptions:
+    """Rooms (``transport.room``): listener limits, outboxes, history, the echo guard."""
+
+    max_listeners_per_room: int = 500  # 0: no limit
+    max_listeners: int = 2000  # per server, over every room; 0: no limit
+    outbox_capacity: int = 256  # messages a listener may be behind before it is closed (4012)
+    history_s: float = 60.0  # committed captions a late joiner receives: the last this long
+    history_items: int = 256  # ... and at most this many
+    echo_guard: bool = True  # hold a participant's input while its received speech plays
+    echo_tail_s: float = 0.5  # ... and this long after (room reverb, the device's latency)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +63,7 @@ class ServerLimits:
     allowed_origins: tuple[str, ...] = ()  # WebSocket Origin allowlist; () = same origin only
     allowed_hosts: tuple[str, ...] = ()  # Host names served besides IPs and localhost (hosts.py)
     quotas: Quotas = field(default_factory=Quotas)  # transport.quotas
+    rooms: RoomOptions = field(default_factory=RoomOptions)  # transport.room
     ping_interval_s: float | None = 20.0  # keepalive: a client that stops reading is dropped
     ping_timeout_s: float | None = 20.0
     close_timeout_s: float = 10.0  # wait this long for a closing handshake, then drop the TCP

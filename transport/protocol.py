@@ -70,6 +70,7 @@ MAX_SAMPLE_RATE = 48_000
 SAMPLE_WIDTH = 2  # bytes per int16 sample
 FORMATS = ("pcm_s16le",)
 MODES = ("balanced", "fast", "quality")
+ROLES = ("speaker", "listener", "participant")
 
 
 class ProtocolError(InputError):
@@ -98,6 +99,8 @@ class Start:
     token: str | None = None
     ticket: str | None = None  # cluster: the ticket of a redirect (close 4020)
     resume: str | None = None  # cluster: the ``session`` of a session its node lost
+    room: str | None = None  # rooms: the room to join (None with a speaking role: a new one)
+    role: str | None = None  # rooms: ``speaker``, ``listener`` or ``participant``; None: solo
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +248,14 @@ def parse_start(data: dict[str, Any]) -> Start:
     ticket = _opt_str(data, "ticket", None) or None
     resume = _opt_str(data, "resume", None) or None
     phrase_cache = _opt_str(data, "phrase_cache", None) or ""
+    room = _opt_str(data, "room", None) or None
+    role = _opt_str(data, "role", None) or None
+    if role is not None and role not in ROLES:
+        raise _bad_start(f"role must be one of {', '.join(ROLES)}")
+    if room is not None and role is None:
+        role = "listener"
+    if role == "listener" and room is None:
+        raise _bad_start("a listener needs the 'room' to join")
     request = SessionRequest(
         source_lang=source,
         target_lang=target,
@@ -256,7 +267,7 @@ def parse_start(data: dict[str, Any]) -> Start:
         phrase_cache=phrase_cache,
     )
     return Start(request=request, sample_rate=rate, format=fmt, token=token, ticket=ticket,
-                 resume=resume)
+                 resume=resume, room=room, role=role)
 
 
 def validate_audio(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> NDArray[np.int16]:
@@ -285,9 +296,13 @@ def dumps(message: dict[str, Any]) -> str:
     return json.dumps(message, ensure_ascii=False, separators=(",", ":"))
 
 
-def encode_started(session: str, start: Start, *, output_sample_rate: int) -> dict[str, Any]:
-    """The ``started`` event for a session."""
+def encode_started(session: str, start: Start, *, output_sample_rate: int,
+                   room: str | None = None) -> dict[str, Any]:
+    """The ``started`` event for a session (``room``: the room it is in)."""
     req = start.request
+    extra: dict[str, Any] = {}
+    if room is not None:
+        extra = {"room": room, "role": start.role}
     return {
         "type": "started",
         "protocol": PROTOCOL_VERSION,
@@ -298,7 +313,7 @@ def encode_started(session: str, start: Start, *, output_sample_rate: int) -> di
         "output_sample_rate": output_sample_rate,
         "mode": req.mode,
         "max_message_bytes": MAX_MESSAGE_BYTES,
-    }
+    } | extra
 
 
 def encode_error(

@@ -39,6 +39,8 @@ from speechpipe.transport.privacy import ContentFreeLogger, guard_library_logs
 from speechpipe.transport.protocol import (
     dumps,
 )
+from speechpipe.transport.room import RoomRegistry
+from speechpipe.transport.room_shell import RoomHub
 from speechpipe.transport.session_api import SessionFactory
 from speechpipe.transport.ws_connection import (
     CapacityGate,
@@ -82,6 +84,12 @@ class SpeechServer:
         self.limits = limits or ServerLimits()
         self.webrtc = webrtc
         self.connections: set[WsConnection] = set()
+        rooms = self.limits.rooms
+        self.rooms = RoomHub(RoomRegistry(
+            max_listeners_per_room=rooms.max_listeners_per_room or None,
+            max_listeners=rooms.max_listeners or None,
+            history_s=rooms.history_s, history_items=rooms.history_items,
+        ), outbox_capacity=rooms.outbox_capacity, observer=self.observer)
         self._server: Server | None = None
         verifier = self.limits.auth or (
             StaticToken(self.limits.token) if self.limits.token else None

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
@@ -65,10 +67,19 @@ from speechpipe.transport.protocol import (
     encode_started,
 )
 from speechpipe.transport.quotas import Expired, QuotaGuard, check_sdp_size
+from speechpipe.transport.room import Member, Outgoing, Role, RoomError
+from speechpipe.transport.room_shell import (
+    Presence,
+    RoomHub,
+    SpeakerFeeds,
+    encode_outgoing,
+)
 from speechpipe.transport.session_api import LiveSession, SessionFactory
 
 if TYPE_CHECKING:
     from speechpipe.transport.webrtc import WebRtcPeer
+
+CAPTION_TARGET = "en"  # a participant's own pipeline translates into this (the embedded default)
 
 __all__ = ["ServerObserver", "CapacityGate", "ServerSide", "WsConnection", "NullObserver"]
 
@@ -103,6 +114,16 @@ class ServerObserver(Protocol):
         when the client closed or vanished first); ``reason``: a short server-chosen error
         code; ``session``: whether a session had started on it."""
 
+    def rooms_changed(self, rooms: int, listeners: int) -> None:
+        """There are ``rooms`` rooms with ``listeners`` listeners now."""
+
+    def fanout_dropped(self) -> None:
+        """A room listener's outbox overflowed (it is closed with ``listener_too_slow``)."""
+
+    def fanout_delay(self, seconds: float, cpu_s: float = 0.0) -> None:
+        """A room message reached a listener's socket ``seconds`` after it was published;
+        writing it there took ``cpu_s`` of the server's CPU (the fan-out cost)."""
+
 
 class CapacityGate(Protocol):
     """The app layer's admission control (``speechpipe.server.admission.AdmissionGate``)."""
@@ -127,6 +148,7 @@ class ServerSide(Protocol):
     gate: AccessGate
     capacity: CapacityGate | None
     webrtc: bool
+    rooms: RoomHub
 
 
 class NullObserver:
@@ -148,6 +170,15 @@ class NullObserver:
         pass
 
     def connection_closed(self, code: int | None, reason: str, *, session: bool) -> None:
+        pass
+
+    def rooms_changed(self, rooms: int, listeners: int) -> None:
+        pass
+
+    def fanout_dropped(self) -> None:
+        pass
+
+    def fanout_delay(self, seconds: float, cpu_s: float = 0.0) -> None:
         pass
 
 
@@ -197,6 +228,10 @@ class WsConnection:
         self.resampler = InputResampler(16_000)
         self.quota = QuotaGuard(self.limits.quotas, count_messages=False)  # frames: below
         self.admission: Admission | None = None
+        self.presence: Presence | None = None  # rooms: this member
+        self.feeds: SpeakerFeeds | None = None  # rooms: a speaking member's pipelines
+        self.listening = False  # a room listener (not a session: no pipeline, no slot)
+        self.sent = 0  # room messages sent to this listener (its activity)
 
     @property
     def session_open(self) -> bool:
@@ -231,7 +266,7 @@ class WsConnection:
             violation = self._violation()
             if violation is not None:
                 self.observer.error(violation.code)
-            if self.session_open:
+            if self.session_open and not self.listening:
                 self.core.closed()
                 self.observer.session_closed(time.monotonic() - opened, self._close_cause(close)[0])
             self.core.closed()
@@ -310,7 +345,7 @@ class WsConnection:
         try:
             return await self.quota.recv(
                 self.ws.recv, stopping=self.core.stopping,
-                activity=lambda: self.peer.frames_in if self.peer is not None else 0,
+                activity=lambda: self.sent + (self.peer.frames_in if self.peer is not None else 0),
             )
         except ProtocolError as exc:
             if exc.code == ErrorCode.TOO_SLOW and not await self._client_reads():
@@ -360,10 +395,21 @@ class WsConnection:
             return self._outcome(group)  # ConnectionClosed through the session's TaskGroup
 
     async def _session(self, start: Start) -> _Close | None:
+        if start.role == Role.LISTENER:
+            return await self._listen(start)
         async with contextlib.AsyncExitStack() as stack:
+            request = start.request
+            if start.role is not None:
+                try:
+                    self.presence = self._enter_room(start)
+                except RoomError as exc:
+                    return self._room_refusal(exc)
+                stack.callback(self.server.rooms.leave, self.presence)
+                if start.role == Role.PARTICIPANT:  # its own pipeline: the captions' source
+                    request = dataclasses.replace(request, target_lang=CAPTION_TARGET)
             try:
                 await self._hold_capacity(stack, start)
-                session = await stack.enter_async_context(self.server.factory(start.request))
+                session = await stack.enter_async_context(self.server.factory(request))
             except SpeechpipeError as exc:  # refused: the close code by the code table
                 extra: dict[str, Any] = {}
                 if isinstance(exc, SessionRedirect):
@@ -377,7 +423,14 @@ class WsConnection:
             self.observer.session_opened()
             self.quota.begin_session()
             out_rate = start.request.output_sample_rate
-            await self.ws.send(dumps(encode_started(self.id, start, output_sample_rate=out_rate)))
+            presence = self.presence
+            if presence is not None:
+                presence.output_sample_rate = out_rate
+                self.feeds = SpeakerFeeds(self.server.rooms, presence.room, presence.member.id,
+                                          request, self.server.factory, session, out_rate)
+            await self.ws.send(dumps(encode_started(
+                self.id, start, output_sample_rate=out_rate,
+                room=presence.room.id if presence is not None else None)))
             log.info(
                 "session %s started: rate=%d out_rate=%d mode=%s",
                 self.id, start.sample_rate, out_rate, start.request.mode,
@@ -390,6 +443,17 @@ class WsConnection:
                         tg.create_task(self._pump(session, out_rate), name=f"{self.id}:pump"),
                         tg.create_task(self._sender(), name=f"{self.id}:sender"),
                     ]
+                    if presence is not None and self.feeds is not None:
+                        self.tasks.append(tg.create_task(self.feeds.run(tg),
+                                                         name=f"{self.id}:feeds"))
+                        self.server.rooms.speaking(presence, self.feeds)
+                        if presence.member.role.listens:
+                            self.tasks += [
+                                tg.create_task(self.server.rooms.attacher(presence),
+                                               name=f"{self.id}:attach"),
+                                tg.create_task(self._room_forward(presence),
+                                               name=f"{self.id}:room"),
+                            ]
             except ExceptionGroup as group:
                 return self._outcome(group)
         return None
@@ -426,9 +490,12 @@ class WsConnection:
                 elif isinstance(action, PushAudio):
                     self.quota.audio(action.seconds)
                     for frame in self.resampler.feed(action.samples):
-                        await session.push(frame)
+                        await self._push(session, frame)
                 elif isinstance(action, FlushInput):
-                    session.flush()
+                    if self.feeds is not None:
+                        self.feeds.flush()
+                    else:
+                        session.flush()
                 elif isinstance(action, StopInput):
                     await self._stop(session)
                 elif isinstance(action, OpenPeer):
@@ -444,10 +511,25 @@ class WsConnection:
         if self.core.stop():
             if self.peer is None:
                 for frame in self.resampler.finish():
-                    await session.push(frame)
+                    await self._push(session, frame)
             else:
                 self.peer.stop_input()
             await session.finish()
+            if self.feeds is not None:
+                await self.feeds.finish()
+
+    async def _push(self, session: LiveSession, frame: AudioFrame) -> None:
+        """Client audio into the session (a room speaker's: into all its pipelines). The
+        echo guard: while speech the room sent to a participant plays (and a tail after),
+        its input is held (silence of the same length: the stream stays contiguous)."""
+        presence = self.presence
+        if (presence is not None and self.limits.rooms.echo_guard
+                and presence.hears_itself(time.monotonic())):
+            frame = AudioFrame(np.zeros_like(frame.samples), frame.pts)
+        if self.feeds is not None:
+            await self.feeds.push(frame)
+        else:
+            await session.push(frame)
 
     async def _pump(self, session: LiveSession, out_rate: int) -> None:
         resampler = OutputResampler(out_rate)
@@ -459,6 +541,9 @@ class WsConnection:
                 pts = getattr(event, "stream_pts", None)
                 if isinstance(pts, int):
                     self.last_pts = max(self.last_pts, pts)
+                if self.feeds is not None:
+                    await self._publish(event, resampler)
+                    continue
                 if isinstance(event, SpeechChunk):
                     peer = self.peer
                     if peer is not None:
@@ -474,10 +559,169 @@ class WsConnection:
         finally:
             self.outgoing.close()
 
+    async def _publish(self, event: OutputEvent, resampler: OutputResampler) -> None:
+        """A room speaker's event: encoded once, published to the room; the speaker gets it
+        too (a participant: its own captions only, never its own voice)."""
+        feeds = self.feeds
+        assert feeds is not None and self.presence is not None
+        item = encode_outgoing(event, self.id, resampler, time.monotonic())
+        self.server.rooms.publish(feeds.room, feeds.key(feeds.base_target), item)
+        if self.presence.member.role is Role.SPEAKER:
+            if item.kind == "audio" and self.peer is not None:
+                self.peer.play(event)  # type: ignore[arg-type]
+                header = encode_event(event)
+                header["via"] = "webrtc"
+                await self.outgoing.put([dumps(header)])
+            else:
+                await self.outgoing.put(list(item.parts))
+        elif item.kind in ("source", "error"):
+            await self.outgoing.put(list(item.parts))
+
+    async def _room_forward(self, presence: Presence) -> None:
+        """A participant: what the room sends it, onto its outgoing channel; the speech it
+        gets arms the echo guard for as long as it plays."""
+        sub = presence.member.subscriber
+        assert sub is not None
+        tail = self.limits.rooms.echo_tail_s
+        while True:
+            await presence.wake.wait()
+            presence.wake.clear()
+            if sub.outbox.overflowed:
+                raise self._too_slow()
+            for item in sub.outbox.take():
+                if item.kind == "audio":
+                    presence.played(item.speech_s, time.monotonic(), tail)
+                try:
+                    await self.outgoing.put(list(item.parts))
+                except ChannelClosed:
+                    return
+                self.observer.fanout_delay(time.monotonic() - item.published)
+            if sub.outbox.closed:
+                return
+
+    def _too_slow(self) -> _Close:
+        return _Close(CloseCode.LISTENER_TOO_SLOW, ErrorCode.LISTENER_TOO_SLOW)
+
+    # -- rooms ---------------------------------------------------------------------------------
+    def _enter_room(self, start: Start) -> Presence:
+        """Join (or, for a speaking role without ``room``, make) the room; ``RoomError``."""
+        hub = self.server.rooms
+        identity = getattr(self.admission, "identity", None)
+        claim_room = getattr(identity, "room", None)
+        claim_role = getattr(identity, "role", None)
+        if claim_role and claim_role != start.role:
+            raise RoomError(ErrorCode.UNAUTHORIZED, f"this token is for a {claim_role}")
+        if claim_room and start.room not in (None, claim_room):
+            raise RoomError(ErrorCode.UNAUTHORIZED, "this token is for another room")
+        room_id = start.room or claim_room
+        if room_id is None:
+            room = hub.new_room()
+        elif room_id in hub.registry.rooms:
+            room = hub.room_of(room_id)
+        elif claim_room and start.role != Role.LISTENER:
+            room = hub.new_room(claim_room)  # the token's issuer chose the room's id
+        else:
+            room = hub.room_of(room_id)  # raises no_room
+        role = Role(start.role or Role.SPEAKER)
+        target = start.request.target_lang.strip().lower()
+        return hub.join(room, Member(self.id, role, target))
+
+    def _room_refusal(self, exc: RoomError) -> _Close:
+        code = ErrorCode.lookup(exc.code) or ErrorCode.NO_ROOM
+        close = code.close or CloseCode.NO_ROOM
+        return _Close(close, code, encode_error(code, str(exc), fatal=True))
+
+    async def _listen(self, start: Start) -> _Close | None:
+        """A room listener: no pipeline and no capacity slot; the room's messages from its
+        bounded outbox to the socket (the only writer), until it stops or overflows."""
+        try:
+            presence = self._enter_room(start)
+        except RoomError as exc:
+            return self._room_refusal(exc)
+        self.presence = presence
+        self.listening = True
+        try:
+            presence.output_sample_rate = start.request.output_sample_rate
+            self.core.session_opened(start)
+            self.quota.begin_session()
+            self.quota.timers.pace = None  # a listener sends no audio
+            await self.ws.send(dumps(encode_started(
+                self.id, start, output_sample_rate=start.request.output_sample_rate,
+                room=presence.room.id)))
+            log.info("session %s listens", self.id)
+            try:
+                async with asyncio.TaskGroup() as tg:
+                    self.tasks = [
+                        tg.create_task(self._listen_reader(presence), name=f"{self.id}:reader"),
+                        tg.create_task(self.server.rooms.attacher(presence),
+                                       name=f"{self.id}:attach"),
+                        tg.create_task(self._listen_sender(presence), name=f"{self.id}:sender"),
+                        tg.create_task(self._overflow(presence), name=f"{self.id}:overflow"),
+                    ]
+            except ExceptionGroup as group:
+                return self._outcome(group)
+            return None
+        finally:
+            self.server.rooms.leave(presence)
+
+    async def _overflow(self, presence: Presence) -> None:
+        """Close a listener whose outbox overflowed even while its sender is blocked."""
+        await presence.overflow.wait()
+        self.observer.error(ErrorCode.LISTENER_TOO_SLOW)
+        raise self._too_slow()
+
+    async def _listen_reader(self, presence: Presence) -> None:
+        sub = presence.member.subscriber
+        assert sub is not None
+        while True:
+            message = await self._recv()
+            for action in self.core.receive(message, time.monotonic()):
+                if isinstance(action, Fail):
+                    raise _raise(action)
+                if isinstance(action, StopInput):
+                    end = dumps(encode_end(self.last_pts))
+                    sub.outbox.offer(Outgoing("end", (end,), time.monotonic()))
+                    sub.outbox.close()
+                    return
+                error: tuple[str, str] | None = None
+                if isinstance(action, SendError):
+                    error = (action.code, action.message)
+                elif isinstance(action, PushAudio):
+                    error = (ErrorCode.LISTENER_CANNOT_SPEAK,
+                             "a listener sends no audio: binary ignored")
+                elif isinstance(action, OpenPeer | AddIce):
+                    error = (ErrorCode.WEBRTC_FAILED,
+                             "room listeners receive over the WebSocket only")
+                if error is not None:
+                    self.observer.error(error[0])
+                    text = dumps(encode_error(*error))
+                    sub.outbox.offer(Outgoing("error", (text,), time.monotonic()))
+
+    async def _listen_sender(self, presence: Presence) -> None:
+        sub = presence.member.subscriber
+        assert sub is not None
+        while True:
+            await presence.wake.wait()
+            presence.wake.clear()
+            if sub.outbox.overflowed:
+                return  # _overflow closes it
+            for item in sub.outbox.take():
+                cpu = time.thread_time()
+                for part in item.parts:
+                    await self.ws.send(part)
+                cpu = time.thread_time() - cpu
+                self.sent += 1
+                if item.kind not in ("error", "end"):
+                    self.observer.fanout_delay(time.monotonic() - item.published, cpu)
+            if sub.outbox.closed:
+                raise _Close(CloseCode.NORMAL, "stopped")
+
     async def _sender(self) -> None:
         async for batch in self.outgoing:
             for message in batch:
                 await self.ws.send(message)
+        if self.feeds is not None:
+            await self.feeds.drain()  # the room's other pipelines' last events
         # The session's events have ended: only after ``stop`` (or the session ending itself).
         if self.peer is not None:
             await self.peer.drain()  # the last translated speech plays out over WebRTC
@@ -513,12 +757,12 @@ class WsConnection:
             return
         # WebSocket audio so far, then WebRTC audio contiguous after it
         for frame in self.resampler.finish():
-            await session.push(frame)
+            await self._push(session, frame)
         self.resampler = InputResampler(rate, start_pts=self.resampler.pts)
 
         async def push(frame: AudioFrame) -> None:  # WebRTC audio keeps the pace too
             self.quota.audio(len(frame.samples) / STREAM_RATE)
-            await session.push(frame)
+            await self._push(session, frame)
 
         peer = WebRtcPeer(
             push=push,

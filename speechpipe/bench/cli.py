@@ -8,7 +8,7 @@ __all__ = ["register"]
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    """Add ``bench load|soak|mt|cost`` to the command's subparsers."""
+    """Add ``bench load|soak|mt|cost|room`` to the command's subparsers."""
     bench = commands.add_parser("bench", help="load and latency benchmarks")
     kinds = bench.add_subparsers(dest="bench_kind", required=True)
     mt = kinds.add_parser("mt", help="incremental text MT: work per update vs utterance length")
@@ -26,6 +26,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     from speechpipe.bench.cost import register_cost
 
     register_cost(kinds)  # bench cost: CPU per audio second by stage, commit lag
+    from speechpipe.bench.room import register_room
+
+    register_room(kinds)  # bench room: one speaker, N listeners
 
 
 def _bench_mt(args: argparse.Namespace) -> int:

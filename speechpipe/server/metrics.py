@@ -116,6 +116,23 @@ class ServerMetrics:
         )
         self.listener = ListenerMetrics(r)  # commit latency, speech Start/EndOffset
         self.load = LoadMetrics(r)  # shared workers, admission, degrade ladder
+        self.rooms = Gauge("speechpipe_rooms", "Rooms open", registry=r)
+        self.room_listeners = Gauge(
+            "speechpipe_room_listeners", "Room listeners connected (over every room)",
+            registry=r)
+        self.fanout_drops = Counter(
+            "speechpipe_room_fanout_drops",
+            "Room listeners closed because their outbox overflowed (listener_too_slow)",
+            registry=r)
+        self.fanout_cpu = Counter(
+            "speechpipe_room_fanout_cpu_seconds",
+            "CPU seconds the server spent writing room messages to listeners' sockets",
+            registry=r)
+        self.fanout_delay_seconds = Histogram(
+            "speechpipe_room_fanout_delay_seconds",
+            "From a room message's publication to its last byte written to a listener's socket",
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0),
+            registry=r)
         self.trace_export_failures = Counter(
             "speechpipe_trace_export_failures",
             "Span batches the OTLP exporter failed to deliver (sessions are unaffected)",
@@ -124,6 +141,17 @@ class ServerMetrics:
         ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_memory_bytes
 
     # -- ServerObserver --------------------------------------------------------------------
+    def rooms_changed(self, rooms: int, listeners: int) -> None:
+        self.rooms.set(rooms)
+        self.room_listeners.set(listeners)
+
+    def fanout_dropped(self) -> None:
+        self.fanout_drops.inc()
+
+    def fanout_delay(self, seconds: float, cpu_s: float = 0.0) -> None:
+        self.fanout_delay_seconds.observe(max(0.0, seconds))
+        self.fanout_cpu.inc(max(0.0, cpu_s))
+
     def session_opened(self) -> None:
         """Count a session start."""
         self.sessions.inc()

@@ -175,6 +175,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     token.add_argument("--auth-secret", default=None,
                        help=f"the server's secret (default: ${SECRET_ENV})")
     token.add_argument("--auth-secret-file", default=None, help="read the secret from a file")
+    token.add_argument("--room", default=None,
+                       help="rooms: the room this token is for ('new': a fresh random id, "
+                            "printed on stderr)")
+    token.add_argument("--role", default=None, choices=("speaker", "listener", "participant"),
+                       help="rooms: the only role this token may take (a listener cannot speak)")
     token.add_argument("--new-secret", action="store_true",
                        help="print a new random secret for --auth-secret instead")
     token.set_defaults(handler=cmd_token)
@@ -190,5 +195,14 @@ def cmd_token(args: argparse.Namespace) -> int:
     secret = resolve_secret(args)
     if not secret:
         raise InputError(f"no secret: pass --auth-secret, --auth-secret-file or set {SECRET_ENV}")
-    print(TokenAuthority(secret).issue(ttl_s=args.ttl, subject=args.subject))
+    room = args.room
+    if room == "new":
+        from speechpipe.transport.room import new_room_id
+
+        room = new_room_id()
+        print(f"room: {room}", file=sys.stderr)
+    elif room is not None and not (0 < len(room) <= 64):
+        raise InputError("--room must be 1-64 characters (or 'new')")
+    print(TokenAuthority(secret).issue(ttl_s=args.ttl, subject=args.subject, room=room,
+                                       role=args.role))
     return 0

@@ -291,6 +291,10 @@ def _grace(text: str) -> float:
 # Each a shorthand of one leaf of the tree (``speechpipe.config.Alias``); the security and
 # quota flags are ``speechpipe.server.security.SECURITY_ALIASES``.
 LIMITS_ALIASES = (
+    Alias("--max-listeners", "rooms.max_listeners",
+          "room listeners this server serves at most, over every room (0: no limit)", type=int),
+    Alias("--max-listeners-per-room", "rooms.max_listeners_per_room",
+          "listeners one room takes at most (0: no limit)", type=int),
     Alias("--token", "limits.token", "require this token in every 'start' message"),
     Alias("--start-timeout", "limits.start_timeout_s",
           "seconds a connection may wait before sending 'start'", type=float),

@@ -14,7 +14,11 @@ from speechpipe.stages.frames import STREAM_RATE
 from speechpipe.stages.model_api import DecodeResult, WhisperResult
 from speechpipe.stages.phrases import JustInTimeSegmenter, PhraseOptions, make_segmenter
 
-JIT = PhraseOptions(cut="just_in_time", lead_s=1.0, max_wait_words=12)
+# issue 12's just-in-time cutter, before issue 20's phrases a listener can parse (those are
+# tested in tests/stages/test_phrase_units.py): any held words, even one, go out when the
+# queued speech runs low
+BEFORE_ISSUE_20 = {"min_words": 1, "clause_cut": False, "keep_units": False}
+JIT = PhraseOptions(cut="just_in_time", lead_s=1.0, max_wait_words=12, **BEFORE_ISSUE_20)
 HOLD = "a an the of to in on at by for from with and or but as that"
 
 
@@ -54,13 +58,13 @@ def test_no_phrase_grows_past_max_wait_words():
 
 
 def test_a_phrase_does_not_end_on_a_function_word_before_the_end():
-    seg = JustInTimeSegmenter(PhraseOptions(no_end_words=HOLD))
+    seg = JustInTimeSegmenter(PhraseOptions(no_end_words=HOLD, **BEFORE_ISSUE_20))
     assert seg.feed("history of the", now_s=1.0, queued_until_s=0.0) == ["history"]
     assert seg.feed("history of the", now_s=1.5, queued_until_s=1.2) == []  # "of the" wait
     assert seg.feed("history of the country", now_s=2.0, queued_until_s=1.2) == [
         "of the country"]
     assert seg.feed("history of the country and", final=True, now_s=2.1) == ["and"]
-    no_hold = JustInTimeSegmenter(PhraseOptions())
+    no_hold = JustInTimeSegmenter(PhraseOptions(**BEFORE_ISSUE_20))
     assert no_hold.feed("history of the", now_s=1.0) == ["history of the"]
 
 

@@ -31,7 +31,10 @@ def target(committed: str, revision: int, pts: int, final: bool = False) -> Text
 async def test_held_words_are_cut_when_the_speech_runs_out_without_a_new_hypothesis():
     clock = WallStreamClock()
     clock.begin()
-    stage = TtsStage(fake_speak, clock, RATE, PhraseOptions(cut="just_in_time", lead_s=0.5))
+    # issue 12's cutter (any held words, even one, go out when the queue runs low); issue 20's
+    # phrase rules are in test_tts_wake.py
+    stage = TtsStage(fake_speak, clock, RATE, PhraseOptions(
+        cut="just_in_time", lead_s=0.5, min_words=1, clause_cut=False, keep_units=False))
     inbox: Channel[TextHypothesis] = Channel(16)
     events: Channel = Channel(64)
     task = asyncio.create_task(stage.run(inbox, events))

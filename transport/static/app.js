@@ -38,16 +38,80 @@ function streamSeconds() {
   return s.streamStart === null ? 0 : s.ctx.currentTime - s.streamStart;
 }
 
+// -- rooms ----------------------------------------------------------------------------------
+// A room link carries the room in the page's fragment (never sent in a request line):
+// #room=ID&role=listener (hear the room) or #room=ID&role=participant (a conversation).
+function pageRoom() {
+  const params = new URLSearchParams(location.hash.slice(1));
+  const room = params.get("room");
+  const role = params.get("role");
+  if (!room) return null;
+  return { room, role: role === "participant" || role === "speaker" ? role : "listener" };
+}
+
+function roomLink(room, role) {
+  return `${location.origin}${location.pathname}#room=${encodeURIComponent(room)}&role=${role}`;
+}
+
+function setupRoomView() {
+  const joined = pageRoom();
+  if (!joined) return;
+  $("room-mode").value = joined.role === "listener" ? "off" : joined.role;
+  $("room-mode").disabled = true;
+  $("room").hidden = false;
+  if (joined.role === "listener") {
+    for (const id of ["source-lang", "mode", "transport", "room-mode"]) {
+      $(id).closest("label").hidden = true;
+    }
+    $("start").textContent = "Listen";
+    $("room-role").textContent = "You are a listener: press Listen to hear the room in your language.";
+    $("source-title").textContent = "Speaker said";
+    setStatus("idle — press Listen");
+  } else {
+    $("room-role").textContent = "You join a conversation: press Start and allow the microphone.";
+    $("target-title").textContent = "They said (in your language)";
+  }
+}
+
+function roleOf() {
+  const joined = pageRoom();
+  if (joined) return joined;
+  const mode = $("room-mode").value;
+  return mode === "off" ? null : { room: null, role: mode };
+}
+
+// Which pane a caption goes to: a participant sees its own words on the left and the others'
+// (translated, or their captions where the server has no model) on the right.
+function paneOf(msg) {
+  if (!s.role || s.role.role !== "participant" || !msg.speaker) return msg.type;
+  return msg.speaker === s.session ? "source" : "target";
+}
+
+function showRoom(msg) {
+  $("room").hidden = false;
+  $("room-role").textContent = `Room ${msg.room.slice(0, 6)}… — you are ${msg.role === "participant"
+    ? "a participant" : "the " + msg.role}.`;
+  if (msg.role === "listener") return;
+  $("listener-link").href = roomLink(msg.room, "listener");
+  $("listener-link").textContent = roomLink(msg.room, "listener");
+  $("participant-link").href = roomLink(msg.room, "participant");
+  $("participant-link").textContent = "conversation link";
+  $("speaker-link").href = roomLink(msg.room, "participant");
+  $("room-links").hidden = false;
+  if (msg.role === "participant") $("target-title").textContent = "They said (in your language)";
+}
+
 // -- captions -------------------------------------------------------------------------------
 function renderCaption(side, msg) {
   const lines = s.lines[side];
-  let line = lines.get(msg.utterance);
+  const key = msg.speaker ? `${msg.speaker}:${msg.type}:${msg.utterance}` : msg.utterance;
+  let line = lines.get(key);
   if (!line) {
     line = document.createElement("p");
     line.className = "line";
     line.innerHTML = '<span class="committed"></span> <span class="tentative"></span>';
     $(side).appendChild(line);
-    lines.set(msg.utterance, line);
+    lines.set(key, line);
     while (lines.size > MAX_LINES) {
       const [oldest, el] = lines.entries().next().value;
       el.remove();
@@ -114,6 +178,8 @@ function onMessage(event) {
   switch (msg.type) {
     case "started":
       $("stats").dataset.state = "listening";
+      s.session = msg.session;
+      if (msg.room) showRoom(msg);
       setStatus(`listening (session ${msg.session})`);
       startAudio(msg).catch((err) => fail(`audio failed: ${err.message || err}`));
       break;
@@ -123,7 +189,7 @@ function onMessage(event) {
     case "source":
     case "target":
       bump(msg.type);
-      renderCaption(msg.type, msg);
+      renderCaption(paneOf(msg), msg);
       if (msg.type === "target") {
         s.captionLag = Math.max(0, streamSeconds() - msg.audio_end);
         showLatency();
@@ -192,6 +258,7 @@ async function buildCapture(ctx, stream) {
 }
 
 async function startAudio() {
+  if (!s.stream) return; // a listener: no microphone
   if (s.transport === "websocket") {
     s.capturing = true;
     return;
@@ -262,8 +329,10 @@ async function start() {
   $("stats").dataset.state = "connecting";
   let ctx = new AudioContext({ latencyHint: "interactive" });
   await ctx.resume();
-  let stream;
-  try {
+  const role = roleOf();
+  const listening = role !== null && role.role === "listener";
+  let stream = null;
+  if (!listening) try {
     stream = await navigator.mediaDevices.getUserMedia({
       audio: { channelCount: 1, echoCancellation: true, noiseSuppression: true,
                autoGainControl: true },
@@ -274,9 +343,9 @@ async function start() {
     setStatus(`microphone unavailable: ${err.message || err}`, "error");
     return;
   }
-  const transport = $("transport").value;
+  const transport = listening ? "websocket" : $("transport").value;
   let capture = null;
-  if (transport === "websocket") {
+  if (transport === "websocket" && stream) {
     try {
       capture = await buildCapture(ctx, stream);
     } catch (err) {
@@ -290,7 +359,7 @@ async function start() {
   const ws = new WebSocket(`${scheme}//${location.host}/ws`);
   ws.binaryType = "arraybuffer";
   s = {
-    ws, ctx, stream, transport, pc: null, worklet: capture && capture.worklet,
+    ws, ctx, stream, transport, role, session: null, pc: null, worklet: capture && capture.worklet,
     capturing: false, samplesSent: 0, streamStart: null, playhead: 0, pendingAudio: null, stopping: false,
     lines: { source: new Map(), target: new Map() }, speechStarts: new Map(),
     spokenUtterances: new Set(), captionLag: null, speechOffset: null,
@@ -315,6 +384,7 @@ async function start() {
       sample_rate: Math.min(48000, Math.max(8000, Math.round(ctx.sampleRate))),
       output_sample_rate: OUTPUT_RATE,
       token: pageToken(),
+      ...(role ? { role: role.role, room: role.room || undefined } : {}),
     }));
   };
   ws.onmessage = onMessage;
@@ -341,7 +411,7 @@ function stop() {
   $("stop").disabled = true;
   setStatus("finishing…");
   if (s.ws.readyState === WebSocket.OPEN) s.ws.send(JSON.stringify({ type: "stop" }));
-  for (const track of s.stream.getTracks()) track.stop();
+  if (s.stream) for (const track of s.stream.getTracks()) track.stop();
 }
 
 function fail(text) {
@@ -352,7 +422,7 @@ function fail(text) {
 function teardown() {
   if (!s) return;
   const old = s;
-  for (const track of old.stream.getTracks()) track.stop();
+  if (old.stream) for (const track of old.stream.getTracks()) track.stop();
   if (old.worklet) old.worklet.port.onmessage = null;
   if (old.pc) old.pc.close();
   // let queued speech finish playing before closing the audio context
@@ -369,3 +439,4 @@ $("start").addEventListener("click", () => {
   });
 });
 $("stop").addEventListener("click", stop);
+setupRoomView();

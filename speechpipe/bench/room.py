@@ -1,0 +1,241 @@
+"""``speechpipe bench room --listeners N``: one speaker heard by N WebSocket listeners.
+
+Starts ``speechpipe serve`` itself (a subprocess on 127.0.0.1, real models) and, in the same
+run, plays one real clip at real time twice:
+
+1. **lone**: one ordinary session (no room) — the server CPU a speaker costs by itself;
+2. **room**: the same clip from a room ``speaker`` with N ``listener`` connections (all in the
+   speaker's language, ``en``), which join before the speech starts.
+
+It prints the server's CPU seconds in each phase, the fan-out cost the server measured
+(``speechpipe_room_fanout_cpu_seconds_total``: CPU spent writing room messages to listeners'
+sockets), whether room CPU <= 1.15 x lone + fan-out, whether every listener received the same
+committed captions and the same speech bytes (SHA-256 per listener), and the delay between the
+first and the last listener receiving each speech chunk (and each message), p50/p95. Each
+phase uses its own phrase-cache namespace, so the room's speaker synthesizes everything anew.
+Bounded: at most ``MAX_LISTENERS`` listeners, a hard time limit per phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import math
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from speechpipe.bench.server_process import ServerProcess
+from speechpipe.errors import InputError
+from speechpipe.evaluation.scores import percentile
+from speechpipe.transport.client import ListenerRun, listen_room, stream_session
+
+__all__ = ["register_room", "run_room_bench", "spread", "listener_digest"]
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_CLIP = REPO / "samples" / "wav" / "es_gato.wav"
+MAX_LISTENERS = 1000
+LEAD_S = 1.0  # silence before the clip (listeners are all in before it)
+TAIL_S = 3.0
+PHASE_LIMIT_S = 600.0
+CPU_MARGIN = 0.15
+
+
+def listener_digest(run: ListenerRun) -> tuple[str, str]:
+    """(SHA-256 of its committed captions, SHA-256 of its speech bytes, in order)."""
+    captions = hashlib.sha256()
+    for e in run.events:
+        event = e[1]
+        if event.get("type") in ("source", "target") and event.get("final"):
+            captions.update(json.dumps([event["type"], event.get("speaker"), event["utterance"],
+                                        event["committed"]]).encode())
+    speech = hashlib.sha256()
+    for _, _, pcm in run.audio:
+        speech.update(pcm)
+    return captions.hexdigest(), speech.hexdigest()
+
+
+def spread(runs: list[ListenerRun]) -> tuple[list[float], list[float]]:
+    """First-to-last-listener delay (s) per speech chunk, and per message of any kind."""
+    chunks = min(len(r.audio) for r in runs) if runs else 0
+    per_chunk = [max(r.audio[i][0] for r in runs) - min(r.audio[i][0] for r in runs)
+                 for i in range(chunks)]
+    messages = min(len(r.events) for r in runs) if runs else 0
+    per_message = [max(r.events[i][0] for r in runs) - min(r.events[i][0] for r in runs)
+                   for i in range(messages)]
+    return per_chunk, per_message
+
+
+async def _speak(url: str, audio: np.ndarray, start: dict[str, Any],
+                 ready: asyncio.Event | None = None,
+                 room: asyncio.Future[str] | None = None) -> dict[str, Any]:
+    """One speaker at real time (``ready``: wait for it before the audio starts)."""
+    from websockets.asyncio.client import connect
+
+    padded = np.concatenate([np.zeros(int(LEAD_S * 16000), np.int16), audio,
+                             np.zeros(int(TAIL_S * 16000), np.int16)]).astype("<i2")
+    async with connect(url, max_size=None, open_timeout=60) as ws:
+        await ws.send(json.dumps({"type": "start", "sample_rate": 16000, **start}))
+        started = json.loads(await ws.recv())
+        if started.get("type") != "started":
+            raise RuntimeError(f"the speaker was refused: {started}")
+        if room is not None:
+            room.set_result(started["room"])
+        if ready is not None:
+            await ready.wait()
+
+        async def drain() -> int:
+            count = 0
+            with contextlib.suppress(Exception):
+                async for _ in ws:
+                    count += 1
+            return count
+
+        reader = asyncio.create_task(drain())
+        t0 = time.monotonic()
+        for i, offset in enumerate(range(0, len(padded), 320)):
+            delay = t0 + i * 0.02 - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await ws.send(padded[offset: offset + 320].tobytes())
+        await ws.send(json.dumps({"type": "stop"}))
+        received = await reader
+    return {"close_code": ws.close_code, "messages": received}
+
+
+def _metric(url: str, name: str) -> float:
+    import urllib.request
+
+    http = url.replace("ws://", "http://").rsplit("/ws", 1)[0] + "/metrics"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(http, timeout=10) as response:
+        text = response.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + " ") or line.startswith(name + "{"))
+
+
+async def _room_phase(url: str, audio: np.ndarray, listeners: int,
+                      source_lang: str) -> tuple[dict[str, Any], list[ListenerRun]]:
+    loop = asyncio.get_running_loop()
+    room: asyncio.Future[str] = loop.create_future()
+    ready, stop = asyncio.Event(), asyncio.Event()
+    ns = uuid.uuid4().hex[:12]
+    speaker = asyncio.create_task(_speak(
+        url, audio, {"role": "speaker", "source_lang": source_lang, "phrase_cache": ns},
+        ready, room))
+    room_id = await room
+    joined = 0
+    all_in = asyncio.Event()
+
+    def one_in(_: dict[str, Any]) -> None:
+        nonlocal joined
+        joined += 1
+        if joined == listeners:
+            all_in.set()
+
+    tasks = [asyncio.create_task(listen_room(url, room_id, stop=stop, on_started=one_in,
+                                             open_timeout_s=120))
+             for _ in range(listeners)]
+    waiting = asyncio.ensure_future(all_in.wait())
+    done, _ = await asyncio.wait([waiting, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    if waiting not in done:  # a listener ended before all were in: refused
+        failed = next(t for t in tasks if t.done())
+        raise RuntimeError(f"a listener was refused: {failed.result().error}")
+    ready.set()
+    spoke = await speaker
+    await asyncio.sleep(1.0)  # the last fan-out reaches the sockets
+    stop.set()
+    runs = [await t for t in tasks]
+    return spoke, runs
+
+
+def run_room_bench(listeners: int, clip: Path, source_lang: str,
+                   server_args: list[str]) -> int:
+    """Run both phases and print the figures; 0 when every check held, 1 otherwise."""
+    from speechpipe.transport.file_replay import read_audio
+
+    audio = read_audio(clip)
+    extra = ["--max-sessions-per-ip", "0", "--max-listeners", "0",
+             "--max-listeners-per-room", "0", "--capacity", "4", *server_args]
+    with ServerProcess(extra) as server:
+        url = server.url
+
+        async def lone() -> None:
+            run = await stream_session(url, audio, start={
+                "source_lang": source_lang, "phrase_cache": uuid.uuid4().hex[:12]},
+                tail_s=TAIL_S + LEAD_S)
+            if not run.started:
+                raise RuntimeError(f"the lone session was refused: {run.error}")
+
+        cpu0 = server.cpu_seconds()
+        t0 = time.monotonic()
+        asyncio.run(asyncio.wait_for(lone(), PHASE_LIMIT_S))
+        lone_cpu, lone_wall = server.cpu_seconds() - cpu0, time.monotonic() - t0
+
+        fan0 = _metric(url, "speechpipe_room_fanout_cpu_seconds_total")
+        cpu0 = server.cpu_seconds()
+        t0 = time.monotonic()
+        spoke, runs = asyncio.run(asyncio.wait_for(
+            _room_phase(url, audio, listeners, source_lang), PHASE_LIMIT_S))
+        room_cpu, room_wall = server.cpu_seconds() - cpu0, time.monotonic() - t0
+        fanout = _metric(url, "speechpipe_room_fanout_cpu_seconds_total") - fan0
+        drops = _metric(url, "speechpipe_room_fanout_drops_total")
+
+    digests = {listener_digest(r) for r in runs}
+    closed_ok = sum(1 for r in runs if r.close_code == 1000)
+    chunks, messages = spread(runs)
+    identical = len(digests) == 1 and bool(runs) and bool(runs[0].audio)
+    within = room_cpu <= (1 + CPU_MARGIN) * lone_cpu + fanout
+    p = lambda xs, q: percentile(xs, q) * 1000 if xs else math.nan  # noqa: E731 (ms)
+    print(f"speechpipe bench room: {listeners} listeners, clip {clip.name} "
+          f"({len(audio) / 16000:.1f} s), real time")
+    print(f"  lone session:  server CPU {lone_cpu:.2f} s over {lone_wall:.1f} s")
+    print(f"  room:          server CPU {room_cpu:.2f} s over {room_wall:.1f} s "
+          f"(speaker close {spoke['close_code']}; {closed_ok}/{listeners} listeners closed "
+          f"normally; fan-out drops {drops:g})")
+    print(f"  fan-out cost:  {fanout:.3f} s CPU measured by the server "
+          f"({fanout / max(listeners, 1) * 1000:.2f} ms per listener)")
+    print(f"  CPU check:     room {room_cpu:.2f} s <= 1.15 x lone {lone_cpu:.2f} s + fan-out "
+          f"{fanout:.2f} s = {(1 + CPU_MARGIN) * lone_cpu + fanout:.2f} s: "
+          f"{'yes' if within else 'NO'}")
+    print(f"  identical:     every listener got the same committed captions and speech bytes: "
+          f"{'yes' if identical else 'NO'} ({len(digests)} distinct, "
+          f"{len(runs[0].audio) if runs else 0} chunks each)")
+    print(f"  spread:        first-to-last listener per speech chunk p50 {p(chunks, 50):.1f} ms, "
+          f"p95 {p(chunks, 95):.1f} ms ({len(chunks)} chunks); per message p50 "
+          f"{p(messages, 50):.1f} ms, p95 {p(messages, 95):.1f} ms ({len(messages)} messages)")
+    ok = identical and within and closed_ok == listeners and spoke["close_code"] == 1000
+    return 0 if ok else 1
+
+
+def register_room(kinds: Any) -> None:
+    """``speechpipe bench room`` (called by ``speechpipe.bench.register``)."""
+    room = kinds.add_parser("room", help="one speaker, N WebSocket listeners: CPU, fan-out, "
+                                         "identical output, first-to-last delay")
+    room.add_argument("--listeners", type=int, default=20, help="listeners (default 20)")
+    room.add_argument("--clip", default=str(DEFAULT_CLIP),
+                      help="the recording the speaker plays (default: samples/wav/es_gato.wav)")
+    room.add_argument("--source-lang", default="es", help="its language (default es)")
+    room.add_argument("--server-arg", action="append", default=[],
+                      help="extra argument for the started server (repeatable)")
+    room.set_defaults(handler=_bench_room)
+
+
+def _bench_room(args: argparse.Namespace) -> int:
+    if not 1 <= args.listeners <= MAX_LISTENERS:
+        raise InputError(f"--listeners must be 1-{MAX_LISTENERS} (got {args.listeners})")
+    clip = Path(args.clip)
+    if not clip.is_file():
+        raise InputError(f"no such clip: {clip}")
+    try:
+        return run_room_bench(args.listeners, clip, args.source_lang, args.server_arg)
+    except RuntimeError as exc:
+        print(f"speechpipe bench room: {exc}", file=sys.stderr)
+        return 1

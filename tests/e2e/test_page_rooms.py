@@ -1,0 +1,66 @@
+"""The demo page's room view in a real headless Chromium: one context gives a talk through the
+fake microphone (a real recording), two listener contexts open the listener link it shows,
+display the translation and receive the translated speech."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_page import chromium_args, fake_mic_wav  # noqa: F401 (a fixture)
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
+
+
+async def test_a_talk_reaches_two_listener_pages(live_server: Any, fake_mic_wav: Path) -> None:  # noqa: F811
+    executable = shutil.which("chromium") or shutil.which("chromium-browser")
+    if executable is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install -y chromium)")
+    playwright_api = pytest.importorskip("playwright.async_api")
+    async with playwright_api.async_playwright() as pw:
+        browser = await pw.chromium.launch(
+            executable_path=executable, headless=True, args=chromium_args(fake_mic_wav)
+        )
+        try:
+            problems: list[str] = []
+            speaker = await (await browser.new_context()).new_page()
+            speaker.on("pageerror", lambda exc: problems.append(str(exc)))
+            await speaker.goto(f"http://127.0.0.1:{live_server.server.port}/")
+            await speaker.select_option("#source-lang", "es")
+            await speaker.select_option("#room-mode", "speaker")
+            await speaker.click("#start")
+            await speaker.wait_for_function(
+                "() => document.querySelector('#listener-link').href.includes('#room=')",
+                timeout=30_000)
+            link = await speaker.locator("#listener-link").get_attribute("href")
+            assert link is not None and "role=listener" in link
+            listeners = []
+            for _ in range(2):
+                page = await (await browser.new_context()).new_page()
+                page.on("pageerror", lambda exc: problems.append(str(exc)))
+                await page.goto(link)
+                assert await page.locator("#start").inner_text() == "Listen"
+                await page.click("#start")
+                listeners.append(page)
+            for page in listeners:
+                await page.wait_for_function(
+                    "() => Number(document.querySelector('#stats').dataset.target) > 0"
+                    " && Number(document.querySelector('#stats').dataset.audio) > 0",
+                    timeout=90_000)
+                assert (await page.locator("#target").inner_text()).strip()
+                assert int(await page.locator("#stats").get_attribute(
+                    "data-audio-samples") or 0) > 0
+                assert "listener" in await page.locator("#room-role").inner_text()
+                status = await page.locator("#status").inner_text()
+                assert "error" not in status.lower(), status
+            for page in [*listeners, speaker]:
+                await page.click("#stop")
+                await page.wait_for_function(
+                    "() => document.querySelector('#stats').dataset.state === 'closed'",
+                    timeout=30_000)
+            assert not problems, problems
+        finally:
+            await browser.close()

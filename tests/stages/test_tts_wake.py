@@ -1,0 +1,118 @@
+"""Issue 20, item 3 on the TTS side: held committed words never wait for the utterance's final
+hypothesis while the output is silent. The stage wakes itself when the segmenter could cut
+(``JustInTimeSegmenter.wake_at``): when the queued speech runs low, or, for a word that makes
+no phrase on its own, once the output has been silent long enough; never for a lone word while
+speech is still queued."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from speechpipe.stages.channels import Channel
+from speechpipe.stages.clock import WallStreamClock
+from speechpipe.stages.frames import STREAM_RATE, SpeechChunk, TextHypothesis
+from speechpipe.stages.phrases import PhraseOptions
+from speechpipe.stages.tts import TtsStage
+
+RATE = 16_000
+OPTIONS = PhraseOptions(lead_s=1.0, hold_silence_s=0.5, hold_wait_s=1.0)
+
+
+class ScriptedClock(WallStreamClock):
+    """A live session's clock whose wall time the test sets: the stage's decisions are judged
+    at scripted times, without sleeping."""
+
+    def __init__(self) -> None:
+        super().__init__(start=0.0)
+        self.now = 0.0
+
+    def wall_seconds(self) -> float:
+        return self.now
+
+
+async def speak(text: str, speed: float = 1.0) -> np.ndarray:
+    """0.5 s of tone per word: these tests are about when phrases are cut (Piper runs in
+    tests/e2e)."""
+    return np.full(int(0.5 * RATE) * len(text.split()), 1000, np.int16)
+
+
+def target(committed: str, at_s: float, final: bool = False) -> TextHypothesis:
+    pts = int(at_s * STREAM_RATE)
+    return TextHypothesis(side="target", utterance=0, revision=1, committed=committed,
+                          tentative="", language="en", audio_start=0, audio_end=pts,
+                          stream_pts=pts, final=final)
+
+
+async def spoken(events: Channel) -> list[str]:
+    """The phrases spoken since the last call."""
+    out = []
+    while len(events):
+        event = await events.get()
+        if isinstance(event, SpeechChunk):
+            out.append(event.text)
+    return out
+
+
+async def test_a_lone_held_word_is_spoken_after_the_silence_without_waiting_for_the_final():
+    clock = ScriptedClock()
+    stage = TtsStage(speak, clock, RATE, OPTIONS)
+    events: Channel = Channel(64)
+    clock.now = 1.0
+    await stage._on_target(target("red green blue", 1.0), events)
+    assert await spoken(events) == ["red green blue"]  # silent output: at once; queued until 2.5 s
+    clock.now = 1.2
+    await stage._on_target(target("red green blue yellow", 1.2), events)
+    assert await spoken(events) == []  # speech plays: "yellow" waits
+    # the stage will wake when the queue has run out and 0.5 s of silence passed (3.0 s)
+    assert stage._wake_in() == pytest.approx(3.0 - 1.2 + 0.01)
+    clock.now = 2.4  # 0.1 s of speech still queued: a lone word never goes out now
+    await stage._wake(events)
+    assert await spoken(events) == []
+    clock.now = 3.01
+    await stage._wake(events)
+    assert await spoken(events) == ["yellow"]  # no new hypothesis, no final: spoken anyway
+    assert stage._wake_in() is None  # nothing held
+    clock.now = 4.0
+    await stage._on_target(target("red green blue yellow pink.", 4.0, final=True), events)
+    assert await spoken(events) == ["pink."]
+
+
+async def test_held_words_that_make_a_phrase_are_cut_when_the_queue_runs_low():
+    clock = ScriptedClock()
+    stage = TtsStage(speak, clock, RATE, OPTIONS)
+    events: Channel = Channel(64)
+    clock.now = 1.0
+    await stage._on_target(target("red green blue", 1.0), events)
+    clock.now = 1.2
+    await stage._on_target(target("red green blue yellow orange", 1.2), events)
+    assert await spoken(events) == ["red green blue"]
+    assert stage._wake_in() == pytest.approx(2.5 - 1.0 - 1.2 + 0.01)  # 1 s before the end
+    clock.now = 1.6
+    await stage._wake(events)
+    assert await spoken(events) == ["yellow orange"]
+
+
+async def test_the_live_loop_wakes_for_a_lone_word_before_the_final_comes():
+    clock = WallStreamClock()
+    clock.begin()
+    stage = TtsStage(speak, clock, RATE, OPTIONS)
+    inbox: Channel[TextHypothesis] = Channel(16)
+    events: Channel = Channel(64)
+    task = asyncio.create_task(stage.run(inbox, events))
+    await inbox.put(target("red green blue", 0))  # spoken at once: 1.5 s
+    await asyncio.sleep(0.1)
+    await inbox.put(target("red green blue yellow", 0))  # held
+    await asyncio.sleep(3.0)  # no hypothesis: the queue ends at ~1.5 s, +0.5 s of silence
+    await inbox.put(target("red green blue yellow pink.", 0, final=True))
+    inbox.close()
+    await asyncio.wait_for(task, 5)
+    events.close()
+    chunks = [e async for e in events if isinstance(e, SpeechChunk)]
+    # "yellow" went out alone, before the final (else "yellow pink." would be one phrase) ...
+    assert [c.text for c in chunks] == ["red green blue", "yellow", "pink."]
+    # ... and not before the queued speech had ended and the silence had lasted 0.5 s
+    queue_end = chunks[0].stream_pts / STREAM_RATE + chunks[0].duration
+    assert chunks[1].stream_pts / STREAM_RATE >= queue_end + OPTIONS.hold_silence_s - 1e-3

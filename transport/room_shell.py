@@ -1,0 +1,322 @@
+"""Rooms, the asyncio shell around the pure core (``transport.room``).
+
+``RoomHub`` (one per server) holds the ``RoomRegistry`` and wires members: when a listening
+member (listener or participant) joins, it is attached to every speaking member; when a
+speaking member joins, every listening member is attached to it. Attaching asks the speaker's
+``SpeakerFeeds`` for the feed in the listener's target language: the speaker's own pipeline
+when it is that language, else one more pipeline on the same audio (one per (speaker, target
+language) that someone listens to, started on first demand). Where the server has no model for
+that direction (the factory refuses the request), the listener gets the source captions of the
+speaker's own pipeline and a ``status`` ``translation_unavailable`` saying why.
+
+A listener costs fan-out, not inference: a pipeline's events are encoded once
+(``Outgoing``) and the same bytes are offered to every subscriber's bounded outbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
+
+from speechpipe.errors import SpeechpipeError
+from speechpipe.stages.frames import AudioFrame, OutputEvent, SpeechChunk, TextHypothesis
+from speechpipe.transport.audio_io import OutputResampler
+from speechpipe.transport.protocol import dumps, encode_event
+from speechpipe.transport.room import (
+    FULL,
+    SOURCE_ONLY,
+    FeedKey,
+    Member,
+    Outbox,
+    Outgoing,
+    Room,
+    RoomRegistry,
+    Subscriber,
+)
+from speechpipe.transport.session_api import LiveSession, SessionFactory
+
+__all__ = ["RoomHub", "SpeakerFeeds", "Presence", "encode_outgoing", "RoomObserver"]
+
+log = logging.getLogger("speechpipe.server")
+
+DRAIN_S = 30.0  # after the speaker's ``stop``: how long its extra pipelines get to finish
+
+
+class RoomObserver(Protocol):
+    """Hooks for the rooms' metrics (``ServerObserver`` has them)."""
+
+    def rooms_changed(self, rooms: int, listeners: int) -> None:
+        """There are ``rooms`` rooms with ``listeners`` listeners now."""
+
+    def fanout_dropped(self) -> None:
+        """A listener's outbox overflowed (it is closed with ``listener_too_slow``)."""
+
+    def fanout_delay(self, seconds: float, cpu_s: float = 0.0) -> None:
+        """A message reached a listener's socket ``seconds`` after it was published
+        (``cpu_s``: the server's CPU time writing it)."""
+
+
+class _NoMetrics:
+    def rooms_changed(self, rooms: int, listeners: int) -> None:
+        pass
+
+    def fanout_dropped(self) -> None:
+        pass
+
+    def fanout_delay(self, seconds: float, cpu_s: float = 0.0) -> None:
+        pass
+
+
+def encode_outgoing(event: OutputEvent, speaker: str, resampler: OutputResampler,
+                    now: float) -> Outgoing:
+    """One pipeline event as the message every listener gets (encoded once)."""
+    if isinstance(event, SpeechChunk):
+        header, pcm = resampler.encode(event)
+        header["speaker"] = speaker
+        return Outgoing("audio", (dumps(header), pcm), now, event.utterance,
+                        speech_s=header["samples"] / resampler.sample_rate)
+    data = encode_event(event)
+    data["speaker"] = speaker
+    final = isinstance(event, TextHypothesis) and event.final
+    return Outgoing(str(data["type"]), (dumps(data),), now, data.get("utterance"), final)
+
+
+def status_outgoing(status: str, message: str, speaker: str, **detail: Any) -> Outgoing:
+    data = {"type": "status", "status": status, "message": message, "speaker": speaker,
+            "detail": detail}
+    return Outgoing("status", (dumps(data),), time.monotonic())
+
+
+@dataclasses.dataclass(eq=False)
+class _Extra:
+    session: LiveSession
+    pts_base: int
+    pump: asyncio.Task[None] | None = None
+
+
+class SpeakerFeeds:
+    """A speaking member's pipelines: its own (``base``) and one per further target language
+    a listener asked for. Audio pushed here goes to all of them; events go to the room."""
+
+    def __init__(self, hub: RoomHub, room: Room, member: str, request: Any,
+                 factory: SessionFactory, base: LiveSession, base_rate: int) -> None:
+        self.hub = hub
+        self.room = room
+        self.member = member
+        self.request = request  # the base pipeline's SessionRequest
+        self.factory = factory
+        self.base = base
+        self.base_target = request.target_lang
+        self.base_rate = base_rate
+        self.extras: dict[str, _Extra] = {}
+        self.refused: dict[str, str] = {}  # target -> why the server cannot serve it
+        self.next_pts = 0
+        self.finished = False
+        self._requests: asyncio.Queue[tuple[str, int, asyncio.Future[tuple[FeedKey, bool]]]] = (
+            asyncio.Queue())
+        self._tg: asyncio.TaskGroup | None = None
+
+    def key(self, target: str) -> FeedKey:
+        return (self.member, target)
+
+    async def ensure(self, target: str, rate: int) -> tuple[FeedKey, bool]:
+        """The feed for ``target``: (its key, True), or (the base feed, False) when the
+        server has no model for that direction (``refused[target]`` says why)."""
+        if target == self.base_target or target in self.extras:
+            return self.key(target), True
+        if target in self.refused or self.finished:
+            return self.key(self.base_target), False
+        future: asyncio.Future[tuple[FeedKey, bool]] = asyncio.get_running_loop().create_future()
+        await self._requests.put((target, rate, future))
+        return await future
+
+    async def run(self, tg: asyncio.TaskGroup) -> None:
+        """Start the pipelines asked for (in this task, so their contexts exit here)."""
+        self._tg = tg
+        async with contextlib.AsyncExitStack() as stack:
+            while True:
+                target, rate, future = await self._requests.get()
+                if target in self.extras or target == self.base_target:
+                    future.set_result((self.key(target), True))
+                    continue
+                if target in self.refused or self.finished:
+                    future.set_result((self.key(self.base_target), False))
+                    continue
+                request = dataclasses.replace(self.request, target_lang=target,
+                                              output_sample_rate=rate)
+                try:
+                    session = await stack.enter_async_context(self.factory(request))
+                except SpeechpipeError as exc:
+                    self.refused[target] = str(exc)
+                    future.set_result((self.key(self.base_target), False))
+                    continue
+                extra = _Extra(session, self.next_pts)
+                self.extras[target] = extra
+                extra.pump = tg.create_task(self.pump(session, target, rate),
+                                            name=f"{self.member}:room:{target}")
+                future.set_result((self.key(target), True))
+
+    async def pump(self, session: LiveSession, target: str, rate: int) -> None:
+        """An extra pipeline's events, published to its feed."""
+        resampler = OutputResampler(rate)
+        async for event in session.events():
+            self.hub.publish(self.room, self.key(target),
+                             encode_outgoing(event, self.member, resampler, time.monotonic()))
+
+    async def push(self, frame: AudioFrame) -> None:
+        """The speaker's audio into every pipeline (each extra on its own stream clock)."""
+        await self.base.push(frame)
+        self.next_pts = frame.end
+        for extra in list(self.extras.values()):
+            if frame.end > extra.pts_base:
+                await extra.session.push(AudioFrame(frame.samples, frame.pts - extra.pts_base))
+
+    def flush(self) -> None:
+        self.base.flush()
+        for extra in self.extras.values():
+            extra.session.flush()
+
+    async def finish(self) -> None:
+        """No more audio (the base pipeline is finished by the connection)."""
+        self.finished = True
+        for extra in self.extras.values():
+            await extra.session.finish()
+
+    async def drain(self) -> None:
+        """Wait (bounded) for the extra pipelines' last events."""
+        pumps = [e.pump for e in self.extras.values() if e.pump is not None]
+        if pumps:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(DRAIN_S):
+                    await asyncio.wait(pumps)
+
+
+@dataclasses.dataclass(eq=False)
+class Presence:
+    """The shell's side of one member: its pending attachments (listening members) and its
+    pipelines (speaking members)."""
+
+    member: Member
+    room: Room
+    pending: asyncio.Queue[SpeakerFeeds] = dataclasses.field(default_factory=asyncio.Queue)
+    feeds: SpeakerFeeds | None = None
+    wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    overflow: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    output_sample_rate: int = 16_000
+    playing_until: float = 0.0  # the echo guard: when the speech sent to it ends playing
+
+    def played(self, seconds: float, now: float, tail_s: float) -> None:
+        """``seconds`` of speech were sent to this member at ``now``: it plays them after what
+        it is still playing (back to back), then ``tail_s`` of echo may follow."""
+        self.playing_until = max(self.playing_until - tail_s, now) + seconds + tail_s
+
+    def notify(self) -> None:
+        """Its outbox changed (the outbox's ``wake``)."""
+        self.wake.set()
+        sub = self.member.subscriber
+        if sub is not None and sub.outbox.overflowed:
+            self.overflow.set()
+
+    def hears_itself(self, now: float) -> bool:
+        """Whether its microphone may now pick up speech the room sent it."""
+        return now < self.playing_until
+
+
+class RoomHub:
+    """Every room of one server (see the module docs)."""
+
+    def __init__(self, registry: RoomRegistry | None = None, *, outbox_capacity: int = 256,
+                 observer: RoomObserver | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.registry = registry or RoomRegistry()
+        self.outbox_capacity = outbox_capacity
+        self.observer: RoomObserver = observer or _NoMetrics()
+        self.clock = clock
+
+    def _changed(self) -> None:
+        self.observer.rooms_changed(len(self.registry.rooms), self.registry.listeners)
+
+    # -- membership ----------------------------------------------------------------------
+    def join(self, room: Room, member: Member) -> Presence:
+        """Add ``member`` (``RoomError`` when refused) and queue its attachments."""
+        self.registry.join(room, member)
+        presence = Presence(member, room)
+        member.handle = presence
+        self._changed()
+        if member.role.listens:
+            member.subscriber = Subscriber(member.id, member.target_lang,
+                                           Outbox(self.outbox_capacity, presence.notify))
+            for other in room.speakers():
+                other_presence = other.handle
+                if (other.id != member.id and isinstance(other_presence, Presence)
+                        and other_presence.feeds is not None):
+                    presence.pending.put_nowait(other_presence.feeds)
+        return presence
+
+    def speaking(self, presence: Presence, feeds: SpeakerFeeds) -> None:
+        """A speaking member's pipelines run: attach every listening member to them."""
+        presence.feeds = feeds
+        for other in presence.room.listening():
+            other_presence = other.handle
+            if other.id != presence.member.id and isinstance(other_presence, Presence):
+                other_presence.pending.put_nowait(feeds)
+
+    def leave(self, presence: Presence) -> None:
+        room = presence.room
+        orphans = self.registry.leave(room, presence.member)
+        if presence.member.subscriber is not None:
+            presence.member.subscriber.outbox.close()
+        for sub in orphans:
+            sub.outbox.offer(status_outgoing(
+                "speaker_left", "a speaker left the room", presence.member.id))
+        self._changed()
+
+    async def attach(self, presence: Presence, feeds: SpeakerFeeds) -> None:
+        """Subscribe a listening member to one speaker: history first, then live."""
+        member = presence.member
+        sub = member.subscriber
+        assert sub is not None
+        key, available = await feeds.ensure(member.target_lang, presence.output_sample_rate)
+        if member.id not in presence.room.members or feeds.member not in presence.room.members:
+            return  # one of them left meanwhile
+        if not available:
+            sub.outbox.offer(status_outgoing(
+                "translation_unavailable",
+                f"no model for this direction on this server "
+                f"({feeds.refused.get(member.target_lang, 'refused')}): "
+                f"you get the speaker's captions", feeds.member,
+                target_lang=member.target_lang, captions_lang=feeds.request.source_lang))
+        feed = presence.room.feed(key)
+        for item in feed.join(sub, FULL if available else SOURCE_ONLY, self.clock()):
+            sub.outbox.offer(item)
+
+    async def attacher(self, presence: Presence) -> None:
+        """A listening member's task: attach it to each speaker as they come."""
+        while True:
+            feeds = await presence.pending.get()
+            await self.attach(presence, feeds)
+
+    # -- publishing ----------------------------------------------------------------------
+    def publish(self, room: Room, key: FeedKey, item: Outgoing) -> None:
+        feed = room.feeds.get(key)
+        if feed is None:
+            feed = room.feed(key)  # nobody yet: keep the history for late joiners
+        for _ in feed.publish(item, self.clock()):
+            self.observer.fanout_dropped()
+
+    def room_of(self, room_id: str) -> Room:
+        return self.registry.get(room_id)
+
+    def new_room(self, room_id: str | None = None) -> Room:
+        room = self.registry.create(self.clock(), room_id)
+        self._changed()
+        return room
+
+
+SessionContext = AbstractAsyncContextManager[LiveSession]
