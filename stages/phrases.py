@@ -132,6 +132,10 @@ class PhraseOptions:
     # waited this long (never while speech is still queued)
     hold_silence_s: float = 0.5
     hold_wait_s: float = 1.5  # one decode step (1 s) and its decode: the next commit first
+    # a hypothesis with nothing tentative left (a pause decode committed everything heard)
+    # is spoken whole at once, like the final: nothing can join its words until the speaker
+    # goes on (False: held until the final, after the VAD's hangover)
+    flush_when_caught_up: bool = True
 
     def __post_init__(self) -> None:
         if self.cut not in ("count", "just_in_time"):

@@ -67,6 +67,11 @@ class CatchUpOptions:
     finish_speed: float = 1.2
     speed_step: float = 0.05
     source_time: str = "words"  # or "end"
+    # a hypothesis with nothing tentative left (a pause decode committed everything heard)
+    # counts as finishing: the speaker has said nothing more yet, so the rest is spoken at
+    # the finish rate without waiting for the final, which comes only after the VAD's
+    # hangover (False: only the final hypothesis)
+    finish_when_caught_up: bool = True
 
     def __post_init__(self) -> None:
         if self.mode not in ("span", "backlog"):
@@ -203,7 +208,10 @@ class TtsStage:
             segmenter = self._segmenters[hyp.utterance] = make_segmenter(self.phrase_options)
         emitted_at = time.monotonic()
         now_s = self.clock.stamp(hyp.stream_pts) / STREAM_RATE
-        phrases = segmenter.feed(hyp.committed, final=hyp.final, now_s=now_s,
+        caught_up = hyp.final or (not hyp.tentative.strip() and bool(hyp.committed))
+        flush = hyp.final or (caught_up and self.phrase_options.flush_when_caught_up)
+        finishing = hyp.final or (caught_up and self.catch_up.finish_when_caught_up)
+        phrases = segmenter.feed(hyp.committed, final=flush, now_s=now_s,
                                  queued_until_s=self._queued_until)
         for phrase in phrases:
             queued = time.monotonic() - emitted_at
@@ -213,7 +221,7 @@ class TtsStage:
             self._handed[hyp.utterance] = first_word + len(phrase.split())
             speed = phrase_speed(
                 self.catch_up, now_s=now, queued_until_s=self._queued_until,
-                source_s=words_source_time(hyp, first_word, self.catch_up), finishing=hyp.final)
+                source_s=words_source_time(hyp, first_word, self.catch_up), finishing=finishing)
             try:
                 samples = await self.speak(phrase, speed)
             except SpeechpipeError as exc:

@@ -4,6 +4,8 @@ final hypothesis is spoken at the finish rate; the backlog rule before it stays 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -136,10 +138,19 @@ async def test_the_stage_speaks_faster_as_the_ear_voice_span_grows():
 
 
 async def test_the_stage_speaks_the_rest_after_the_final_at_the_finish_rate():
-    said = [_hyp("alpha beta", "", 1.0)]  # span 1 s: at the threshold, the normal rate
+    said = [_hyp("alpha beta", "gamma", 1.0)]  # span 1 s: at the threshold, the normal rate
     assert [s for _, s in await _speeds(SPAN, said)] == [1.0]
     final = [_hyp("alpha beta", "", 1.0, final=True)]  # the speaker has stopped
     assert [s for _, s in await _speeds(SPAN, final)] == pytest.approx([1.3])
+
+
+async def test_nothing_tentative_left_counts_as_finishing():
+    """A pause decode committed everything heard: the rest is spoken at the finish rate at
+    once, without waiting for the final (which comes after the VAD's hangover)."""
+    caught_up = [_hyp("alpha beta", "", 1.0)]
+    assert [s for _, s in await _speeds(SPAN, caught_up)] == pytest.approx([1.3])
+    only_final = replace(SPAN, finish_when_caught_up=False)
+    assert [s for _, s in await _speeds(only_final, caught_up)] == [1.0]
 
 
 async def test_the_stage_keeps_the_backlog_rule_when_asked():

@@ -23,8 +23,10 @@ async def fake_speak(text: str, speed: float = 1.0) -> np.ndarray:
 
 
 def target(committed: str, revision: int, pts: int, final: bool = False) -> TextHypothesis:
+    # mid-speech hypotheses carry a tentative tail (with none, the stage speaks everything:
+    # the speaker has said nothing more yet)
     return TextHypothesis(side="target", utterance=0, revision=revision, committed=committed,
-                          tentative="", language="en", audio_start=0, audio_end=pts,
+                          tentative="" if final else "more", language="en", audio_start=0, audio_end=pts,
                           stream_pts=pts, final=final)
 
 

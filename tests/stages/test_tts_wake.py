@@ -7,6 +7,7 @@ speech is still queued."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -40,9 +41,11 @@ async def speak(text: str, speed: float = 1.0) -> np.ndarray:
 
 
 def target(committed: str, at_s: float, final: bool = False) -> TextHypothesis:
+    """Mid-speech hypotheses carry a tentative tail (with none, everything heard is committed
+    and the stage speaks it at once: ``test_caught_up_words_are_spoken_at_once``)."""
     pts = int(at_s * STREAM_RATE)
     return TextHypothesis(side="target", utterance=0, revision=1, committed=committed,
-                          tentative="", language="en", audio_start=0, audio_end=pts,
+                          tentative="" if final else "more", language="en", audio_start=0, audio_end=pts,
                           stream_pts=pts, final=final)
 
 
@@ -116,3 +119,33 @@ async def test_the_live_loop_wakes_for_a_lone_word_before_the_final_comes():
     # ... and not before the queued speech had ended and the silence had lasted 0.5 s
     queue_end = chunks[0].stream_pts / STREAM_RATE + chunks[0].duration
     assert chunks[1].stream_pts / STREAM_RATE >= queue_end + OPTIONS.hold_silence_s - 1e-3
+
+
+def caught_up(committed: str, at_s: float) -> TextHypothesis:
+    """A pause decode's hypothesis: everything heard is committed, nothing tentative."""
+    pts = int(at_s * STREAM_RATE)
+    return TextHypothesis(side="target", utterance=0, revision=2, committed=committed,
+                          tentative="", language="en", audio_start=0, audio_end=pts,
+                          stream_pts=pts)
+
+
+async def test_caught_up_words_are_spoken_at_once_even_while_speech_plays():
+    """Nothing tentative left: no later word can join the held ones until the speaker goes
+    on, so they are spoken now (queued after the speech playing), not after the hangover."""
+    clock = ScriptedClock()
+    stage = TtsStage(speak, clock, RATE, OPTIONS)
+    events: Channel = Channel(64)
+    clock.now = 1.0
+    await stage._on_target(target("red green blue", 1.0), events)
+    assert await spoken(events) == ["red green blue"]
+    clock.now = 1.3  # the pause decode: "yellow" is the last word heard, speech still plays
+    await stage._on_target(caught_up("red green blue yellow", 1.3), events)
+    assert await spoken(events) == ["yellow"]
+    # the option off: the lone word waits for the queue to run out and the silence
+    held = TtsStage(speak, clock, RATE, replace(OPTIONS, flush_when_caught_up=False))
+    clock.now = 1.0
+    await held._on_target(target("red green blue", 1.0), events)
+    await spoken(events)
+    clock.now = 1.3
+    await held._on_target(caught_up("red green blue yellow", 1.3), events)
+    assert await spoken(events) == []
