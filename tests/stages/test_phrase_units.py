@@ -39,6 +39,15 @@ def test_the_issues_sentence_is_no_longer_cut_into_one_word_phrases():
                    "his son."]
 
 
+def test_a_lone_first_word_may_start_the_translation_when_asked():
+    """``first_min_words=1``: only the utterance's first phrase may be one word."""
+    first = PhraseOptions(lead_s=1.0, hold_silence_s=0.5, hold_wait_s=1.0, first_min_words=1)
+    phrases = speak_word_by_word(first, "It was buried there in the end.")
+    assert phrases[0] == "It"
+    assert all(len(p.split()) >= 2 for p in phrases[1:-1])
+    assert speak_word_by_word(NEW, "It was buried there in the end.")[0] == "It was"
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.floats(0, 2), st.floats(-3, 4)),
                 min_size=1, max_size=30))
