@@ -26,7 +26,8 @@ def target(committed: str, revision: int, pts: int, final: bool = False) -> Text
     # mid-speech hypotheses carry a tentative tail (with none, the stage speaks everything:
     # the speaker has said nothing more yet)
     return TextHypothesis(side="target", utterance=0, revision=revision, committed=committed,
-                          tentative="" if final else "more", language="en", audio_start=0, audio_end=pts,
+                          tentative="" if final else "more", language="en", audio_start=0,
+                          audio_end=pts,
                           stream_pts=pts, final=final)
 
 

@@ -45,7 +45,8 @@ def target(committed: str, at_s: float, final: bool = False) -> TextHypothesis:
     and the stage speaks it at once: ``test_caught_up_words_are_spoken_at_once``)."""
     pts = int(at_s * STREAM_RATE)
     return TextHypothesis(side="target", utterance=0, revision=1, committed=committed,
-                          tentative="" if final else "more", language="en", audio_start=0, audio_end=pts,
+                          tentative="" if final else "more", language="en", audio_start=0,
+                          audio_end=pts,
                           stream_pts=pts, final=final)
 
 
