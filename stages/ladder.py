@@ -3,15 +3,20 @@
 =====  ==========================================================================  =========
 level  what changes (cumulative)                                                   why
 =====  ==========================================================================  =========
-0      nothing                                                                     normal
-1      partial decodes every 1.5 s instead of 1.0 s                                -1/3 decodes
-2      greedy everywhere (``quality`` clients lose beams); partials stop after 10   shorter
-       new tokens                                                                  decodes
+0      nothing (beam 5 on every decode)                                            normal
+1      greedy partials; the decodes that commit everything keep their beam         cheaper
+                                                                                   partials
+2      partial decodes every 1.5 s instead of 1.0 s; greedy everywhere             -1/3
+       (``quality`` clients lose beams); partials stop after 10 new tokens         decodes
 3      partials decode the translation only (captions arrive at pauses and ends),  -1 decode
        every 2 s                                                                   per step
 4      utterances are cut at 8 s instead of 15 s                                   shorter
                                                                                    encodes
 =====  ==========================================================================  =========
+
+Level 1 is the partials of the release before beams (issue 24): beam 5 on every decode costs
+about +30 % CPU per session, which eight sessions on two cores cannot pay; greedy partials
+give most of that back while what a pause or the end commits keeps its beam.
 
 On every level the partials before the first two translated words come at most 1 s apart
 (``early_step_s``): those are what the listener waits for.
@@ -49,8 +54,8 @@ __all__ = [
 MAX_LEVEL = 4
 
 
-LEVELS = ("normal", "longer step", "greedy, shorter partials", "translation only",
-          "shorter utterances")
+LEVELS = ("normal", "greedy partials", "longer step, greedy, shorter partials",
+          "translation only", "shorter utterances")
 
 
 MODE_FLOOR = {"fast": 2, "balanced": 0, "quality": 0}
@@ -63,9 +68,9 @@ def degrade_asr(base: AsrOptions, level: int) -> AsrOptions:
     """The ASR options of a session on ``level`` (cumulative steps, see the table above)."""
     changes: dict[str, Any] = {}
     if level >= 1:
-        changes["step_s"] = max(base.step_s, 1.5)
+        changes["beam_size"] = 1
     if level >= 2:
-        changes.update(beam_size=1, final_beam_size=1,
+        changes.update(step_s=max(base.step_s, 1.5), final_beam_size=1,
                        partial_max_new_tokens=min(base.partial_max_new_tokens, 10))
     if level >= 3:
         changes.update(source_partials=False, step_s=max(base.step_s, 2.0))

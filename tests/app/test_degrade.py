@@ -84,13 +84,16 @@ def test_each_level_sheds_more_work():
     base = AsrOptions(beam_size=2, final_beam_size=5)  # a "quality" session
     levels = [degrade_asr(base, n) for n in range(MAX_LEVEL + 1)]
     assert levels[0] is base
-    assert levels[1].step_s == 1.5 and levels[1].beam_size == 2
+    # level 1: greedy partials, the decodes that commit everything keep their beam
+    assert levels[1].beam_size == 1 and levels[1].final_beam_size == 5
+    assert levels[1].step_s == base.step_s
+    assert levels[2].step_s == 1.5
     assert levels[2].beam_size == 1 and levels[2].final_beam_size == 1
     assert levels[2].partial_max_new_tokens == 10 and levels[2].source_partials
     assert levels[3].source_partials is False and levels[3].step_s == 2.0
     assert degrade_max_utterance(15.0, 3) == 15.0 and degrade_max_utterance(15.0, 4) == 8.0
     # the first words keep a cadence of at most 1 s on every level (0.5 s on level 0)
-    assert [lv.early_step_s for lv in levels] == [0.5, 1.0, 1.0, 1.0, 1.0]
+    assert [lv.early_step_s for lv in levels] == [0.5, 0.5, 1.0, 1.0, 1.0]
     assert all(lv.early_step_s <= lv.step_s for lv in levels)
 
 
