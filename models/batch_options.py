@@ -18,6 +18,11 @@ class BatchOptions:
     workers: int = 2  # threads taking batches (the engine needs as many CTranslate2 workers)
     group_min_queue: int = 4  # group a bucket only when this many requests wait (see below)
     final_deadline_s: float = 0.3  # finals are on the speech's critical path: sooner
+    # beams when the worker has time for them: a partial dispatched while at least this many
+    # other requests still wait is decoded greedy (its beam would delay them; the decodes
+    # that commit everything keep theirs). One live session never waits behind another, so
+    # it always gets its beam; eight on two cores mostly do not (docs/design.md). 0: never
+    greedy_partials_backlog: int = 2
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
@@ -26,3 +31,5 @@ class BatchOptions:
             raise ValueError("window_s must be >= 0")
         if self.workers < 1:
             raise ValueError("workers must be >= 1")
+        if self.greedy_partials_backlog < 0:
+            raise ValueError("greedy_partials_backlog must be >= 0")

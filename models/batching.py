@@ -24,6 +24,9 @@
   for a newer request of the same utterance (the new one keeps the old one's place in line;
   the old caller gets ``Superseded``); ``withdraw`` drops one; a request whose caller was
   cancelled (session gone) is skipped. Finals are never replaced or withdrawn.
+- **Beams when there is time**: a partial dispatched while ``greedy_partials_backlog`` other
+  requests still wait is decoded greedy (``greedy_partials`` counts them); decodes that
+  commit everything keep their beam.
 - **Errors** fail only the requests that caused them (``WorkerError``); the thread goes on.
 - ``BatchOptions(enabled=False)`` runs one request per engine call: the no-batching baseline.
 - ``workers`` threads take calls concurrently (one CTranslate2 thread each), so a batch never
@@ -95,6 +98,7 @@ class BatchStats:
     busy_s: float = 0.0  # time the worker spent in engine calls
     wait_ewma_s: float = 0.0  # queue wait of recent dispatched requests (EWMA)
     max_batch_seen: int = 0
+    greedy_partials: int = 0  # partials decoded greedy because others waited
 
     @property
     def mean_batch(self) -> float:
@@ -366,6 +370,12 @@ class AsrBatcher:
                 chosen.append(entry)
             else:
                 self.stats.cancelled += 1
+        backlog = self.options.greedy_partials_backlog
+        if backlog and len(self._queue) >= backlog:
+            for entry in chosen:
+                if entry.request.partial and entry.request.beam_size > 1:
+                    entry.request = dataclasses.replace(entry.request, beam_size=1)
+                    self.stats.greedy_partials += 1
         return chosen
 
     def _run(self, batch: list[_Entry]) -> None:

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import asyncio
 import contextlib
 import threading
@@ -402,3 +403,28 @@ async def test_stage_supersedes_stale_partials_under_a_slow_worker():
     assert source[-1].committed.split() == "uno dos tres cuatro cinco seis siete ocho".split()
     for before, after in zip(source, source[1:], strict=False):
         assert after.committed.startswith(before.committed)
+
+
+def test_partials_keep_their_beam_only_when_nobody_waits_behind_them():
+    """``greedy_partials_backlog``: a partial dispatched while others still wait is decoded
+    greedy; one with an empty queue behind it, and every final, keep the beam."""
+    engine = ScriptedEngine()
+    batcher = AsrBatcher(engine, BatchOptions(enabled=False, workers=1,
+                                              greedy_partials_backlog=2))
+    beam = dict(beam_size=5)
+    try:
+        hold_worker(engine, batcher)
+        queued = [batcher.submit(dataclasses.replace(req(), **beam)) for _ in range(3)]
+        final = batcher.submit(dataclasses.replace(req(partial=False), **beam))
+        engine.gate.set()
+        for future in (*queued, final):
+            future.result(5)
+        alone = batcher.submit(dataclasses.replace(req(), **beam))  # nobody waits now
+        alone.result(5)
+    finally:
+        batcher.close()
+    beams = [(call[0].partial, call[0].beam_size) for call in engine.calls[1:]]
+    # the final goes first (shorter deadline) and keeps its beam with three behind it; the
+    # first partial leaves two waiting (greedy), the second one, the third and the lone none
+    assert beams == [(False, 5), (True, 1), (True, 5), (True, 5), (True, 5)]
+    assert batcher.stats.greedy_partials == 1
