@@ -12,9 +12,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import asyncio
 import contextlib
+import dataclasses
 import threading
 import time
 
