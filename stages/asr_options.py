@@ -55,11 +55,16 @@ class AsrOptions:
     cut_grace_s: float = 2.0  # ... or this much later, whatever the audio
     context_tokens: int = 32  # committed-text tokens given as context (multiples of 8)
     cap_by_window: bool = True  # partials: new-token cap less the forced prefix's tokens
+    # tentative words a hypothesis shows after the committed ones (0: all): the unstable
+    # tail is what flickers (normalized erasure); nothing committed or spoken changes
+    shown_tentative_words: int = 0
 
     def __post_init__(self) -> None:
         if self.commit_policy not in ("agreement", "align"):
             raise ValueError(
                 f"asr.commit_policy must be agreement or align, not {self.commit_policy!r}")
+        if self.shown_tentative_words < 0:
+            raise ValueError("asr.shown_tentative_words must be >= 0")
         if self.windowing and not (self.max_window_s > 0 and self.cut_grace_s >= 0):
             raise ValueError("asr.max_window_s must be > 0 and asr.cut_grace_s >= 0")
 

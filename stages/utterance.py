@@ -218,7 +218,7 @@ class UtteranceDecoder:
         for decode in result.decodes:
             side = "source" if decode.task == "transcribe" else "target"
             policy = self.source if side == "source" else self.target
-            before = (self.text(side), policy.tentative_text)
+            before = (self.text(side), self._shown(policy.tentative))
             words = decode.continuation.split()
             if decode.glued and (commit_all or self.language_locked):
                 self._glue(side, decode.glued)
@@ -232,7 +232,7 @@ class UtteranceDecoder:
                 policy.tentative = words  # language still uncertain: show, never commit
             else:
                 policy.update(words, decode.word_ends, heard_s)
-            after = (self.text(side), policy.tentative_text)
+            after = (self.text(side), self._shown(policy.tentative))
             if after != before or kind == "final":
                 changed.append((side, *after))
         if kind == "pause":
@@ -244,6 +244,13 @@ class UtteranceDecoder:
             elif kind == "pause":
                 self._mark_commit_point(basis_pts)
         return changed
+
+    def _shown(self, tentative: list[str]) -> str:
+        """The tentative words a hypothesis shows: the first ``asr.shown_tentative_words``
+        (0: all). The tail of a partial is what the next decode changes most: showing less of
+        it is less flicker, at no cost to what is committed or spoken."""
+        limit = self.options.shown_tentative_words
+        return " ".join(tentative[:limit] if limit > 0 else tentative)
 
     def _glue(self, side: str, fragment: str) -> None:
         """Punctuation right after the committed text: on the window's last committed word,

@@ -167,3 +167,28 @@ def test_commit_policy_align_commits_words_far_from_the_audio_end():
     agreement = CommitPolicy("agreement")
     assert not agreement.needs_word_times
     assert agreement.update(["a", "b"], [0.5, 2.2], heard_s=3.0) == []
+
+
+def test_a_hypothesis_shows_only_the_first_tentative_words_when_asked():
+    """``asr.shown_tentative_words``: the emitted tentative tail is cut; what is committed
+    (and the agreement that commits it) does not change."""
+    from dataclasses import replace
+
+    shown = {}
+    for limit in (0, 2):
+        decoder = _decoder(replace(OPTIONS, shown_tentative_words=limit, language_lock_s=0.0))
+        _add(decoder, 2.0)
+        decoder.apply(_result("uno dos tres cuatro", "one two three four"), "partial",
+                      decoder.end)
+        _add(decoder, 1.0)
+        changed = decoder.apply(_result("uno dos tres cinco seis", "one two three five six"),
+                                "partial", decoder.end)
+        shown[limit] = {side: (committed, tentative) for side, committed, tentative in changed}
+    assert shown[0]["target"] == ("one two three", "five six")
+    assert shown[2]["target"] == ("one two three", "five six")
+    assert shown[0]["source"][0] == shown[2]["source"][0] == "uno dos tres"
+    decoder = _decoder(replace(OPTIONS, shown_tentative_words=1, language_lock_s=0.0))
+    _add(decoder, 2.0)
+    (_, committed, tentative), *_ = decoder.apply(
+        _result("uno dos tres", "one two three"), "partial", decoder.end)
+    assert (committed, tentative) == ("", "uno")
