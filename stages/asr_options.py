@@ -56,8 +56,9 @@ class AsrOptions:
     context_tokens: int = 32  # committed-text tokens given as context (multiples of 8)
     cap_by_window: bool = True  # partials: new-token cap less the forced prefix's tokens
     # tentative words a hypothesis shows after the committed ones (0: all): the unstable
-    # tail is what flickers (normalized erasure); nothing committed or spoken changes
-    shown_tentative_words: int = 0
+    # tail is what flickers; 2 cut normalized erasure from 0.81-0.92 to 0.33-0.40 on the
+    # 49 x-to-English clips, same BLEU (docs/benchmarks.md); nothing committed changes
+    shown_tentative_words: int = 2
 
     def __post_init__(self) -> None:
         if self.commit_policy not in ("agreement", "align"):
