@@ -238,6 +238,17 @@ class RoomHub:
         self.outbox_capacity = outbox_capacity
         self.observer: RoomObserver = observer or _NoMetrics()
         self.clock = clock
+        self._send_cpu = 0.0  # CPU of listener sends that did not wait (send_cost)
+        self._sends = 0
+
+    def send_cost(self, cpu: float | None) -> float:
+        """A listener send's CPU (None: it waited, so its own CPU is unknown): the running
+        mean of the sends that did not wait stands in for it."""
+        if cpu is None:
+            return self._send_cpu / self._sends if self._sends else 0.0
+        self._send_cpu += cpu
+        self._sends += 1
+        return cpu
 
     def _changed(self) -> None:
         self.observer.rooms_changed(len(self.registry.rooms), self.registry.listeners)

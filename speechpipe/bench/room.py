@@ -27,6 +27,7 @@ import math
 import sys
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -121,8 +122,19 @@ def _metric(url: str, name: str) -> float:
                if line.startswith(name + " ") or line.startswith(name + "{"))
 
 
-async def _room_phase(url: str, audio: np.ndarray, listeners: int,
-                      source_lang: str) -> tuple[dict[str, Any], list[ListenerRun]]:
+@dataclass
+class RoomPhase:
+    """What the room phase saw."""
+
+    spoke: dict[str, Any]
+    runs: list[ListenerRun]  # the listeners that joined before the speech
+    late: ListenerRun | None = None  # joined mid-talk
+    late_joined: float = math.nan  # monotonic time its ``started`` arrived
+    stalled: list[ListenerRun] = field(default_factory=list)  # stopped reading
+
+
+async def _room_phase(url: str, audio: np.ndarray, listeners: int, source_lang: str,
+                      stalled: int) -> RoomPhase:
     loop = asyncio.get_running_loop()
     room: asyncio.Future[str] = loop.create_future()
     ready, stop = asyncio.Event(), asyncio.Event()
@@ -143,25 +155,36 @@ async def _room_phase(url: str, audio: np.ndarray, listeners: int,
     tasks = [asyncio.create_task(listen_room(url, room_id, stop=stop, on_started=one_in,
                                              open_timeout_s=120))
              for _ in range(listeners)]
+    stalls = [asyncio.create_task(listen_room(url, room_id, stop=stop, stall=True,
+                                              open_timeout_s=120)) for _ in range(stalled)]
     waiting = asyncio.ensure_future(all_in.wait())
     done, _ = await asyncio.wait([waiting, *tasks], return_when=asyncio.FIRST_COMPLETED)
     if waiting not in done:  # a listener ended before all were in: refused
         failed = next(t for t in tasks if t.done())
         raise RuntimeError(f"a listener was refused: {failed.result().error}")
     ready.set()
+    await asyncio.sleep(LEAD_S + len(audio) / 16000 / 2)  # mid-talk
+    late_joined = math.nan
+
+    def late_in(_: dict[str, Any]) -> None:
+        nonlocal late_joined
+        late_joined = time.monotonic()
+
+    late = asyncio.create_task(listen_room(url, room_id, stop=stop, on_started=late_in))
     spoke = await speaker
     await asyncio.sleep(1.0)  # the last fan-out reaches the sockets
     stop.set()
     runs = [await t for t in tasks]
-    return spoke, runs
+    return RoomPhase(spoke, runs, await late, late_joined, [await t for t in stalls])
 
 
 def run_room_bench(listeners: int, clip: Path, source_lang: str,
-                   server_args: list[str]) -> int:
+                   server_args: list[str], stalled: int = 0, repeat: int = 1) -> int:
     """Run both phases and print the figures; 0 when every check held, 1 otherwise."""
     from speechpipe.transport.file_replay import read_audio
 
-    audio = read_audio(clip)
+    one = read_audio(clip)
+    audio = np.concatenate([np.concatenate([one, np.zeros(16000, np.int16)])] * repeat)
     extra = ["--max-sessions-per-ip", "0", "--max-listeners", "0",
              "--max-listeners-per-room", "0", "--capacity", "4", *server_args]
     with ServerProcess(extra) as server:
@@ -182,8 +205,9 @@ def run_room_bench(listeners: int, clip: Path, source_lang: str,
         fan0 = _metric(url, "speechpipe_room_fanout_cpu_seconds_total")
         cpu0 = server.cpu_seconds()
         t0 = time.monotonic()
-        spoke, runs = asyncio.run(asyncio.wait_for(
-            _room_phase(url, audio, listeners, source_lang), PHASE_LIMIT_S))
+        phase = asyncio.run(asyncio.wait_for(
+            _room_phase(url, audio, listeners, source_lang, stalled), PHASE_LIMIT_S))
+        spoke, runs = phase.spoke, phase.runs
         room_cpu, room_wall = server.cpu_seconds() - cpu0, time.monotonic() - t0
         fanout = _metric(url, "speechpipe_room_fanout_cpu_seconds_total") - fan0
         drops = _metric(url, "speechpipe_room_fanout_drops_total")
@@ -211,6 +235,20 @@ def run_room_bench(listeners: int, clip: Path, source_lang: str,
     print(f"  spread:        first-to-last listener per speech chunk p50 {p(chunks, 50):.1f} ms, "
           f"p95 {p(chunks, 95):.1f} ms ({len(chunks)} chunks); per message p50 "
           f"{p(messages, 50):.1f} ms, p95 {p(messages, 95):.1f} ms ({len(messages)} messages)")
+    late = phase.late
+    if late is not None and late.started:
+        first = late.events[0][0] - phase.late_joined if late.events else math.nan
+        speech = late.audio[0][0] - phase.late_joined if late.audio else math.nan
+        late_pcm = [c for _, _, c in late.audio]
+        ours = [c for _, _, c in runs[0].audio] if runs else []
+        aligned = bool(late_pcm) and late_pcm == ours[len(ours) - len(late_pcm):]
+        print(f"  late joiner:   first message (history) {first * 1000:.0f} ms after it joined, "
+              f"first speech {speech * 1000:.0f} ms after; its speech is the others' from a "
+              f"chunk boundary on: {'yes' if aligned else 'NO'}")
+    if phase.stalled:
+        closed = sum(1 for r in phase.stalled if r.close_code == 4012)
+        print(f"  not reading:   {len(phase.stalled)} listeners stopped reading; {closed} closed "
+              f"with 4012 listener_too_slow (the others' spread above includes them)")
     ok = identical and within and closed_ok == listeners and spoke["close_code"] == 1000
     return 0 if ok else 1
 
@@ -223,19 +261,26 @@ def register_room(kinds: Any) -> None:
     room.add_argument("--clip", default=str(DEFAULT_CLIP),
                       help="the recording the speaker plays (default: samples/wav/es_gato.wav)")
     room.add_argument("--source-lang", default="es", help="its language (default es)")
+    room.add_argument("--stalled", type=int, default=0,
+                      help="also this many listeners that stop reading (default 0)")
+    room.add_argument("--repeat", type=int, default=1,
+                      help="the speaker plays the clip this many times (default 1)")
     room.add_argument("--server-arg", action="append", default=[],
                       help="extra argument for the started server (repeatable)")
     room.set_defaults(handler=_bench_room)
 
 
 def _bench_room(args: argparse.Namespace) -> int:
+    if not (0 <= args.stalled <= MAX_LISTENERS and 1 <= args.repeat <= 100):
+        raise InputError("--stalled must be 0-1000 and --repeat 1-100")
     if not 1 <= args.listeners <= MAX_LISTENERS:
         raise InputError(f"--listeners must be 1-{MAX_LISTENERS} (got {args.listeners})")
     clip = Path(args.clip)
     if not clip.is_file():
         raise InputError(f"no such clip: {clip}")
     try:
-        return run_room_bench(args.listeners, clip, args.source_lang, args.server_arg)
+        return run_room_bench(args.listeners, clip, args.source_lang, args.server_arg,
+                              stalled=args.stalled, repeat=args.repeat)
     except RuntimeError as exc:
         print(f"speechpipe bench room: {exc}", file=sys.stderr)
         return 1
