@@ -306,12 +306,14 @@ class RoomRegistry:
             self.rooms.pop(room.id, None)
         return orphans
 
-    def summary(self) -> list[dict[str, object]]:
-        """Each room's counts (no ids: they are capabilities), for status and metrics."""
-        return [{"speakers": len(r.speakers()), "listeners": r.listeners,
-                 "participants": sum(1 for m in r.members.values()
-                                     if m.role is Role.PARTICIPANT),
-                 "feeds": len(r.feeds)} for r in self.rooms.values()]
+    def report(self) -> dict[str, dict[str, int]]:
+        """Each room's counts by id (for the cluster ledger, which tells other nodes where a
+        room lives; ``cluster status`` shows the counts only)."""
+        return {r.id: {"speakers": sum(1 for m in r.members.values() if m.role is Role.SPEAKER),
+                       "listeners": r.listeners,
+                       "participants": sum(1 for m in r.members.values()
+                                           if m.role is Role.PARTICIPANT)}
+                for r in self.rooms.values()}
 
 
 def kinds_for(available: bool) -> frozenset[str]:

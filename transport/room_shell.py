@@ -20,7 +20,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -41,7 +41,8 @@ from speechpipe.transport.room import (
 )
 from speechpipe.transport.session_api import LiveSession, SessionFactory
 
-__all__ = ["RoomHub", "SpeakerFeeds", "Presence", "encode_outgoing", "RoomObserver"]
+__all__ = ["RoomHub", "SpeakerFeeds", "Presence", "encode_outgoing", "RoomObserver",
+           "RoomRedirect"]
 
 log = logging.getLogger("speechpipe.server")
 
@@ -91,6 +92,14 @@ def status_outgoing(status: str, message: str, speaker: str, **detail: Any) -> O
     data = {"type": "status", "status": status, "message": message, "speaker": speaker,
             "detail": detail}
     return Outgoing("status", (dumps(data),), time.monotonic())
+
+
+class RoomRedirect(Exception):
+    """Cluster mode: the room lives on another node, at ``url``."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.url = url
 
 
 @dataclasses.dataclass(eq=False)
@@ -238,6 +247,8 @@ class RoomHub:
         self.outbox_capacity = outbox_capacity
         self.observer: RoomObserver = observer or _NoMetrics()
         self.clock = clock
+        # cluster mode: the URL of the node where a room this node lacks lives (None: none)
+        self.locate: Callable[[str], Awaitable[str | None]] | None = None
         self._send_cpu = 0.0  # CPU of listener sends that did not wait (send_cost)
         self._sends = 0
 

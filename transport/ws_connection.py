@@ -72,6 +72,7 @@ from speechpipe.transport.room import Member, Outgoing, Role, RoomError
 from speechpipe.transport.room_shell import (
     Presence,
     RoomHub,
+    RoomRedirect,
     SpeakerFeeds,
     encode_outgoing,
 )
@@ -402,8 +403,8 @@ class WsConnection:
             request = start.request
             if start.role is not None:
                 try:
-                    self.presence = self._enter_room(start)
-                except RoomError as exc:
+                    self.presence = await self._enter_room(start)
+                except (RoomError, RoomRedirect) as exc:
                     return self._room_refusal(exc)
                 stack.callback(self.server.rooms.leave, self.presence)
                 if start.role == Role.PARTICIPANT:  # its own pipeline: the captions' source
@@ -604,8 +605,9 @@ class WsConnection:
         return _Close(CloseCode.LISTENER_TOO_SLOW, ErrorCode.LISTENER_TOO_SLOW)
 
     # -- rooms ---------------------------------------------------------------------------------
-    def _enter_room(self, start: Start) -> Presence:
-        """Join (or, for a speaking role without ``room``, make) the room; ``RoomError``."""
+    async def _enter_room(self, start: Start) -> Presence:
+        """Join (or, for a speaking role without ``room``, make) the room; ``RoomError``, or
+        ``RoomRedirect`` in cluster mode when the room lives on another node."""
         hub = self.server.rooms
         identity = getattr(self.admission, "identity", None)
         claim_room = getattr(identity, "room", None)
@@ -615,6 +617,10 @@ class WsConnection:
         if claim_room and start.room not in (None, claim_room):
             raise RoomError(ErrorCode.UNAUTHORIZED, "this token is for another room")
         room_id = start.room or claim_room
+        if room_id is not None and room_id not in hub.registry.rooms and hub.locate:
+            url = await hub.locate(room_id)
+            if url is not None:
+                raise RoomRedirect(url)
         if room_id is None:
             room = hub.new_room()
         elif room_id in hub.registry.rooms:
@@ -627,7 +633,11 @@ class WsConnection:
         target = start.request.target_lang.strip().lower()
         return hub.join(room, Member(self.id, role, target))
 
-    def _room_refusal(self, exc: RoomError) -> _Close:
+    def _room_refusal(self, exc: RoomError | RoomRedirect) -> _Close:
+        if isinstance(exc, RoomRedirect):  # a room lives on one node: reconnect there
+            return _Close(CloseCode.REDIRECT, ErrorCode.REDIRECT, encode_error(
+                ErrorCode.REDIRECT, "this room is on another node: reconnect there with the "
+                "same start", fatal=True, url=exc.url, ticket=None, expires_in_s=None))
         code = ErrorCode.lookup(exc.code) or ErrorCode.NO_ROOM
         close = code.close or CloseCode.NO_ROOM
         return _Close(close, code, encode_error(code, str(exc), fatal=True))
@@ -636,8 +646,8 @@ class WsConnection:
         """A room listener: no pipeline and no capacity slot; the room's messages from its
         bounded outbox to the socket (the only writer), until it stops or overflows."""
         try:
-            presence = self._enter_room(start)
-        except RoomError as exc:
+            presence = await self._enter_room(start)
+        except (RoomError, RoomRedirect) as exc:
             return self._room_refusal(exc)
         self.presence = presence
         self.listening = True
