@@ -114,12 +114,14 @@ class SpeakerFeeds:
     a listener asked for. Audio pushed here goes to all of them; events go to the room."""
 
     def __init__(self, hub: RoomHub, room: Room, member: str, request: Any,
-                 factory: SessionFactory, base: LiveSession, base_rate: int) -> None:
+                 factory: SessionFactory, base: LiveSession, base_rate: int,
+                 slot: Callable[[], AbstractAsyncContextManager[Any]] | None = None) -> None:
         self.hub = hub
         self.room = room
         self.member = member
         self.request = request  # the base pipeline's SessionRequest
         self.factory = factory
+        self.slot = slot  # a capacity slot for each further pipeline (never waits in line)
         self.base = base
         self.base_target = request.target_lang
         self.base_rate = base_rate
@@ -160,6 +162,8 @@ class SpeakerFeeds:
                 request = dataclasses.replace(self.request, target_lang=target,
                                               output_sample_rate=rate)
                 try:
+                    if self.slot is not None:  # a speaker pipeline counts against capacity
+                        await stack.enter_async_context(self.slot())
                     session = await stack.enter_async_context(self.factory(request))
                 except SpeechpipeError as exc:
                     self.refused[target] = str(exc)

@@ -372,6 +372,27 @@ class WsConnection:
             return True  # gone: the close says why, not this check
         return True
 
+    def _extra_slot(
+        self, start: Start,
+    ) -> Callable[[], contextlib.AbstractAsyncContextManager[Any]] | None:
+        """A capacity slot for one more pipeline of this room speaker (another listening
+        language): taken when free, never waited for (a listener never queues behind
+        speakers): refused, the listener gets the captions and a ``status`` saying why."""
+        capacity = self.server.capacity
+        if capacity is None:
+            return None
+        gate = capacity
+        ip = getattr(self.admission, "ip", None)
+        client = start.request.client_id or ip or self.id
+        identity = getattr(self.admission, "identity", None)
+        token = (identity.key or "") if identity is not None else ""
+
+        async def refuse(event: StatusEvent) -> None:  # queued: give the place up at once
+            raise AdmissionError("the server has no free capacity for a pipeline in another "
+                                 "language now", retry_after_s=0.0)
+
+        return lambda: gate.slot(client, refuse, token=token)
+
     async def _hold_capacity(self, stack: contextlib.AsyncExitStack, start: Start) -> None:
         """A capacity slot for this session (waiting in line with ``status`` events)."""
         if self.server.capacity is None:
@@ -429,7 +450,8 @@ class WsConnection:
             if presence is not None:
                 presence.output_sample_rate = out_rate
                 self.feeds = SpeakerFeeds(self.server.rooms, presence.room, presence.member.id,
-                                          request, self.server.factory, session, out_rate)
+                                          request, self.server.factory, session, out_rate,
+                                          slot=self._extra_slot(start))
             await self.ws.send(dumps(encode_started(
                 self.id, start, output_sample_rate=out_rate,
                 room=presence.room.id if presence is not None else None)))

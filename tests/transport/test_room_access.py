@@ -134,3 +134,30 @@ async def test_a_listener_in_another_language_gets_its_own_pipeline_on_the_same_
     await speaker.send(json.dumps({"type": "stop"}))
     assert (await closed_with(speaker))[0] == CloseCode.NORMAL
     assert french.exited, "the extra pipeline ended with its speaker"
+
+
+async def test_pipelines_for_other_languages_take_capacity_slots_and_never_queue() -> None:
+    from speechpipe.server.admission import AdmissionCore, AdmissionGate, AdmissionOptions
+
+    gate = AdmissionGate(AdmissionCore(AdmissionOptions(capacity=2, per_client=0)))
+    factory = TickFactory()
+    async with SpeechServer(factory, capacity=gate) as srv:
+        speaker, started = await start(srv, role="speaker")  # slot 1
+        french, _ = await start(srv, room=started["room"], target_lang="fr")  # slot 2
+        await wait_for(lambda: len(factory.sessions) == 2, what="the French pipeline")
+        german, _ = await start(srv, room=started["room"], target_lang="de")  # none left
+        status = await recv_json(german)
+        assert status["type"] == "status" and status["status"] == "translation_unavailable"
+        assert "capacity" in status["message"] and status["detail"]["target_lang"] == "de"
+        assert len(factory.sessions) == 2 and len(gate.core.active) == 2
+        assert not gate.core.waiting, "the German pipeline did not wait in line"
+        await speaker.send(pcm(1.0))
+        for ws, side in ((french, "target"), (german, "source")):  # captions, no invention
+            got = await recv_json(ws)
+            while got["type"] != side:
+                assert got["type"] != "target" or side == "target", got
+                got = await recv_json(ws)
+        for ws in (french, german, speaker):
+            await ws.send(json.dumps({"type": "stop"}))
+            assert (await closed_with(ws))[0] == CloseCode.NORMAL
+        await wait_for(lambda: not gate.core.active, what="slots released")
