@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import secrets
 import socket
@@ -686,7 +687,8 @@ class WsConnection:
             try:
                 async with asyncio.TaskGroup() as tg:
                     self.tasks = [
-                        tg.create_task(self._listen_reader(presence), name=f"{self.id}:reader"),
+                        tg.create_task(self._listen_reader(presence, tg),
+                                       name=f"{self.id}:reader"),
                         tg.create_task(self.server.rooms.attacher(presence),
                                        name=f"{self.id}:attach"),
                         tg.create_task(self._listen_sender(presence), name=f"{self.id}:sender"),
@@ -697,6 +699,7 @@ class WsConnection:
             return None
         finally:
             self.server.rooms.leave(presence)
+            await self._close_peer()
 
     async def _timed_send(self, parts: tuple[str | bytes, ...]) -> float:
         """Send one room message; returns the server CPU it took (the fan-out cost). A send
@@ -731,12 +734,13 @@ class WsConnection:
         self.observer.error(ErrorCode.LISTENER_TOO_SLOW)
         raise self._too_slow()
 
-    async def _listen_reader(self, presence: Presence) -> None:
+    async def _listen_reader(self, presence: Presence, tg: asyncio.TaskGroup) -> None:
         sub = presence.member.subscriber
         assert sub is not None
         while True:
             message = await self._recv()
-            for action in self.core.receive(message, time.monotonic()):
+            for action in self.core.receive(message, time.monotonic(),
+                                            peer=self.peer is not None):
                 if isinstance(action, Fail):
                     raise _raise(action)
                 if isinstance(action, StopInput):
@@ -750,13 +754,77 @@ class WsConnection:
                 elif isinstance(action, PushAudio):
                     error = (ErrorCode.LISTENER_CANNOT_SPEAK,
                              "a listener sends no audio: binary ignored")
-                elif isinstance(action, OpenPeer | AddIce):
-                    error = (ErrorCode.WEBRTC_FAILED,
-                             "room listeners receive over the WebSocket only")
+                elif isinstance(action, OpenPeer):
+                    error = await self._listen_offer(action.offer, sub, tg)
+                elif isinstance(action, AddIce) and self.peer is not None:
+                    try:
+                        await self.peer.add_ice(action.ice)
+                    except ProtocolError as exc:
+                        error = (exc.code, str(exc))
                 if error is not None:
                     self.observer.error(error[0])
                     text = dumps(encode_error(*error))
                     sub.outbox.offer(Outgoing("error", (text,), time.monotonic()))
+
+    async def _listen_offer(self, offer: Offer, sub: Any,
+                            tg: asyncio.TaskGroup) -> tuple[str, str] | None:
+        """A listener's WebRTC offer: the room's speech then plays on the peer's track (its
+        ``audio`` headers say ``"via": "webrtc"``); what its microphone sends is ignored."""
+        if self.peer is not None:
+            return ErrorCode.WEBRTC_ACTIVE, "a WebRTC peer is already connected"
+        if not self.server.webrtc:
+            return ErrorCode.WEBRTC_FAILED, "WebRTC is disabled on this server"
+        try:
+            check_sdp_size(offer.sdp, self.limits.quotas.max_sdp_bytes)
+            from speechpipe.transport.webrtc import WebRtcPeer
+        except ProtocolError as exc:
+            return exc.code, str(exc)
+        except ImportError as exc:
+            return ErrorCode.WEBRTC_FAILED, f"WebRTC unavailable: {exc}"
+
+        async def ignore(frame: AudioFrame) -> None:  # a listener does not speak
+            return None
+
+        peer = WebRtcPeer(push=ignore, connect_timeout_s=self.limits.webrtc_connect_timeout_s,
+                          label=self.id)
+        try:
+            answer = await peer.accept_offer(offer.sdp)
+        except ProtocolError as exc:
+            await peer.close()
+            return exc.code, str(exc)
+        self.peer = peer
+        sub.outbox.offer(Outgoing("answer", (dumps(encode_answer(answer)),), time.monotonic()))
+        tg.create_task(self._run_listen_peer(peer, sub), name=f"{self.id}:webrtc")
+        return None
+
+    async def _run_listen_peer(self, peer: WebRtcPeer, sub: Any) -> None:
+        try:
+            await peer.run()
+        except SpeechpipeError as exc:  # the WebSocket stays: speech comes over it again
+            log.info("session %s: webrtc peer ended: %s", self.id, exc.code)
+            self.observer.error(exc.code)
+            sub.outbox.offer(Outgoing("error", (dumps(encode_error(exc.code, str(exc))),),
+                                      time.monotonic()))
+        finally:
+            if self.peer is peer:
+                self.peer = None
+            await peer.close()
+
+    def _over_peer(self, item: Outgoing) -> tuple[str, ...] | None:
+        """A room ``audio`` message for a listener with a WebRTC peer: its speech plays on
+        the peer's track; the listener gets the header only, saying ``via: webrtc``."""
+        peer = self.peer
+        if peer is None or item.kind != "audio" or len(item.parts) != 2:
+            return None
+        text, data = item.parts
+        if not isinstance(data, bytes):
+            return None
+        header = json.loads(text)
+        pcm = np.frombuffer(data, "<i2").astype(np.int16)
+        peer.play(SpeechChunk(pcm, int(header["sample_rate"]), int(header["utterance"]),
+                              str(header.get("text", "")), 0))
+        header["via"] = "webrtc"
+        return (dumps(header),)
 
     async def _listen_sender(self, presence: Presence) -> None:
         sub = presence.member.subscriber
@@ -767,7 +835,7 @@ class WsConnection:
             if sub.outbox.overflowed:
                 return  # _overflow closes it
             for item in sub.outbox.take():
-                cpu = await self._timed_send(item.parts)
+                cpu = await self._timed_send(self._over_peer(item) or item.parts)
                 self.sent += 1
                 if item.kind not in ("error", "end"):
                     self.observer.fanout_delay(time.monotonic() - item.published, cpu)
