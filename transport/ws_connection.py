@@ -419,6 +419,11 @@ class WsConnection:
             return self._outcome(group)  # ConnectionClosed through the session's TaskGroup
 
     async def _session(self, start: Start) -> _Close | None:
+        identity = getattr(self.admission, "identity", None)
+        claim_role = getattr(identity, "role", None)
+        if claim_role and claim_role != start.role:  # a listener token cannot speak, at all
+            return self._room_refusal(RoomError(ErrorCode.UNAUTHORIZED,
+                                                f"this token is for a {claim_role}"))
         if start.role == Role.LISTENER:
             return await self._listen(start)
         async with contextlib.AsyncExitStack() as stack:

@@ -87,6 +87,9 @@ async def test_a_listener_token_cannot_speak_and_a_room_token_opens_only_its_roo
     ws, reply = await start(server, role="participant",
                             token=AUTH.issue(ttl_s=60, role="listener"))
     assert (await closed_with(ws))[0] == CloseCode.UNAUTHORIZED
+    ws, reply = await start(server, token=AUTH.issue(ttl_s=60, role="listener"))  # no role
+    assert reply["code"] == "unauthorized", "nor an ordinary session of its own"
+    assert (await closed_with(ws))[0] == CloseCode.UNAUTHORIZED
     speaker, started = await start(server, role="speaker", token=AUTH.issue(ttl_s=60))
     other = AUTH.issue(ttl_s=60, role="listener", room="another-room-id")
     ws, reply = await start(server, room=started["room"], token=other)
