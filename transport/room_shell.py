@@ -106,7 +106,7 @@ class RoomRedirect(Exception):
 class _Extra:
     session: LiveSession
     pts_base: int
-    pump: asyncio.Task[None] | None = None
+    pump: asyncio.Task[Any] | None = None  # the task serving it
 
 
 class SpeakerFeeds:
@@ -148,39 +148,58 @@ class SpeakerFeeds:
         return await future
 
     async def run(self, tg: asyncio.TaskGroup) -> None:
-        """Start the pipelines asked for (in this task, so their contexts exit here)."""
+        """Start the pipelines asked for, one at a time, each in its own task (which owns its
+        capacity slot and session, and publishes its events)."""
         self._tg = tg
-        async with contextlib.AsyncExitStack() as stack:
-            while True:
-                target, rate, future = await self._requests.get()
-                if target in self.extras or target == self.base_target:
-                    future.set_result((self.key(target), True))
-                    continue
-                if target in self.refused or self.finished:
-                    future.set_result((self.key(self.base_target), False))
-                    continue
-                request = dataclasses.replace(self.request, target_lang=target,
-                                              output_sample_rate=rate)
+        loop = asyncio.get_running_loop()
+        while True:
+            target, rate, future = await self._requests.get()
+            if target in self.extras or target == self.base_target:
+                future.set_result((self.key(target), True))
+                continue
+            if target in self.refused or self.finished:
+                future.set_result((self.key(self.base_target), False))
+                continue
+            started: asyncio.Future[tuple[FeedKey, bool]] = loop.create_future()
+            tg.create_task(self._serve(target, rate, started),
+                           name=f"{self.member}:room:{target}")
+            future.set_result(await started)
+
+    async def _serve(self, target: str, rate: int,
+                     started: asyncio.Future[tuple[FeedKey, bool]]) -> None:
+        """One extra pipeline: a slot, the session, its events to the feed, until it is
+        finished (its speaker stopped) or retired (its last listener left)."""
+        request = dataclasses.replace(self.request, target_lang=target, output_sample_rate=rate)
+        extra: _Extra | None = None
+        try:
+            async with contextlib.AsyncExitStack() as stack:
                 try:
                     if self.slot is not None:  # a speaker pipeline counts against capacity
                         await stack.enter_async_context(self.slot())
                     session = await stack.enter_async_context(self.factory(request))
                 except SpeechpipeError as exc:
                     self.refused[target] = str(exc)
-                    future.set_result((self.key(self.base_target), False))
-                    continue
-                extra = _Extra(session, self.next_pts)
+                    return
+                extra = _Extra(session, self.next_pts, asyncio.current_task())
                 self.extras[target] = extra
-                extra.pump = tg.create_task(self.pump(session, target, rate),
-                                            name=f"{self.member}:room:{target}")
-                future.set_result((self.key(target), True))
+                started.set_result((self.key(target), True))
+                resampler = OutputResampler(rate)
+                async for event in session.events():
+                    if self.extras.get(target) is extra:  # retired: nobody listens
+                        self.hub.publish(self.room, self.key(target), encode_outgoing(
+                            event, self.member, resampler, time.monotonic()))
+        finally:
+            if extra is not None and self.extras.get(target) is extra:
+                del self.extras[target]
+            if not started.done():
+                started.set_result((self.key(self.base_target), False))
 
-    async def pump(self, session: LiveSession, target: str, rate: int) -> None:
-        """An extra pipeline's events, published to its feed."""
-        resampler = OutputResampler(rate)
-        async for event in session.events():
-            self.hub.publish(self.room, self.key(target),
-                             encode_outgoing(event, self.member, resampler, time.monotonic()))
+    def retire(self, target: str) -> None:
+        """Nobody listens to ``target`` any more: its pipeline finishes and frees its slot
+        (a later listener starts a new one)."""
+        extra = self.extras.pop(target, None)
+        if extra is not None and self._tg is not None:
+            self._tg.create_task(extra.session.finish(), name=f"{self.member}:retire")
 
     async def push(self, frame: AudioFrame) -> None:
         """The speaker's audio into every pipeline (each extra on its own stream clock)."""
@@ -295,13 +314,27 @@ class RoomHub:
 
     def leave(self, presence: Presence) -> None:
         room = presence.room
+        sub = presence.member.subscriber
+        heard = [key for key, feed in room.feeds.items()
+                 if sub is not None and id(sub) in feed.subscribers]
         orphans = self.registry.leave(room, presence.member)
+        for key in heard:
+            self._retire_unheard(room, key)
         if presence.member.subscriber is not None:
             presence.member.subscriber.outbox.close()
         for sub in orphans:
             sub.outbox.offer(status_outgoing(
                 "speaker_left", "a speaker left the room", presence.member.id))
         self._changed()
+
+    def _retire_unheard(self, room: Room, key: FeedKey) -> None:
+        """A further pipeline nobody listens to any more stops (the speaker's own goes on)."""
+        feed = room.feeds.get(key)
+        speaker = room.members.get(key[0])
+        handle = speaker.handle if speaker is not None else None
+        if (feed is not None and not feed.subscribers and isinstance(handle, Presence)
+                and handle.feeds is not None and key[1] != handle.feeds.base_target):
+            handle.feeds.retire(key[1])
 
     async def attach(self, presence: Presence, feeds: SpeakerFeeds) -> None:
         """Subscribe a listening member to one speaker: history first, then live."""
@@ -333,8 +366,11 @@ class RoomHub:
         feed = room.feeds.get(key)
         if feed is None:
             feed = room.feed(key)  # nobody yet: keep the history for late joiners
-        for _ in feed.publish(item, self.clock()):
+        dropped = feed.publish(item, self.clock())
+        for _ in dropped:
             self.observer.fanout_dropped()
+        if dropped and not feed.subscribers:
+            self._retire_unheard(room, key)
 
     def room_of(self, room_id: str) -> Room:
         return self.registry.get(room_id)

@@ -160,7 +160,16 @@ async def test_pipelines_for_other_languages_take_capacity_slots_and_never_queue
             while got["type"] != side:
                 assert got["type"] != "target" or side == "target", got
                 got = await recv_json(ws)
-        for ws in (french, german, speaker):
+        # the French listener leaves: nobody hears French, its pipeline stops, its slot
+        # is free, and a Dutch listener now gets a pipeline of its own
+        await french.send(json.dumps({"type": "stop"}))
+        assert (await closed_with(french))[0] == CloseCode.NORMAL
+        await wait_for(lambda: factory.sessions[1].exited and len(gate.core.active) == 1,
+                       what="the unheard French pipeline stopped")
+        dutch, _ = await start(srv, room=started["room"], target_lang="nl")
+        await wait_for(lambda: len(factory.sessions) == 3, what="the Dutch pipeline")
+        assert factory.sessions[2].request.target_lang == "nl"
+        for ws in (german, dutch, speaker):
             await ws.send(json.dumps({"type": "stop"}))
             assert (await closed_with(ws))[0] == CloseCode.NORMAL
         await wait_for(lambda: not gate.core.active, what="slots released")
