@@ -28,6 +28,7 @@ class RoomOptions:
     history_items: int = 256  # ... and at most this many
     echo_guard: bool = True  # hold a participant's input while its received speech plays
     echo_tail_s: float = 0.5  # ... and this long after (room reverb, the device's latency)
+    mt: str = ""  # "ct2:MODEL": room pipelines into languages other than English use it
 
 
 @dataclass(frozen=True, slots=True)

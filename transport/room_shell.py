@@ -127,6 +127,7 @@ class SpeakerFeeds:
         self.base_rate = base_rate
         self.extras: dict[str, _Extra] = {}
         self.refused: dict[str, str] = {}  # target -> why the server cannot serve it
+        self.mute: dict[str, str] = {}  # target -> why its pipeline makes captions only
         self.next_pts = 0
         self.finished = False
         self._requests: asyncio.Queue[tuple[str, int, asyncio.Future[tuple[FeedKey, bool]]]] = (
@@ -170,13 +171,23 @@ class SpeakerFeeds:
         """One extra pipeline: a slot, the session, its events to the feed, until it is
         finished (its speaker stopped) or retired (its last listener left)."""
         request = dataclasses.replace(self.request, target_lang=target, output_sample_rate=rate)
+        if self.hub.mt and target != "en" and request.mt == "whisper":
+            request = dataclasses.replace(request, mt=self.hub.mt)
         extra: _Extra | None = None
         try:
             async with contextlib.AsyncExitStack() as stack:
                 try:
                     if self.slot is not None:  # a speaker pipeline counts against capacity
                         await stack.enter_async_context(self.slot())
-                    session = await stack.enter_async_context(self.factory(request))
+                    try:
+                        session = await stack.enter_async_context(self.factory(request))
+                    except SpeechpipeError as exc:
+                        if exc.code != "no_voice":
+                            raise
+                        # a text-MT model but no voice for that language: captions only
+                        session = await stack.enter_async_context(self.factory(
+                            dataclasses.replace(request, speech=False)))
+                        self.mute[target] = str(exc)
                 except SpeechpipeError as exc:
                     self.refused[target] = str(exc)
                     return
@@ -265,9 +276,10 @@ class RoomHub:
 
     def __init__(self, registry: RoomRegistry | None = None, *, outbox_capacity: int = 256,
                  observer: RoomObserver | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, mt: str = "") -> None:
         self.registry = registry or RoomRegistry()
         self.outbox_capacity = outbox_capacity
+        self.mt = mt  # the text-MT model for room pipelines into languages other than English
         self.observer: RoomObserver = observer or _NoMetrics()
         self.clock = clock
         # cluster mode: the URL of the node where a room this node lacks lives (None: none)
@@ -351,6 +363,12 @@ class RoomHub:
                 f"({feeds.refused.get(member.target_lang, 'refused')}): "
                 f"you get the speaker's captions", feeds.member,
                 target_lang=member.target_lang, captions_lang=feeds.request.source_lang))
+        if available and member.target_lang in feeds.mute:
+            sub.outbox.offer(status_outgoing(
+                "speech_unavailable",
+                f"no voice for this language on this server "
+                f"({feeds.mute[member.target_lang]}): you get the translated captions",
+                feeds.member, target_lang=member.target_lang))
         feed = presence.room.feed(key)
         for item in feed.join(sub, FULL if available else SOURCE_ONLY, self.clock()):
             sub.outbox.offer(item)
