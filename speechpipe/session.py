@@ -100,7 +100,7 @@ class ResolvedRequest:
     """A validated request: languages, voice, ASR options and the text-MT worker."""
     request: SessionRequest
     source_lang: str | None  # None: detect per utterance
-    voice: VoiceInfo
+    voice: VoiceInfo | None  # None: captions only (``SessionRequest.speech`` off)
     asr: AsrOptions
     text_mt: Ct2TranslationWorker | None = None  # None: Whisper speech translation
 
@@ -231,7 +231,8 @@ class Pipeline:
         if request.mt.startswith("ct2:"):
             text_mt = self.text_mt_worker(request.mt)
             text_mt.check_languages(source, target)
-        voice = resolve_voice(request.voice, target, self.options.voice_dirs)
+        voice = (resolve_voice(request.voice, target, self.options.voice_dirs)
+                 if request.speech else None)
         asr = self.options.asr
         if request.mode == "fast":
             asr = _replace(asr, step_s=max(asr.step_s, 1.0), final_beam_size=1)
@@ -280,6 +281,20 @@ class Pipeline:
         return PipelineSession(self, request)
 
 
+async def _captions_only(inbox: Channel[TextHypothesis], events: Channel[OutputEvent]) -> None:
+    """The TTS stage's place without speech (``SessionRequest.speech`` off): the captions
+    reached ``events`` from the ASR and MT stages already; drain the target channel, then
+    close ``events`` as the TTS stage does (the stage contract)."""
+    try:
+        while True:
+            try:
+                await inbox.get()
+            except ChannelClosed:
+                return
+    finally:
+        events.close()
+
+
 def _replace(options: Any, **changes: Any) -> Any:
     import dataclasses
 
@@ -307,10 +322,12 @@ class PipelineSession:
         pipeline = self.pipeline
         self.resolved = resolved = await asyncio.to_thread(pipeline.resolve, self.request)
         options = pipeline.options
-        tts_worker = await asyncio.to_thread(pipeline.tts_worker, resolved.voice)
-        cache = pipeline.phrase_cache(resolved.voice)
         rate = self.request.output_sample_rate
         namespace = self.request.phrase_cache
+        voice = resolved.voice
+        if voice is not None:
+            tts_worker = await asyncio.to_thread(pipeline.tts_worker, voice)
+            cache = pipeline.phrase_cache(voice)
 
         async def speak(text: str, speed: float = 1.0) -> np.ndarray:
             key = (namespace, text, rate, speed)
@@ -379,7 +396,8 @@ class PipelineSession:
             ("vad", lambda: vad.run(self.input, labeled)),
             ("asr", lambda: asr.run(labeled, source, self._events)),
             ("mt", lambda: mt.run(source, target)),
-            ("tts", lambda: tts.run(target, self._events)),
+            ("tts", lambda: tts.run(target, self._events) if voice is not None
+             else _captions_only(target, self._events)),
         ]
         self._stack = contextlib.AsyncExitStack()
         group = await self._stack.enter_async_context(asyncio.TaskGroup())

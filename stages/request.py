@@ -30,3 +30,6 @@ class SessionRequest:
     # same one ("": the common one). Benchmarks and --compare give each session or variant its
     # own, so none hears speech synthesized earlier for another for free.
     phrase_cache: str = ""
+    # False: captions only, no voice and no speech synthesis (a room's pipeline into a
+    # language the server has a text-MT model but no voice for)
+    speech: bool = True

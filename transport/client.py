@@ -209,15 +209,29 @@ async def listen_room(
     stop: asyncio.Event | None = None,
     open_timeout_s: float = 30.0,
     on_started: Callable[[dict[str, Any]], None] | None = None,
+    stall: bool = False,
 ) -> ListenerRun:
     """Listen to ``room`` at ``url`` (``start`` adds fields, e.g. ``target_lang``) until the
-    server closes, or ``stop`` is set (then ``stop`` is sent and the close awaited). Bound
-    the call with ``asyncio.timeout``."""
+    server closes, or ``stop`` is set (then ``stop`` is sent and the close awaited). With
+    ``stall`` it stops reading after ``started`` (a small socket buffer, one queued message)
+    until ``stop`` is set, then reads what is left: a listener that does not read. Bound the
+    call with ``asyncio.timeout``."""
+    import socket
+    from urllib.parse import urlsplit
+
     from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed
 
     run = ListenerRun()
-    async with connect(url, max_size=None, open_timeout=open_timeout_s) as ws:
+    options: dict[str, Any] = {}
+    if stall:
+        parts = urlsplit(url)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, (parts.hostname, parts.port))
+        options = {"sock": sock, "max_queue": 1}
+    async with connect(url, max_size=None, open_timeout=open_timeout_s, **options) as ws:
         await ws.send(json.dumps({"type": "start", "role": "listener", "room": room,
                                   **(start or {})}))
         first = json.loads(await ws.recv())
@@ -237,6 +251,8 @@ async def listen_room(
                 with contextlib.suppress(ConnectionClosed):
                     await ws.send(json.dumps({"type": "stop"}))
 
+        if stall and stop is not None:
+            await stop.wait()
         task = asyncio.create_task(stopper())
         header: dict[str, Any] | None = None
         try:

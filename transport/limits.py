@@ -21,11 +21,14 @@ class RoomOptions:
 
     max_listeners_per_room: int = 500  # 0: no limit
     max_listeners: int = 2000  # per server, over every room; 0: no limit
-    outbox_capacity: int = 256  # messages a listener may be behind before it is closed (4012)
+    outbox_capacity: int = 64  # messages a listener may be behind before it is closed (4012)
+    listener_send_buffer: int = 128 * 1024  # a listener socket's kernel send buffer (SO_SNDBUF;
+    # 0: the OS's, which grows to megabytes and hides a listener that stopped reading)
     history_s: float = 60.0  # committed captions a late joiner receives: the last this long
     history_items: int = 256  # ... and at most this many
     echo_guard: bool = True  # hold a participant's input while its received speech plays
     echo_tail_s: float = 0.5  # ... and this long after (room reverb, the device's latency)
+    mt: str = ""  # "ct2:MODEL": room pipelines into languages other than English use it
 
 
 @dataclass(frozen=True, slots=True)

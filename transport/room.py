@@ -143,6 +143,10 @@ class Feed:
     history_items: int = 256
     history: deque[Outgoing] = field(default_factory=deque)
     current: dict[str, Outgoing] = field(default_factory=dict)  # side -> latest non-final
+    # speech still playing for the listeners (each chunk back to back after the previous one
+    # ends): (the item, when its playback ends); a late joiner starts with these
+    playing: deque[tuple[Outgoing, float]] = field(default_factory=deque)
+    play_end: float = 0.0
     subscribers: dict[int, tuple[Subscriber, frozenset[str]]] = field(default_factory=dict)
 
     def publish(self, item: Outgoing, now: float) -> list[Subscriber]:
@@ -157,6 +161,11 @@ class Feed:
         return dropped
 
     def _remember(self, item: Outgoing, now: float) -> None:
+        if item.kind == "audio":
+            self.play_end = max(item.published, self.play_end) + item.speech_s
+            self.playing.append((item, self.play_end))
+            self._trim(now)
+            return
         if item.kind not in ("source", "target"):
             return
         if item.final:
@@ -169,18 +178,23 @@ class Feed:
         self._trim(now)
 
     def _trim(self, now: float) -> None:
+        while self.playing and self.playing[0][1] <= now:
+            self.playing.popleft()
         while self.history and (len(self.history) > self.history_items
                                 or now - self.history[0].published > self.history_s):
             self.history.popleft()
 
     def join(self, sub: Subscriber, kinds: frozenset[str], now: float) -> list[Outgoing]:
         """Subscribe ``sub``; returns what it gets first: the committed captions of the last
-        ``history_s`` seconds, then the current utterance's latest state (of its kinds)."""
+        ``history_s`` seconds, the current utterance's latest state, then the speech the
+        others are still hearing, from the start of the phrase playing now (never
+        mid-word; of its kinds)."""
         self._trim(now)
         self.subscribers[id(sub)] = (sub, kinds)
         backlog = [item for item in self.history if item.kind in kinds]
         current = sorted(self.current.values(), key=lambda item: item.published)
-        return backlog + [item for item in current if item.kind in kinds]
+        speech = [item for item, _ in self.playing]
+        return [item for item in backlog + current + speech if item.kind in kinds]
 
     def leave(self, sub: Subscriber) -> None:
         self.subscribers.pop(id(sub), None)
@@ -292,12 +306,14 @@ class RoomRegistry:
             self.rooms.pop(room.id, None)
         return orphans
 
-    def summary(self) -> list[dict[str, object]]:
-        """Each room's counts (no ids: they are capabilities), for status and metrics."""
-        return [{"speakers": len(r.speakers()), "listeners": r.listeners,
-                 "participants": sum(1 for m in r.members.values()
-                                     if m.role is Role.PARTICIPANT),
-                 "feeds": len(r.feeds)} for r in self.rooms.values()]
+    def report(self) -> dict[str, dict[str, int]]:
+        """Each room's counts by id (for the cluster ledger, which tells other nodes where a
+        room lives; ``cluster status`` shows the counts only)."""
+        return {r.id: {"speakers": sum(1 for m in r.members.values() if m.role is Role.SPEAKER),
+                       "listeners": r.listeners,
+                       "participants": sum(1 for m in r.members.values()
+                                           if m.role is Role.PARTICIPANT)}
+                for r in self.rooms.values()}
 
 
 def kinds_for(available: bool) -> frozenset[str]:

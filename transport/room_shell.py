@@ -20,7 +20,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -41,7 +41,8 @@ from speechpipe.transport.room import (
 )
 from speechpipe.transport.session_api import LiveSession, SessionFactory
 
-__all__ = ["RoomHub", "SpeakerFeeds", "Presence", "encode_outgoing", "RoomObserver"]
+__all__ = ["RoomHub", "SpeakerFeeds", "Presence", "encode_outgoing", "RoomObserver",
+           "RoomRedirect"]
 
 log = logging.getLogger("speechpipe.server")
 
@@ -93,11 +94,19 @@ def status_outgoing(status: str, message: str, speaker: str, **detail: Any) -> O
     return Outgoing("status", (dumps(data),), time.monotonic())
 
 
+class RoomRedirect(Exception):
+    """Cluster mode: the room lives on another node, at ``url``."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.url = url
+
+
 @dataclasses.dataclass(eq=False)
 class _Extra:
     session: LiveSession
     pts_base: int
-    pump: asyncio.Task[None] | None = None
+    pump: asyncio.Task[Any] | None = None  # the task serving it
 
 
 class SpeakerFeeds:
@@ -105,17 +114,20 @@ class SpeakerFeeds:
     a listener asked for. Audio pushed here goes to all of them; events go to the room."""
 
     def __init__(self, hub: RoomHub, room: Room, member: str, request: Any,
-                 factory: SessionFactory, base: LiveSession, base_rate: int) -> None:
+                 factory: SessionFactory, base: LiveSession, base_rate: int,
+                 slot: Callable[[], AbstractAsyncContextManager[Any]] | None = None) -> None:
         self.hub = hub
         self.room = room
         self.member = member
         self.request = request  # the base pipeline's SessionRequest
         self.factory = factory
+        self.slot = slot  # a capacity slot for each further pipeline (never waits in line)
         self.base = base
         self.base_target = request.target_lang
         self.base_rate = base_rate
         self.extras: dict[str, _Extra] = {}
         self.refused: dict[str, str] = {}  # target -> why the server cannot serve it
+        self.mute: dict[str, str] = {}  # target -> why its pipeline makes captions only
         self.next_pts = 0
         self.finished = False
         self._requests: asyncio.Queue[tuple[str, int, asyncio.Future[tuple[FeedKey, bool]]]] = (
@@ -137,37 +149,68 @@ class SpeakerFeeds:
         return await future
 
     async def run(self, tg: asyncio.TaskGroup) -> None:
-        """Start the pipelines asked for (in this task, so their contexts exit here)."""
+        """Start the pipelines asked for, one at a time, each in its own task (which owns its
+        capacity slot and session, and publishes its events)."""
         self._tg = tg
-        async with contextlib.AsyncExitStack() as stack:
-            while True:
-                target, rate, future = await self._requests.get()
-                if target in self.extras or target == self.base_target:
-                    future.set_result((self.key(target), True))
-                    continue
-                if target in self.refused or self.finished:
-                    future.set_result((self.key(self.base_target), False))
-                    continue
-                request = dataclasses.replace(self.request, target_lang=target,
-                                              output_sample_rate=rate)
+        loop = asyncio.get_running_loop()
+        while True:
+            target, rate, future = await self._requests.get()
+            if target in self.extras or target == self.base_target:
+                future.set_result((self.key(target), True))
+                continue
+            if target in self.refused or self.finished:
+                future.set_result((self.key(self.base_target), False))
+                continue
+            started: asyncio.Future[tuple[FeedKey, bool]] = loop.create_future()
+            tg.create_task(self._serve(target, rate, started),
+                           name=f"{self.member}:room:{target}")
+            future.set_result(await started)
+
+    async def _serve(self, target: str, rate: int,
+                     started: asyncio.Future[tuple[FeedKey, bool]]) -> None:
+        """One extra pipeline: a slot, the session, its events to the feed, until it is
+        finished (its speaker stopped) or retired (its last listener left)."""
+        request = dataclasses.replace(self.request, target_lang=target, output_sample_rate=rate)
+        if self.hub.mt and target != "en" and request.mt == "whisper":
+            request = dataclasses.replace(request, mt=self.hub.mt)
+        extra: _Extra | None = None
+        try:
+            async with contextlib.AsyncExitStack() as stack:
                 try:
-                    session = await stack.enter_async_context(self.factory(request))
+                    if self.slot is not None:  # a speaker pipeline counts against capacity
+                        await stack.enter_async_context(self.slot())
+                    try:
+                        session = await stack.enter_async_context(self.factory(request))
+                    except SpeechpipeError as exc:
+                        if exc.code != "no_voice":
+                            raise
+                        # a text-MT model but no voice for that language: captions only
+                        session = await stack.enter_async_context(self.factory(
+                            dataclasses.replace(request, speech=False)))
+                        self.mute[target] = str(exc)
                 except SpeechpipeError as exc:
                     self.refused[target] = str(exc)
-                    future.set_result((self.key(self.base_target), False))
-                    continue
-                extra = _Extra(session, self.next_pts)
+                    return
+                extra = _Extra(session, self.next_pts, asyncio.current_task())
                 self.extras[target] = extra
-                extra.pump = tg.create_task(self.pump(session, target, rate),
-                                            name=f"{self.member}:room:{target}")
-                future.set_result((self.key(target), True))
+                started.set_result((self.key(target), True))
+                resampler = OutputResampler(rate)
+                async for event in session.events():
+                    if self.extras.get(target) is extra:  # retired: nobody listens
+                        self.hub.publish(self.room, self.key(target), encode_outgoing(
+                            event, self.member, resampler, time.monotonic()))
+        finally:
+            if extra is not None and self.extras.get(target) is extra:
+                del self.extras[target]
+            if not started.done():
+                started.set_result((self.key(self.base_target), False))
 
-    async def pump(self, session: LiveSession, target: str, rate: int) -> None:
-        """An extra pipeline's events, published to its feed."""
-        resampler = OutputResampler(rate)
-        async for event in session.events():
-            self.hub.publish(self.room, self.key(target),
-                             encode_outgoing(event, self.member, resampler, time.monotonic()))
+    def retire(self, target: str) -> None:
+        """Nobody listens to ``target`` any more: its pipeline finishes and frees its slot
+        (a later listener starts a new one)."""
+        extra = self.extras.pop(target, None)
+        if extra is not None and self._tg is not None:
+            self._tg.create_task(extra.session.finish(), name=f"{self.member}:retire")
 
     async def push(self, frame: AudioFrame) -> None:
         """The speaker's audio into every pipeline (each extra on its own stream clock)."""
@@ -233,11 +276,25 @@ class RoomHub:
 
     def __init__(self, registry: RoomRegistry | None = None, *, outbox_capacity: int = 256,
                  observer: RoomObserver | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, mt: str = "") -> None:
         self.registry = registry or RoomRegistry()
         self.outbox_capacity = outbox_capacity
+        self.mt = mt  # the text-MT model for room pipelines into languages other than English
         self.observer: RoomObserver = observer or _NoMetrics()
         self.clock = clock
+        # cluster mode: the URL of the node where a room this node lacks lives (None: none)
+        self.locate: Callable[[str], Awaitable[str | None]] | None = None
+        self._send_cpu = 0.0  # CPU of listener sends that did not wait (send_cost)
+        self._sends = 0
+
+    def send_cost(self, cpu: float | None) -> float:
+        """A listener send's CPU (None: it waited, so its own CPU is unknown): the running
+        mean of the sends that did not wait stands in for it."""
+        if cpu is None:
+            return self._send_cpu / self._sends if self._sends else 0.0
+        self._send_cpu += cpu
+        self._sends += 1
+        return cpu
 
     def _changed(self) -> None:
         self.observer.rooms_changed(len(self.registry.rooms), self.registry.listeners)
@@ -269,13 +326,27 @@ class RoomHub:
 
     def leave(self, presence: Presence) -> None:
         room = presence.room
+        sub = presence.member.subscriber
+        heard = [key for key, feed in room.feeds.items()
+                 if sub is not None and id(sub) in feed.subscribers]
         orphans = self.registry.leave(room, presence.member)
+        for key in heard:
+            self._retire_unheard(room, key)
         if presence.member.subscriber is not None:
             presence.member.subscriber.outbox.close()
         for sub in orphans:
             sub.outbox.offer(status_outgoing(
                 "speaker_left", "a speaker left the room", presence.member.id))
         self._changed()
+
+    def _retire_unheard(self, room: Room, key: FeedKey) -> None:
+        """A further pipeline nobody listens to any more stops (the speaker's own goes on)."""
+        feed = room.feeds.get(key)
+        speaker = room.members.get(key[0])
+        handle = speaker.handle if speaker is not None else None
+        if (feed is not None and not feed.subscribers and isinstance(handle, Presence)
+                and handle.feeds is not None and key[1] != handle.feeds.base_target):
+            handle.feeds.retire(key[1])
 
     async def attach(self, presence: Presence, feeds: SpeakerFeeds) -> None:
         """Subscribe a listening member to one speaker: history first, then live."""
@@ -292,6 +363,12 @@ class RoomHub:
                 f"({feeds.refused.get(member.target_lang, 'refused')}): "
                 f"you get the speaker's captions", feeds.member,
                 target_lang=member.target_lang, captions_lang=feeds.request.source_lang))
+        if available and member.target_lang in feeds.mute:
+            sub.outbox.offer(status_outgoing(
+                "speech_unavailable",
+                f"no voice for this language on this server "
+                f"({feeds.mute[member.target_lang]}): you get the translated captions",
+                feeds.member, target_lang=member.target_lang))
         feed = presence.room.feed(key)
         for item in feed.join(sub, FULL if available else SOURCE_ONLY, self.clock()):
             sub.outbox.offer(item)
@@ -307,8 +384,11 @@ class RoomHub:
         feed = room.feeds.get(key)
         if feed is None:
             feed = room.feed(key)  # nobody yet: keep the history for late joiners
-        for _ in feed.publish(item, self.clock()):
+        dropped = feed.publish(item, self.clock())
+        for _ in dropped:
             self.observer.fanout_dropped()
+        if dropped and not feed.subscribers:
+            self._retire_unheard(room, key)
 
     def room_of(self, room_id: str) -> Room:
         return self.registry.get(room_id)

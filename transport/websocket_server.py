@@ -89,7 +89,7 @@ class SpeechServer:
             max_listeners_per_room=rooms.max_listeners_per_room or None,
             max_listeners=rooms.max_listeners or None,
             history_s=rooms.history_s, history_items=rooms.history_items,
-        ), outbox_capacity=rooms.outbox_capacity, observer=self.observer)
+        ), outbox_capacity=rooms.outbox_capacity, observer=self.observer, mt=rooms.mt)
         self._server: Server | None = None
         verifier = self.limits.auth or (
             StaticToken(self.limits.token) if self.limits.token else None

@@ -21,8 +21,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import secrets
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -71,6 +73,7 @@ from speechpipe.transport.room import Member, Outgoing, Role, RoomError
 from speechpipe.transport.room_shell import (
     Presence,
     RoomHub,
+    RoomRedirect,
     SpeakerFeeds,
     encode_outgoing,
 )
@@ -370,6 +373,27 @@ class WsConnection:
             return True  # gone: the close says why, not this check
         return True
 
+    def _extra_slot(
+        self, start: Start,
+    ) -> Callable[[], contextlib.AbstractAsyncContextManager[Any]] | None:
+        """A capacity slot for one more pipeline of this room speaker (another listening
+        language): taken when free, never waited for (a listener never queues behind
+        speakers): refused, the listener gets the captions and a ``status`` saying why."""
+        capacity = self.server.capacity
+        if capacity is None:
+            return None
+        gate = capacity
+        ip = getattr(self.admission, "ip", None)
+        client = start.request.client_id or ip or self.id
+        identity = getattr(self.admission, "identity", None)
+        token = (identity.key or "") if identity is not None else ""
+
+        async def refuse(event: StatusEvent) -> None:  # queued: give the place up at once
+            raise AdmissionError("the server has no free capacity for a pipeline in another "
+                                 "language now", retry_after_s=0.0)
+
+        return lambda: gate.slot(client, refuse, token=token)
+
     async def _hold_capacity(self, stack: contextlib.AsyncExitStack, start: Start) -> None:
         """A capacity slot for this session (waiting in line with ``status`` events)."""
         if self.server.capacity is None:
@@ -395,14 +419,19 @@ class WsConnection:
             return self._outcome(group)  # ConnectionClosed through the session's TaskGroup
 
     async def _session(self, start: Start) -> _Close | None:
+        identity = getattr(self.admission, "identity", None)
+        claim_role = getattr(identity, "role", None)
+        if claim_role and claim_role != start.role:  # a listener token cannot speak, at all
+            return self._room_refusal(RoomError(ErrorCode.UNAUTHORIZED,
+                                                f"this token is for a {claim_role}"))
         if start.role == Role.LISTENER:
             return await self._listen(start)
         async with contextlib.AsyncExitStack() as stack:
             request = start.request
             if start.role is not None:
                 try:
-                    self.presence = self._enter_room(start)
-                except RoomError as exc:
+                    self.presence = await self._enter_room(start)
+                except (RoomError, RoomRedirect) as exc:
                     return self._room_refusal(exc)
                 stack.callback(self.server.rooms.leave, self.presence)
                 if start.role == Role.PARTICIPANT:  # its own pipeline: the captions' source
@@ -427,7 +456,8 @@ class WsConnection:
             if presence is not None:
                 presence.output_sample_rate = out_rate
                 self.feeds = SpeakerFeeds(self.server.rooms, presence.room, presence.member.id,
-                                          request, self.server.factory, session, out_rate)
+                                          request, self.server.factory, session, out_rate,
+                                          slot=self._extra_slot(start))
             await self.ws.send(dumps(encode_started(
                 self.id, start, output_sample_rate=out_rate,
                 room=presence.room.id if presence is not None else None)))
@@ -603,8 +633,9 @@ class WsConnection:
         return _Close(CloseCode.LISTENER_TOO_SLOW, ErrorCode.LISTENER_TOO_SLOW)
 
     # -- rooms ---------------------------------------------------------------------------------
-    def _enter_room(self, start: Start) -> Presence:
-        """Join (or, for a speaking role without ``room``, make) the room; ``RoomError``."""
+    async def _enter_room(self, start: Start) -> Presence:
+        """Join (or, for a speaking role without ``room``, make) the room; ``RoomError``, or
+        ``RoomRedirect`` in cluster mode when the room lives on another node."""
         hub = self.server.rooms
         identity = getattr(self.admission, "identity", None)
         claim_room = getattr(identity, "room", None)
@@ -614,6 +645,10 @@ class WsConnection:
         if claim_room and start.room not in (None, claim_room):
             raise RoomError(ErrorCode.UNAUTHORIZED, "this token is for another room")
         room_id = start.room or claim_room
+        if room_id is not None and room_id not in hub.registry.rooms and hub.locate:
+            url = await hub.locate(room_id)
+            if url is not None:
+                raise RoomRedirect(url)
         if room_id is None:
             room = hub.new_room()
         elif room_id in hub.registry.rooms:
@@ -626,7 +661,11 @@ class WsConnection:
         target = start.request.target_lang.strip().lower()
         return hub.join(room, Member(self.id, role, target))
 
-    def _room_refusal(self, exc: RoomError) -> _Close:
+    def _room_refusal(self, exc: RoomError | RoomRedirect) -> _Close:
+        if isinstance(exc, RoomRedirect):  # a room lives on one node: reconnect there
+            return _Close(CloseCode.REDIRECT, ErrorCode.REDIRECT, encode_error(
+                ErrorCode.REDIRECT, "this room is on another node: reconnect there with the "
+                "same start", fatal=True, url=exc.url, ticket=None, expires_in_s=None))
         code = ErrorCode.lookup(exc.code) or ErrorCode.NO_ROOM
         close = code.close or CloseCode.NO_ROOM
         return _Close(close, code, encode_error(code, str(exc), fatal=True))
@@ -635,8 +674,8 @@ class WsConnection:
         """A room listener: no pipeline and no capacity slot; the room's messages from its
         bounded outbox to the socket (the only writer), until it stops or overflows."""
         try:
-            presence = self._enter_room(start)
-        except RoomError as exc:
+            presence = await self._enter_room(start)
+        except (RoomError, RoomRedirect) as exc:
             return self._room_refusal(exc)
         self.presence = presence
         self.listening = True
@@ -645,6 +684,7 @@ class WsConnection:
             self.core.session_opened(start)
             self.quota.begin_session()
             self.quota.timers.pace = None  # a listener sends no audio
+            self._bound_send_buffer()
             await self.ws.send(dumps(encode_started(
                 self.id, start, output_sample_rate=start.request.output_sample_rate,
                 room=presence.room.id)))
@@ -652,7 +692,8 @@ class WsConnection:
             try:
                 async with asyncio.TaskGroup() as tg:
                     self.tasks = [
-                        tg.create_task(self._listen_reader(presence), name=f"{self.id}:reader"),
+                        tg.create_task(self._listen_reader(presence, tg),
+                                       name=f"{self.id}:reader"),
                         tg.create_task(self.server.rooms.attacher(presence),
                                        name=f"{self.id}:attach"),
                         tg.create_task(self._listen_sender(presence), name=f"{self.id}:sender"),
@@ -663,6 +704,34 @@ class WsConnection:
             return None
         finally:
             self.server.rooms.leave(presence)
+            await self._close_peer()
+
+    async def _timed_send(self, parts: tuple[str | bytes, ...]) -> float:
+        """Send one room message; returns the server CPU it took (the fan-out cost). A send
+        that waited for a full socket let other tasks run meanwhile, whose CPU the thread
+        clock would count too: such a send is counted at the mean of those that did not."""
+        yielded = False
+
+        def mark() -> None:
+            nonlocal yielded
+            yielded = True
+
+        handle = asyncio.get_running_loop().call_soon(mark)
+        cpu = time.thread_time()
+        for part in parts:
+            await self.ws.send(part)
+        cpu = time.thread_time() - cpu
+        handle.cancel()
+        return self.server.rooms.send_cost(None if yielded else cpu)
+
+    def _bound_send_buffer(self) -> None:
+        """A listener's kernel send buffer, bounded: what the server holds for a listener is
+        its outbox plus this, and one that stops reading reaches its outbox's limit soon."""
+        size = self.limits.rooms.listener_send_buffer
+        sock = self.ws.transport.get_extra_info("socket") if size else None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
 
     async def _overflow(self, presence: Presence) -> None:
         """Close a listener whose outbox overflowed even while its sender is blocked."""
@@ -670,12 +739,13 @@ class WsConnection:
         self.observer.error(ErrorCode.LISTENER_TOO_SLOW)
         raise self._too_slow()
 
-    async def _listen_reader(self, presence: Presence) -> None:
+    async def _listen_reader(self, presence: Presence, tg: asyncio.TaskGroup) -> None:
         sub = presence.member.subscriber
         assert sub is not None
         while True:
             message = await self._recv()
-            for action in self.core.receive(message, time.monotonic()):
+            for action in self.core.receive(message, time.monotonic(),
+                                            peer=self.peer is not None):
                 if isinstance(action, Fail):
                     raise _raise(action)
                 if isinstance(action, StopInput):
@@ -689,13 +759,77 @@ class WsConnection:
                 elif isinstance(action, PushAudio):
                     error = (ErrorCode.LISTENER_CANNOT_SPEAK,
                              "a listener sends no audio: binary ignored")
-                elif isinstance(action, OpenPeer | AddIce):
-                    error = (ErrorCode.WEBRTC_FAILED,
-                             "room listeners receive over the WebSocket only")
+                elif isinstance(action, OpenPeer):
+                    error = await self._listen_offer(action.offer, sub, tg)
+                elif isinstance(action, AddIce) and self.peer is not None:
+                    try:
+                        await self.peer.add_ice(action.ice)
+                    except ProtocolError as exc:
+                        error = (exc.code, str(exc))
                 if error is not None:
                     self.observer.error(error[0])
                     text = dumps(encode_error(*error))
                     sub.outbox.offer(Outgoing("error", (text,), time.monotonic()))
+
+    async def _listen_offer(self, offer: Offer, sub: Any,
+                            tg: asyncio.TaskGroup) -> tuple[str, str] | None:
+        """A listener's WebRTC offer: the room's speech then plays on the peer's track (its
+        ``audio`` headers say ``"via": "webrtc"``); what its microphone sends is ignored."""
+        if self.peer is not None:
+            return ErrorCode.WEBRTC_ACTIVE, "a WebRTC peer is already connected"
+        if not self.server.webrtc:
+            return ErrorCode.WEBRTC_FAILED, "WebRTC is disabled on this server"
+        try:
+            check_sdp_size(offer.sdp, self.limits.quotas.max_sdp_bytes)
+            from speechpipe.transport.webrtc import WebRtcPeer
+        except ProtocolError as exc:
+            return exc.code, str(exc)
+        except ImportError as exc:
+            return ErrorCode.WEBRTC_FAILED, f"WebRTC unavailable: {exc}"
+
+        async def ignore(frame: AudioFrame) -> None:  # a listener does not speak
+            return None
+
+        peer = WebRtcPeer(push=ignore, connect_timeout_s=self.limits.webrtc_connect_timeout_s,
+                          label=self.id)
+        try:
+            answer = await peer.accept_offer(offer.sdp)
+        except ProtocolError as exc:
+            await peer.close()
+            return exc.code, str(exc)
+        self.peer = peer
+        sub.outbox.offer(Outgoing("answer", (dumps(encode_answer(answer)),), time.monotonic()))
+        tg.create_task(self._run_listen_peer(peer, sub), name=f"{self.id}:webrtc")
+        return None
+
+    async def _run_listen_peer(self, peer: WebRtcPeer, sub: Any) -> None:
+        try:
+            await peer.run()
+        except SpeechpipeError as exc:  # the WebSocket stays: speech comes over it again
+            log.info("session %s: webrtc peer ended: %s", self.id, exc.code)
+            self.observer.error(exc.code)
+            sub.outbox.offer(Outgoing("error", (dumps(encode_error(exc.code, str(exc))),),
+                                      time.monotonic()))
+        finally:
+            if self.peer is peer:
+                self.peer = None
+            await peer.close()
+
+    def _over_peer(self, item: Outgoing) -> tuple[str, ...] | None:
+        """A room ``audio`` message for a listener with a WebRTC peer: its speech plays on
+        the peer's track; the listener gets the header only, saying ``via: webrtc``."""
+        peer = self.peer
+        if peer is None or item.kind != "audio" or len(item.parts) != 2:
+            return None
+        text, data = item.parts
+        if not isinstance(data, bytes):
+            return None
+        header = json.loads(text)
+        pcm = np.frombuffer(data, "<i2").astype(np.int16)
+        peer.play(SpeechChunk(pcm, int(header["sample_rate"]), int(header["utterance"]),
+                              str(header.get("text", "")), 0))
+        header["via"] = "webrtc"
+        return (dumps(header),)
 
     async def _listen_sender(self, presence: Presence) -> None:
         sub = presence.member.subscriber
@@ -706,10 +840,7 @@ class WsConnection:
             if sub.outbox.overflowed:
                 return  # _overflow closes it
             for item in sub.outbox.take():
-                cpu = time.thread_time()
-                for part in item.parts:
-                    await self.ws.send(part)
-                cpu = time.thread_time() - cpu
+                cpu = await self._timed_send(self._over_peer(item) or item.parts)
                 self.sent += 1
                 if item.kind not in ("error", "end"):
                     self.observer.fanout_delay(time.monotonic() - item.published, cpu)

@@ -27,6 +27,7 @@ import math
 import sys
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -121,8 +122,52 @@ def _metric(url: str, name: str) -> float:
                if line.startswith(name + " ") or line.startswith(name + "{"))
 
 
-async def _room_phase(url: str, audio: np.ndarray, listeners: int,
-                      source_lang: str) -> tuple[dict[str, Any], list[ListenerRun]]:
+@dataclass
+class RoomPhase:
+    """What the room phase saw."""
+
+    spoke: dict[str, Any]
+    runs: list[ListenerRun]  # the listeners that joined before the speech
+    late: ListenerRun | None = None  # joined mid-talk
+    late_joined: float = math.nan  # monotonic time its ``started`` arrived
+    stalled: list[ListenerRun] = field(default_factory=list)  # stopped reading
+
+
+def _slim(run: ListenerRun) -> ListenerRun:
+    """A run with each speech chunk replaced by its SHA-256 (small enough to pass between
+    processes; identical chunks stay identical)."""
+    run.audio = [(t, header, hashlib.sha256(pcm).digest()) for t, header, pcm in run.audio]
+    return run
+
+
+def _listener_worker(url: str, room: str, count: int, joined: Any, stop: Any,
+                     out: Any) -> None:
+    """A client process holding ``count`` listeners (arrival times on the machine's
+    monotonic clock, which every process shares): reports each join on ``joined`` (or a
+    refusal), listens until ``stop`` is set, then sends its slimmed runs on ``out``."""
+    async def main() -> None:
+        done = asyncio.Event()
+
+        async def one() -> ListenerRun:
+            run = await listen_room(url, room, stop=done, open_timeout_s=120,
+                                    on_started=lambda _: joined.put("ok"))
+            if not run.started:
+                joined.put(f"refused: {run.error} (close {run.close_code})")
+            return run
+
+        tasks = [asyncio.create_task(one()) for _ in range(count)]
+        await asyncio.get_running_loop().run_in_executor(None, stop.wait, PHASE_LIMIT_S)
+        done.set()
+        out.put([_slim(await task) for task in tasks])
+
+    asyncio.run(main())
+
+
+async def _room_phase(url: str, audio: np.ndarray, listeners: int, source_lang: str,
+                      stalled: int, client_procs: int = 1) -> RoomPhase:
+    if client_procs > 1:
+        return await _room_phase_procs(url, audio, listeners, source_lang, stalled,
+                                       client_procs)
     loop = asyncio.get_running_loop()
     room: asyncio.Future[str] = loop.create_future()
     ready, stop = asyncio.Event(), asyncio.Event()
@@ -143,25 +188,95 @@ async def _room_phase(url: str, audio: np.ndarray, listeners: int,
     tasks = [asyncio.create_task(listen_room(url, room_id, stop=stop, on_started=one_in,
                                              open_timeout_s=120))
              for _ in range(listeners)]
+    stalls = [asyncio.create_task(listen_room(url, room_id, stop=stop, stall=True,
+                                              open_timeout_s=120)) for _ in range(stalled)]
     waiting = asyncio.ensure_future(all_in.wait())
     done, _ = await asyncio.wait([waiting, *tasks], return_when=asyncio.FIRST_COMPLETED)
     if waiting not in done:  # a listener ended before all were in: refused
         failed = next(t for t in tasks if t.done())
         raise RuntimeError(f"a listener was refused: {failed.result().error}")
     ready.set()
+    await asyncio.sleep(LEAD_S + len(audio) / 16000 / 2)  # mid-talk
+    late_joined = math.nan
+
+    def late_in(_: dict[str, Any]) -> None:
+        nonlocal late_joined
+        late_joined = time.monotonic()
+
+    late = asyncio.create_task(listen_room(url, room_id, stop=stop, on_started=late_in))
     spoke = await speaker
     await asyncio.sleep(1.0)  # the last fan-out reaches the sockets
     stop.set()
     runs = [await t for t in tasks]
-    return spoke, runs
+    return RoomPhase(spoke, runs, await late, late_joined, [await t for t in stalls])
+
+
+async def _room_phase_procs(url: str, audio: np.ndarray, listeners: int, source_lang: str,
+                            stalled: int, procs: int) -> RoomPhase:
+    """``_room_phase`` with the listeners spread over ``procs`` client processes, so the
+    first-to-last spread is not the bench's own event loop working through N sockets."""
+    import multiprocessing
+    import queue
+
+    loop = asyncio.get_running_loop()
+    room: asyncio.Future[str] = loop.create_future()
+    ready, stop = asyncio.Event(), asyncio.Event()
+    speaker = asyncio.create_task(_speak(
+        url, audio, {"role": "speaker", "source_lang": source_lang,
+                     "phrase_cache": uuid.uuid4().hex[:12]}, ready, room))
+    room_id = await room
+    ctx = multiprocessing.get_context("spawn")
+    joined, out, stop_all = ctx.Queue(), ctx.Queue(), ctx.Event()
+    shares = [listeners // procs + (1 if i < listeners % procs else 0) for i in range(procs)]
+    workers = [ctx.Process(target=_listener_worker, args=(url, room_id, n, joined, stop_all,
+                                                          out), daemon=True)
+               for n in shares if n]
+    for worker in workers:
+        worker.start()
+    try:
+        stalls = [asyncio.create_task(listen_room(url, room_id, stop=stop, stall=True,
+                                                  open_timeout_s=120)) for _ in range(stalled)]
+        for _ in range(listeners):
+            answer = await loop.run_in_executor(None, joined.get, True, 180)
+            if answer != "ok":
+                raise RuntimeError(f"a listener was {answer}")
+        ready.set()
+        await asyncio.sleep(LEAD_S + len(audio) / 16000 / 2)  # mid-talk
+        late_joined = math.nan
+
+        def late_in(_: dict[str, Any]) -> None:
+            nonlocal late_joined
+            late_joined = time.monotonic()
+
+        late = asyncio.create_task(listen_room(url, room_id, stop=stop, on_started=late_in))
+        spoke = await speaker
+        await asyncio.sleep(1.0)  # the last fan-out reaches the sockets
+        stop.set()
+        stop_all.set()
+        runs: list[ListenerRun] = []
+        for _ in workers:
+            runs += await loop.run_in_executor(None, out.get, True, 180)
+        phase = RoomPhase(spoke, runs, _slim(await late), late_joined,
+                          [await t for t in stalls])
+    except queue.Empty:
+        raise RuntimeError("the listener processes did not answer in time") from None
+    finally:
+        stop_all.set()
+        for worker in workers:
+            worker.join(10)
+            if worker.is_alive():
+                worker.terminate()
+    return phase
 
 
 def run_room_bench(listeners: int, clip: Path, source_lang: str,
-                   server_args: list[str]) -> int:
+                   server_args: list[str], stalled: int = 0, repeat: int = 1,
+                   client_procs: int = 1) -> int:
     """Run both phases and print the figures; 0 when every check held, 1 otherwise."""
     from speechpipe.transport.file_replay import read_audio
 
-    audio = read_audio(clip)
+    one = read_audio(clip)
+    audio = np.concatenate([np.concatenate([one, np.zeros(16000, np.int16)])] * repeat)
     extra = ["--max-sessions-per-ip", "0", "--max-listeners", "0",
              "--max-listeners-per-room", "0", "--capacity", "4", *server_args]
     with ServerProcess(extra) as server:
@@ -182,8 +297,10 @@ def run_room_bench(listeners: int, clip: Path, source_lang: str,
         fan0 = _metric(url, "speechpipe_room_fanout_cpu_seconds_total")
         cpu0 = server.cpu_seconds()
         t0 = time.monotonic()
-        spoke, runs = asyncio.run(asyncio.wait_for(
-            _room_phase(url, audio, listeners, source_lang), PHASE_LIMIT_S))
+        phase = asyncio.run(asyncio.wait_for(
+            _room_phase(url, audio, listeners, source_lang, stalled, client_procs),
+            PHASE_LIMIT_S))
+        spoke, runs = phase.spoke, phase.runs
         room_cpu, room_wall = server.cpu_seconds() - cpu0, time.monotonic() - t0
         fanout = _metric(url, "speechpipe_room_fanout_cpu_seconds_total") - fan0
         drops = _metric(url, "speechpipe_room_fanout_drops_total")
@@ -211,6 +328,20 @@ def run_room_bench(listeners: int, clip: Path, source_lang: str,
     print(f"  spread:        first-to-last listener per speech chunk p50 {p(chunks, 50):.1f} ms, "
           f"p95 {p(chunks, 95):.1f} ms ({len(chunks)} chunks); per message p50 "
           f"{p(messages, 50):.1f} ms, p95 {p(messages, 95):.1f} ms ({len(messages)} messages)")
+    late = phase.late
+    if late is not None and late.started:
+        first = late.events[0][0] - phase.late_joined if late.events else math.nan
+        speech = late.audio[0][0] - phase.late_joined if late.audio else math.nan
+        late_pcm = [c for _, _, c in late.audio]
+        ours = [c for _, _, c in runs[0].audio] if runs else []
+        aligned = bool(late_pcm) and late_pcm == ours[len(ours) - len(late_pcm):]
+        print(f"  late joiner:   first message (history) {first * 1000:.0f} ms after it joined, "
+              f"first speech {speech * 1000:.0f} ms after; its speech is the others' from a "
+              f"chunk boundary on: {'yes' if aligned else 'NO'}")
+    if phase.stalled:
+        closed = sum(1 for r in phase.stalled if r.close_code == 4012)
+        print(f"  not reading:   {len(phase.stalled)} listeners stopped reading; {closed} closed "
+              f"with 4012 listener_too_slow (the others' spread above includes them)")
     ok = identical and within and closed_ok == listeners and spoke["close_code"] == 1000
     return 0 if ok else 1
 
@@ -223,19 +354,31 @@ def register_room(kinds: Any) -> None:
     room.add_argument("--clip", default=str(DEFAULT_CLIP),
                       help="the recording the speaker plays (default: samples/wav/es_gato.wav)")
     room.add_argument("--source-lang", default="es", help="its language (default es)")
+    room.add_argument("--stalled", type=int, default=0,
+                      help="also this many listeners that stop reading (default 0)")
+    room.add_argument("--repeat", type=int, default=1,
+                      help="the speaker plays the clip this many times (default 1)")
+    room.add_argument("--client-procs", type=int, default=4,
+                      help="client processes the listeners are spread over (default 4; 1: "
+                           "all in the bench's own event loop)")
     room.add_argument("--server-arg", action="append", default=[],
                       help="extra argument for the started server (repeatable)")
     room.set_defaults(handler=_bench_room)
 
 
 def _bench_room(args: argparse.Namespace) -> int:
+    if not (0 <= args.stalled <= MAX_LISTENERS and 1 <= args.repeat <= 100
+            and 1 <= args.client_procs <= 64):
+        raise InputError("--stalled must be 0-1000, --repeat 1-100 and --client-procs 1-64")
     if not 1 <= args.listeners <= MAX_LISTENERS:
         raise InputError(f"--listeners must be 1-{MAX_LISTENERS} (got {args.listeners})")
     clip = Path(args.clip)
     if not clip.is_file():
         raise InputError(f"no such clip: {clip}")
     try:
-        return run_room_bench(args.listeners, clip, args.source_lang, args.server_arg)
+        return run_room_bench(args.listeners, clip, args.source_lang, args.server_arg,
+                              stalled=args.stalled, repeat=args.repeat,
+                              client_procs=args.client_procs)
     except RuntimeError as exc:
         print(f"speechpipe bench room: {exc}", file=sys.stderr)
         return 1

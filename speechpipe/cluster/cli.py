@@ -20,7 +20,7 @@ def register(commands: Any) -> None:
     """Add the ``cluster`` command and its ``status``/``drain`` subcommands."""
     cluster = commands.add_parser("cluster", help="inspect or drain a Ray cluster of nodes")
     sub = cluster.add_subparsers(dest="cluster_command", required=True)
-    status = sub.add_parser("status", help="nodes, sessions, the line, lost sessions")
+    status = sub.add_parser("status", help="nodes, sessions, the line, lost sessions, rooms")
     drain = sub.add_parser("drain", help="a node takes no new sessions, then exits")
     drain.add_argument("node", help="the node's id or public URL (as `cluster status` shows)")
     for parser in (status, drain):
@@ -89,6 +89,10 @@ def format_status(snapshot: dict[str, Any]) -> str:
         state = "lost" if not node["alive"] else "draining" if node["draining"] else "up"
         lines.append(f"{node['url']:<36} {state:<9} {node['capacity']:>8} "
                      f"{node['active']:>8} {node['reserved']:>8}")
+    for room in snapshot.get("rooms", []):
+        lines.append(f"room on {room['node']}: {room.get('speakers', 0)} speakers, "
+                     f"{room.get('participants', 0)} participants, "
+                     f"{room.get('listeners', 0)} listeners")
     lines.append(
         f"capacity {snapshot['capacity']}, active {snapshot['active']}, "
         f"waiting {snapshot['waiting']} (line), lost {snapshot['lost']} "

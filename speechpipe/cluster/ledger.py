@@ -42,7 +42,8 @@ NAMESPACE = "speechpipe"
 UNAUTHORIZED = "unauthorized"  # the epoch of an answer to a call without the right tag
 SECRET_ENV = "SPEECHPIPE_CLUSTER_SECRET"
 SIGNED = frozenset({"register", "heartbeat", "request", "status", "claim", "release", "drain",
-                    "leave"})  # the calls that take a tag first (the others only read)
+                    "leave", "rooms", "room_node"})
+# (the calls that take a tag first; the others only read)
 
 T = TypeVar("T")
 
@@ -132,6 +133,16 @@ class LedgerService:
     def leave(self, tag: str, node: str) -> tuple[str, None | str]:
         """``LedgerCore.leave``: a node leaves the cluster."""
         return self._signed(tag, "leave", (node,), lambda: self.core.leave(node, self._now()))
+
+    def rooms(self, tag: str, node: str,
+              rooms: dict[str, dict[str, int]]) -> tuple[str, list[str] | str]:
+        """``LedgerCore.set_rooms``: a node's rooms and their counts."""
+        return self._signed(tag, "rooms", (node, rooms),
+                            lambda: self.core.set_rooms(node, rooms, self._now()))
+
+    def room_node(self, tag: str, room: str) -> tuple[str, tuple[str, str] | None | str]:
+        """``LedgerCore.room_node``: where a room lives (signed: room ids are capabilities)."""
+        return self._signed(tag, "room_node", (room,), lambda: self.core.room_node(room))
 
     def find_node(self, name: str) -> tuple[str, str | None]:
         """A node by its id or public URL."""

@@ -139,6 +139,8 @@ class LedgerCore:
     lost: int = 0
     refused: int = 0
     resumed: int = 0
+    # rooms (transport/room.py): a room lives on one node; room id -> (node, counts)
+    rooms: dict[str, tuple[str, dict[str, int]]] = field(default_factory=dict)
     _answers: OrderedDict[str, Verdict] = field(default_factory=OrderedDict)  # refusals, ended
     _mean_s: float = 0.0
     _seen: int = 0
@@ -200,6 +202,7 @@ class LedgerCore:
         if state is None or not state.alive:
             return []
         state.alive = False
+        self._drop_rooms(node)  # its rooms ended with it
         lost = [t for t, e in self.active.items() if e.node == node]
         for ticket in lost:
             entry = self.active.pop(ticket)
@@ -222,6 +225,41 @@ class LedgerCore:
         """A node left on purpose (drained, stopped): its remaining sessions are lost."""
         self.node_lost(node, now)
         self.nodes.pop(node, None)
+        self._drop_rooms(node)
+
+    # -- rooms --------------------------------------------------------------------------------
+    def set_rooms(self, node: str, rooms: dict[str, dict[str, int]], now: float) -> list[str]:
+        """A node's rooms now (its periodic report), with their counts. A room stays on the
+        node that reported it first while that node is alive; returns the ids ``node``
+        reported that live elsewhere (it should not have them)."""
+        self.tick(now)
+        state = self.nodes.get(node)
+        if state is None or not state.alive:
+            return []
+        self._drop_rooms(node)
+        clashes = []
+        for room, counts in rooms.items():
+            held = self.rooms.get(room)
+            if held is not None and held[0] != node and self._alive(held[0]):
+                clashes.append(room)
+                continue
+            self.rooms[room] = (node, {k: int(v) for k, v in counts.items()})
+        return clashes
+
+    def room_node(self, room: str) -> tuple[str, str] | None:
+        """(node, url) of the node a room lives on, if a live node reported it."""
+        held = self.rooms.get(room)
+        if held is None or not self._alive(held[0]):
+            return None
+        return held[0], self.nodes[held[0]].url
+
+    def _alive(self, node: str) -> bool:
+        state = self.nodes.get(node)
+        return state is not None and state.alive
+
+    def _drop_rooms(self, node: str) -> None:
+        for room in [r for r, (n, _) in self.rooms.items() if n == node]:
+            del self.rooms[room]
 
     # -- tickets ----------------------------------------------------------------------------
     def request(self, ticket: str, node: str, client: str, now: float, *, token: str = "",
@@ -420,6 +458,9 @@ class LedgerCore:
                       "resuming_live": bool(e.pending)}
                      for i, e in enumerate(self.line.values(), start=1)],
             "nodes": [_view_dict(v) for v in self.node_views()],
+            # no room ids (each is a capability): the node and the counts of each room
+            "rooms": [{"node": self.nodes[n].url if n in self.nodes else n, **counts}
+                      for n, counts in sorted(self.rooms.values(), key=lambda r: r[0])],
         }
 
     # -- inside -----------------------------------------------------------------------------

@@ -137,6 +137,8 @@ class ClusterNode:
         self._drained = asyncio.Event()
         self._metrics = _ClusterMetrics(registry) if registry is not None else None
         self._lookup: asyncio.Future[Any] | None = None  # a ledger look-up in flight
+        # rooms: this node's rooms and their counts (the server's RoomRegistry.report)
+        self.rooms_report: Callable[[], dict[str, dict[str, int]]] | None = None
 
     # -- life -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -241,6 +243,8 @@ class ClusterNode:
                 elif answer == "drain" and not self.draining:
                     self._begin_drain()
                 self.snapshot = snapshot
+                if self.rooms_report is not None:
+                    await self.call("rooms", self.options.name, self.rooms_report())
             except LedgerRefused:
                 self.snapshot = {}
             except LedgerUnreachable:
@@ -288,6 +292,17 @@ class ClusterNode:
     def _export(self) -> None:
         if self._metrics is not None:
             self._metrics.export(self)
+
+    async def room_url(self, room: str) -> str | None:
+        """The public URL of the other node ``room`` lives on (None: unknown, or here; or the
+        ledger does not answer)."""
+        try:
+            found = await self.call("room_node", room)
+        except LedgerUnreachable:
+            return None
+        if not found or found[0] == self.options.name:
+            return None
+        return str(found[1])
 
     # -- drain ------------------------------------------------------------------------------
     def _begin_drain(self) -> None:

@@ -258,6 +258,9 @@ async def _join_cluster(app: ServerApp, node: ClusterNode) -> None:
 
     if app.load_control is not None and node.options.capacity <= 0:  # calibrated
         node.options = dataclasses.replace(node.options, capacity=app.load_control.gate.capacity)
+    rooms = app.server.rooms  # a room lives on one node; the ledger says which
+    node.rooms_report = rooms.registry.report
+    rooms.locate = node.room_url
     await node.start()
     cluster = node.options
     print(f"speechpipe: joined the cluster at {cluster.address} as {cluster.name} "

@@ -272,6 +272,8 @@ async def scenario(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
     out["started"] = True
     clients: list[Client] = []
     try:
+        log('step 0')
+        await rooms_step(out, ledger)
         log('step 1')
         # 1. four sessions, all arriving at node a: two stay, two are redirected to b
         first4 = []
@@ -416,6 +418,51 @@ async def scenario(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
             with _suppress():
                 await asyncio.wait_for(client.close(), 5)
         ray.shutdown()
+
+
+async def rooms_step(out: dict[str, Any], ledger: Any) -> None:
+    """0. a room opened on node a; a listener reaching node b is redirected to a and hears
+    the speaker; ``cluster status`` lists the room (without its id); it ends with its
+    members (the speaker's slot is free again for step 1)."""
+    from speechpipe.cluster.cli import format_status
+
+    speaker = Client("room-speaker")
+    await speaker.open(URL["a"], role="speaker")
+    out["room_speaker"] = await speaker.first()
+    room = speaker.of("started")[0]["room"]
+    await _until(lambda snap: bool(snap.get("rooms")), ledger)
+    snap = await snapshot(ledger)
+    out["room_status"] = format_status(snap)
+    out["room_id_in_status"] = room in json.dumps(snap)
+    listener = Client("room-listener")
+    await listener.open(URL["b"], role="listener", room=room)
+    out["room_listener_first"] = await listener.first()
+    hop = redirect_of(listener)
+    out["room_redirect_url"] = hop["url"] if hop else None
+    moved = Client("room-listener")
+    await moved.open(hop["url"] if hop else URL["a"], role="listener", room=room)
+    out["room_listener_moved"] = await moved.first()
+    for _ in range(150):  # 15 s at most
+        if moved.targets:
+            break
+        await asyncio.sleep(0.1)
+    out["room_listener_targets"] = moved.targets
+    out["room_listener_speaker"] = {e.get("speaker") for e in moved.of("target")} == {
+        speaker.session}
+    await moved.stop()
+    await speaker.stop()
+    out["room_closes"] = [speaker.close_code, moved.close_code]
+    await _until(lambda snap: not snap.get("rooms"), ledger)
+    out["room_gone"] = not (await snapshot(ledger)).get("rooms")
+    await _until(lambda snap: not snap["active"], ledger)
+
+
+async def _until(done: Any, ledger: Any, limit_s: float = 15.0) -> None:
+    """Poll the ledger's snapshot (bounded) until ``done(snapshot)``."""
+    for _ in range(int(limit_s / 0.2)):
+        if done(await snapshot(ledger)):
+            return
+        await asyncio.sleep(0.2)
 
 
 def _text(client: Client, side: str) -> str:

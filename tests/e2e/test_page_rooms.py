@@ -64,3 +64,72 @@ async def test_a_talk_reaches_two_listener_pages(live_server: Any, fake_mic_wav:
             assert not problems, problems
         finally:
             await browser.close()
+
+
+async def test_a_two_party_conversation_in_two_browsers(
+    live_server: Any, fake_mic_wav: Path, tmp_path: Path,  # noqa: F811
+) -> None:
+    """A Spanish speaker (fake mic: a real Spanish recording) opens a conversation; an English
+    speaker (another browser, a real English recording) joins by its link. Each page shows its
+    own words on the left and the other's on the right; the English side hears the Spanish
+    side in English. (No en->es model here: the Spanish side reads the English captions.)"""
+    import numpy as np
+    import soundfile as sf
+
+    from speechpipe.transport.file_replay import read_audio
+    from tests.helpers import manifest_clip
+
+    executable = shutil.which("chromium") or shutil.which("chromium-browser")
+    if executable is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install -y chromium)")
+    playwright_api = pytest.importorskip("playwright.async_api")
+    english = tmp_path / "english-mic.wav"
+    sf.write(english, np.concatenate([read_audio(manifest_clip("en_enh_890_epst")[0]),
+                                      np.zeros(16000 * 4, np.int16)]), 16000, subtype="PCM_16")
+    async with playwright_api.async_playwright() as pw:
+        spanish_browser = await pw.chromium.launch(
+            executable_path=executable, headless=True, args=chromium_args(fake_mic_wav))
+        english_browser = await pw.chromium.launch(
+            executable_path=executable, headless=True, args=chromium_args(english))
+        try:
+            problems: list[str] = []
+            es = await spanish_browser.new_page()
+            es.on("pageerror", lambda exc: problems.append(str(exc)))
+            await es.goto(f"http://127.0.0.1:{live_server.server.port}/")
+            await es.select_option("#source-lang", "es")
+            await es.select_option("#target-lang", "es")
+            await es.select_option("#room-mode", "participant")
+            await es.click("#start")
+            await es.wait_for_function(
+                "() => document.querySelector('#participant-link').href.includes('#room=')",
+                timeout=30_000)
+            link = await es.locator("#participant-link").get_attribute("href")
+            assert link is not None and "role=participant" in link
+            en = await english_browser.new_page()
+            en.on("pageerror", lambda exc: problems.append(str(exc)))
+            await en.goto(link)
+            await en.select_option("#source-lang", "en")
+            await en.select_option("#target-lang", "en")
+            await en.click("#start")
+            # the English side: the Spanish speaker's words in English, and the speech
+            await en.wait_for_function(
+                "() => document.querySelector('#target').innerText.trim().length > 0"
+                " && Number(document.querySelector('#stats').dataset.audio) > 0",
+                timeout=90_000)
+            # the Spanish side: its own words left, the English speaker's captions right
+            await es.wait_for_function(
+                "() => document.querySelector('#source').innerText.trim().length > 0"
+                " && document.querySelector('#target').innerText.trim().length > 0",
+                timeout=90_000)
+            assert await es.locator("#stats").get_attribute("data-audio") == "0", (
+                "no en->es model here: captions, never invented speech")
+            assert "participant" in await en.locator("#room-role").inner_text()
+            for page in (en, es):
+                await page.click("#stop")
+                await page.wait_for_function(
+                    "() => document.querySelector('#stats').dataset.state === 'closed'",
+                    timeout=30_000)
+            assert not problems, problems
+        finally:
+            await spanish_browser.close()
+            await english_browser.close()

@@ -25,6 +25,7 @@ from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="session")]
 
+SEND_BUFFER = RoomOptions().listener_send_buffer
 LEAD_SILENCE_S = 2.0  # listeners join during this (the first event comes after speech starts)
 
 
@@ -159,7 +160,7 @@ async def test_a_listener_that_stops_reading_is_closed_and_the_others_get_everyt
 ) -> None:
     from websockets.asyncio.client import connect
 
-    app = await _app(pipeline, RoomOptions(outbox_capacity=8))
+    app = await _app(pipeline, RoomOptions(outbox_capacity=8, listener_send_buffer=SEND_BUFFER))
     try:
         path, _ = spanish_clip
         audio = speech(read_audio(path))
@@ -180,11 +181,8 @@ async def test_a_listener_that_stops_reading_is_closed_and_the_others_get_everyt
                                                "room": room_id}))
                 started = json.loads(await stalled.recv())
                 assert started["type"] == "started"
-                # a client on a slow link: the kernel buffers its connection small (loopback
-                # would otherwise buffer megabytes before the server notices anything)
-                conn = next(c for c in app.server.connections if c.id == started["session"])
-                server_sock = conn.ws.transport.get_extra_info("socket")
-                server_sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+                # (the server bounds a listener socket's send buffer, rooms.listener_send_buffer:
+                # with the OS's, loopback would absorb megabytes before the outbox fills)
                 # ... and it reads nothing more while the speaker talks
                 spoke = await speaker
                 stop.set()

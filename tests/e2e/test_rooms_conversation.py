@@ -112,14 +112,15 @@ async def participant(url: str, party: Party, start: dict[str, Any], clip: np.nd
         party.close_code = ws.close_code
 
 
-async def converse(pipeline: Any, *, echo_guard: bool) -> tuple[Party, Party, dict[str, Any]]:
+async def converse(pipeline: Any, *, echo_guard: bool,
+                   mt: str = "") -> tuple[Party, Party, dict[str, Any]]:
     from speechpipe.server.serve import ServerApp
 
     es_path, es_entry = manifest_clip("es_enh_12411_cv")
     en_path, en_entry = manifest_clip(ENGLISH_CLIP)
     es_clip, en_clip = read_audio(es_path), read_audio(en_path)
     app = ServerApp("127.0.0.1", 0, pipeline=pipeline,
-                    limits=ServerLimits(rooms=RoomOptions(echo_guard=echo_guard)))
+                    limits=ServerLimits(rooms=RoomOptions(echo_guard=echo_guard, mt=mt)))
     await app.start()
     await app.load()
     url = f"ws://127.0.0.1:{app.server.port}/ws"
@@ -163,11 +164,17 @@ def final_text(events: list[dict[str, Any]]) -> str:
     return " ".join(last[k] for k in sorted(last))
 
 
-@pytest.mark.parametrize("echo_guard", [True, False], ids=["guard", "no-guard"])
+@pytest.mark.parametrize(("echo_guard", "tiny_mt"), [(True, False), (False, False), (True, True)],
+                         ids=["guard", "no-guard", "guard-tiny-mt"])
 async def test_a_conversation_translates_each_way_and_the_echo_makes_nothing(
-    pipeline: Any, echo_guard: bool
+    pipeline: Any, echo_guard: bool, tiny_mt: bool, tmp_path: Any,
 ) -> None:
-    spanish, english, refs = await converse(pipeline, echo_guard=echo_guard)
+    mt = ""
+    if tiny_mt:  # the tests' own tiny en<->es model (random weights: the words mean nothing)
+        from speechpipe.bench.tiny_mt import build_tiny_mt
+
+        mt = f"ct2:{build_tiny_mt(tmp_path / 'tiny-nllb', 'nllb')}"
+    spanish, english, refs = await converse(pipeline, echo_guard=echo_guard, mt=mt)
     es_id, en_id = spanish.started["session"], english.started["session"]
     assert spanish.close_code == english.close_code == CloseCode.NORMAL
     assert english.echo_samples > 16000, "the English device played (and its mic heard) speech"
@@ -176,9 +183,18 @@ async def test_a_conversation_translates_each_way_and_the_echo_makes_nothing(
     heard = final_text(english.of("target", es_id))
     assert len(words(heard) & words(refs["es"]["translation_en"]) - {"the", "a", "of"}) >= 2
     assert english.audio and {s for s, _ in english.audio} == {es_id}, "never its own voice"
-    # what the Spanish participant got from the English one: the English captions, and why
-    assert any(e["status"] == "translation_unavailable" for e in spanish.of("status", en_id))
-    assert not spanish.audio, "no model for en->es here: captions only, no invented speech"
+    # what the Spanish participant got from the English one: the English captions, and
+    # with an en->es model its translation too (no Spanish voice here: no speech, and why)
+    statuses = {e["status"] for e in spanish.of("status", en_id)}
+    if tiny_mt:
+        assert "speech_unavailable" in statuses and "translation_unavailable" not in statuses
+        translated = spanish.of("target", en_id)
+        assert translated and all(e["language"] == "es" for e in translated)
+        assert any(e["committed"] for e in translated), "a translation was committed"
+    else:
+        assert "translation_unavailable" in statuses
+        assert not spanish.of("target", en_id)
+    assert not spanish.audio, "no Spanish voice here: captions only, no invented speech"
     # the English participant's speech as the Spanish one saw it
     assert english.speech_began is not None
     before = [e for t, e in spanish.events if e.get("speaker") == en_id

@@ -110,3 +110,17 @@ def test_rooms_are_random_and_forgotten_with_their_last_member() -> None:
     with pytest.raises(RoomError) as gone:
         reg.get(room.id)
     assert gone.value.code == "no_room"
+
+
+def test_a_late_joiner_starts_with_the_phrase_playing_now_not_mid_word() -> None:
+    feed = Feed(("s", "en"))
+
+    def speech(t: float, seconds: float) -> Outgoing:
+        return Outgoing("audio", (f"a{t}", b"pcm"), t, 0, speech_s=seconds)
+
+    feed.publish(speech(10.0, 2.0), 10.0)  # plays 10-12
+    feed.publish(speech(10.5, 2.0), 10.5)  # made early: plays 12-14, back to back
+    feed.publish(speech(10.6, 1.0), 10.6)  # plays 14-15
+    joined = feed.join(sub(10), FULL, 12.5)  # the second phrase is playing for the others
+    assert [i.published for i in joined if i.kind == "audio"] == [10.5, 10.6]
+    assert [i.published for i in feed.join(sub(10), FULL, 15.5) if i.kind == "audio"] == []

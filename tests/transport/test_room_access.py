@@ -87,6 +87,9 @@ async def test_a_listener_token_cannot_speak_and_a_room_token_opens_only_its_roo
     ws, reply = await start(server, role="participant",
                             token=AUTH.issue(ttl_s=60, role="listener"))
     assert (await closed_with(ws))[0] == CloseCode.UNAUTHORIZED
+    ws, reply = await start(server, token=AUTH.issue(ttl_s=60, role="listener"))  # no role
+    assert reply["code"] == "unauthorized", "nor an ordinary session of its own"
+    assert (await closed_with(ws))[0] == CloseCode.UNAUTHORIZED
     speaker, started = await start(server, role="speaker", token=AUTH.issue(ttl_s=60))
     other = AUTH.issue(ttl_s=60, role="listener", room="another-room-id")
     ws, reply = await start(server, room=started["room"], token=other)
@@ -134,3 +137,39 @@ async def test_a_listener_in_another_language_gets_its_own_pipeline_on_the_same_
     await speaker.send(json.dumps({"type": "stop"}))
     assert (await closed_with(speaker))[0] == CloseCode.NORMAL
     assert french.exited, "the extra pipeline ended with its speaker"
+
+
+async def test_pipelines_for_other_languages_take_capacity_slots_and_never_queue() -> None:
+    from speechpipe.server.admission import AdmissionCore, AdmissionGate, AdmissionOptions
+
+    gate = AdmissionGate(AdmissionCore(AdmissionOptions(capacity=2, per_client=0)))
+    factory = TickFactory()
+    async with SpeechServer(factory, capacity=gate) as srv:
+        speaker, started = await start(srv, role="speaker")  # slot 1
+        french, _ = await start(srv, room=started["room"], target_lang="fr")  # slot 2
+        await wait_for(lambda: len(factory.sessions) == 2, what="the French pipeline")
+        german, _ = await start(srv, room=started["room"], target_lang="de")  # none left
+        status = await recv_json(german)
+        assert status["type"] == "status" and status["status"] == "translation_unavailable"
+        assert "capacity" in status["message"] and status["detail"]["target_lang"] == "de"
+        assert len(factory.sessions) == 2 and len(gate.core.active) == 2
+        assert not gate.core.waiting, "the German pipeline did not wait in line"
+        await speaker.send(pcm(1.0))
+        for ws, side in ((french, "target"), (german, "source")):  # captions, no invention
+            got = await recv_json(ws)
+            while got["type"] != side:
+                assert got["type"] != "target" or side == "target", got
+                got = await recv_json(ws)
+        # the French listener leaves: nobody hears French, its pipeline stops, its slot
+        # is free, and a Dutch listener now gets a pipeline of its own
+        await french.send(json.dumps({"type": "stop"}))
+        assert (await closed_with(french))[0] == CloseCode.NORMAL
+        await wait_for(lambda: factory.sessions[1].exited and len(gate.core.active) == 1,
+                       what="the unheard French pipeline stopped")
+        dutch, _ = await start(srv, room=started["room"], target_lang="nl")
+        await wait_for(lambda: len(factory.sessions) == 3, what="the Dutch pipeline")
+        assert factory.sessions[2].request.target_lang == "nl"
+        for ws in (german, dutch, speaker):
+            await ws.send(json.dumps({"type": "stop"}))
+            assert (await closed_with(ws))[0] == CloseCode.NORMAL
+        await wait_for(lambda: not gate.core.active, what="slots released")
