@@ -82,12 +82,14 @@ async def stream_session(
     open_timeout_s: float = 30.0,
     drain_timeout_s: float | None = None,
     index: int = 0,
+    begin: asyncio.Event | None = None,
 ) -> ClientRun:
     """One session at ``url``: ``start`` (``sample_rate`` is ``rate``; ``start`` adds fields),
     then ``audio`` and ``tail_s`` of silence in ``frame_ms`` frames at real time (only the
     first ``send_s`` seconds of it when given), then ``end``: ``stop`` and wait for the
     server to close, or ``abort`` the TCP connection, or ``close`` without ``stop``. ``junk``
-    is sent first (robustness benches); ``on_message`` sees every message received.
+    is sent first (robustness benches); ``on_message`` sees every message received;
+    ``begin``: the audio starts once it is set (e.g. once a room's listeners are in).
     A server that closes mid-stream ends the sending; the run holds its close code. Failing
     to connect raises; bound the whole call with ``asyncio.timeout``."""
     from websockets.asyncio.client import connect
@@ -124,9 +126,13 @@ async def stream_session(
         t0 = time.monotonic()
 
         async def send() -> None:
+            nonlocal t0
             for item in junk:
                 with contextlib.suppress(ConnectionClosed):
                     await ws.send(item)
+            if begin is not None:
+                await begin.wait()
+                t0 = time.monotonic()
             try:
                 for i, offset in enumerate(range(0, cut, step)):
                     delay = t0 + i * frame_ms / 1000 - time.monotonic()
