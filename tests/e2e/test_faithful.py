@@ -27,10 +27,11 @@ def spoken(run) -> tuple[str, int]:
     return run.target_text, sum(r["event"] == "tts.audio" for r in run.records)
 
 
+@pytest.mark.parametrize("mode", ["balanced", "fast"])  # beam 5; greedy (the ladder's level 2)
 @pytest.mark.parametrize("kind", sorted(MUSIC_KINDS))
-async def test_music_gives_no_english_at_fast_pace(pipeline, kind):
+async def test_music_gives_no_english_at_fast_pace(pipeline, kind, mode):
     run = await translate_audio(pipeline, synthesize(kind, 8.0),
-                                SessionRequest(source_lang="fr", pace="fast"))
+                                SessionRequest(source_lang="fr", pace="fast", mode=mode))
     assert spoken(run) == ("", 0)
     assert count_unfaithful(utterance_texts(run.records))["invented"] == 0
 
@@ -44,9 +45,12 @@ async def test_music_gives_no_english_at_realtime_pace(pipeline, kind):
 
 async def test_without_the_guard_music_is_translated_into_invented_english(pipeline):
     """The check above can fail: with ``faithful.guard=false`` the same models speak
-    English over music, and the eval's counter sees invented utterances."""
+    English over music, and the eval's counter sees invented utterances. Greedy decoding
+    (the degrade ladder's level 2, ``mode: fast``): beam search alone invented nothing over
+    these two inputs, so the control runs where the guard is needed."""
+    greedy = dataclasses.replace(pipeline.options.asr, beam_size=1, final_beam_size=1)
     options = dataclasses.replace(
-        pipeline.options, faithful=FaithfulnessOptions(guard=False, recover=False))
+        pipeline.options, faithful=FaithfulnessOptions(guard=False, recover=False), asr=greedy)
     unguarded = Pipeline(options, pipeline.engine)
     try:
         invented = 0

@@ -28,10 +28,11 @@ def test_readme_library_example_translates_a_real_clip(
     monkeypatch.chdir(ROOT)  # the example names the clip relative to the repository
     exec(compile(code, str(ROOT / "README.md"), "exec"), {"__name__": "__main__"})
     out = capsys.readouterr().out
-    utterances = re.findall(r"^'(.*)' -> '(.*)'$", out, re.M)
+    # the example prints repr()s: double quotes when the text holds an apostrophe
+    utterances = re.findall(r"""^(['"])(.*)\1 -> (['"])(.*)\3$""", out, re.M)
     assert utterances, out
-    source = " ".join(s for s, _ in utterances).lower()
-    target = " ".join(t for _, t in utterances).lower()
+    source = " ".join(u[1] for u in utterances).lower()
+    target = " ".join(u[3] for u in utterances).lower()
     assert "gato" in source and "casa" in source, source
     assert "cat" in target and "house" in target, target
     speech_s = float(re.search(r"^([\d.]+) s of translated speech$", out, re.M).group(1))
