@@ -330,31 +330,43 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
+class _NotGiven:
+    """An alias flag's value when the flag was not given (None can be a given value)."""
+
+    def __repr__(self) -> str:
+        return "NOT_GIVEN"
+
+
+NOT_GIVEN: Any = _NotGiven()
+
+
 def add_aliases(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
                 aliases: Iterable[Alias]) -> None:
-    """Add each alias as a flag defaulting to ``None``; its help names the leaf and the
-    leaf's default (read from the tree: defaults are written once, in the dataclasses)."""
+    """Add each alias as a flag defaulting to ``NOT_GIVEN``; its help names the leaf and the
+    leaf's default (read from the tree: defaults are written once, in the dataclasses). A
+    flag's type may turn a value into None ("0 = off"): that is written to the leaf, so
+    "not given" needs a value of its own."""
     defaults = Config()
     for alias in aliases:
         default = _get(defaults, alias.path)
         text = f"{alias.help} (default {_shown(default)}; --set {alias.leaf})".replace("%", "%%")
         if alias.is_switch:
             parser.add_argument(alias.flag, dest=alias.dest, action="store_const",
-                                const=alias.switch, default=None, help=text)
+                                const=alias.switch, default=NOT_GIVEN, help=text)
         elif alias.repeat:
             parser.add_argument(alias.flag, dest=alias.dest, action="append", default=None,
                                 type=alias.type, metavar=alias.metavar, help=text)
         else:
-            parser.add_argument(alias.flag, dest=alias.dest, type=alias.type, default=None,
-                                metavar=alias.metavar, help=text)
+            parser.add_argument(alias.flag, dest=alias.dest, type=alias.type,
+                                default=NOT_GIVEN, metavar=alias.metavar, help=text)
 
 
 def apply_aliases(config: Config, args: argparse.Namespace, aliases: Iterable[Alias]) -> Config:
     """The tree with every alias flag given in ``args`` written to its leaf (flags not given
     leave the tree as it is); a value its dataclass refuses raises ``InputError``."""
     for alias in aliases:
-        value = getattr(args, alias.dest, None)
-        if value is None:
+        value = getattr(args, alias.dest, NOT_GIVEN)
+        if value is NOT_GIVEN or (alias.repeat and value is None):
             continue
         if alias.repeat:
             value = tuple(value)

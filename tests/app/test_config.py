@@ -178,7 +178,10 @@ def test_every_shorthand_flag_is_an_alias_of_one_leaf(monkeypatch: pytest.Monkey
     dests = {a.dest for a in aliases}
     flagged = [a for a in serve._actions if a.dest in dests]
     assert len(flagged) == len(aliases)
-    assert all(a.default is None for a in flagged)  # the default is the leaf's, written once
+    # the default is the leaf's, written once: a flag not given writes nothing
+    from speechpipe.config import NOT_GIVEN
+    assert all(a.default is (None if a.dest in {x.dest for x in aliases if x.repeat}
+                             else NOT_GIVEN) for a in flagged)
     base = Config()
     for alias in aliases:
         assert f"--set {alias.leaf}" in help_text, alias.flag
@@ -218,3 +221,25 @@ def test_cluster_options_come_from_the_tree() -> None:
     assert node is not None and node.address == "h:1" and node.drain_deadline_s == 30.0
     assert node.ledger.lease_s == 9.0 and node.ledger.resume_window_s == 7.0
     assert node.ledger.per_token == 2
+
+
+def test_an_alias_whose_zero_means_off_turns_the_limit_off():
+    """``--max-sessions-per-ip 0`` and ``--ping-interval 0`` ("0 = no limit / off") reach
+    their leaves as off: the flag's type turns 0 into None, which once read as "not given"
+    and silently kept the defaults (32 connections per address: the room bench's 200
+    listeners were refused 429)."""
+    import argparse
+
+    from speechpipe.config import Config, add_aliases, apply_aliases
+    from speechpipe.server.security import SECURITY_ALIASES
+
+    parser = argparse.ArgumentParser()
+    add_aliases(parser, SECURITY_ALIASES)
+    given = apply_aliases(Config(), parser.parse_args(
+        ["--max-sessions-per-ip", "0", "--ping-interval", "0", "--max-sessions-per-token", "2"]),
+        SECURITY_ALIASES)
+    assert _leaf_value(given, "quotas.max_sessions_per_ip") is None
+    assert _leaf_value(given, "limits.ping_interval_s") is None
+    assert _leaf_value(given, "quotas.max_sessions_per_token") == 2
+    untouched = apply_aliases(Config(), parser.parse_args([]), SECURITY_ALIASES)
+    assert untouched == Config()
