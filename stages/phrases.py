@@ -125,11 +125,11 @@ class PhraseOptions:
     # just in time, phrases a listener can parse (docs/design.md; the policy before issue 20:
     # min_words=1, clause_cut=false, keep_units=false):
     min_words: int = 2  # a phrase before the end of the utterance has at least this many words
-    # the utterance's first phrase may be one word: the listener is already waiting in
-    # silence for the translation to start. Measured (quiet machine, real time): holding a
-    # lone first word for company cost 0.2 s of median StartOffset on the 49 clips and up to
-    # 1 s on playlists (docs/benchmarks.md); 2 keeps "Composite." from starting alone
-    first_min_words: int = 1
+    # the utterance's first phrase (1: a lone first word may start the translation). Measured
+    # (quiet machine, real time, 49 clips, same run): 1 gives 0.13 s earlier median
+    # StartOffset (0.46 s on telephone speech) but telephone ASR-BLEU 30.75 against 37.15:
+    # a word alone out of context is misheard (docs/benchmarks.md)
+    first_min_words: int = 2
     clause_cut: bool = True  # held words are cut after their last clause punctuation
     keep_units: bool = True  # a name or a number is never split across two phrases
     # held words that make no such phrase (one word, a name or number that may go on) are

@@ -10,9 +10,7 @@ from hypothesis import strategies as st
 
 from speechpipe.stages.phrases import JustInTimeSegmenter, PhraseOptions, joins, may_go_on
 
-# the phrase rules on every phrase, the first included (by default the first may be one word:
-# test_a_lone_first_word_may_start_the_translation)
-NEW = PhraseOptions(lead_s=1.0, hold_silence_s=0.5, hold_wait_s=1.0, first_min_words=2)
+NEW = PhraseOptions(lead_s=1.0, hold_silence_s=0.5, hold_wait_s=1.0)
 BEFORE_ISSUE_20 = PhraseOptions(lead_s=1.0, min_words=1, clause_cut=False, keep_units=False)
 
 
@@ -41,11 +39,10 @@ def test_the_issues_sentence_is_no_longer_cut_into_one_word_phrases():
                    "his son."]
 
 
-def test_a_lone_first_word_may_start_the_translation():
-    """``first_min_words=1`` (the default): only the utterance's first phrase may be one
-    word; 2 holds it for company like every later phrase."""
-    first = PhraseOptions(lead_s=1.0, hold_silence_s=0.5, hold_wait_s=1.0)
-    assert first.first_min_words == 1
+def test_a_lone_first_word_may_start_the_translation_when_asked():
+    """``first_min_words=1``: only the utterance's first phrase may be one word (the default,
+    2, holds it for company like every later phrase)."""
+    first = PhraseOptions(lead_s=1.0, hold_silence_s=0.5, hold_wait_s=1.0, first_min_words=1)
     phrases = speak_word_by_word(first, "It was buried there in the end.")
     assert phrases[0] == "It"
     assert all(len(p.split()) >= 2 for p in phrases[1:-1])
