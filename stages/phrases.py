@@ -137,6 +137,9 @@ class PhraseOptions:
     # waited this long (never while speech is still queued)
     hold_silence_s: float = 0.5
     hold_wait_s: float = 1.5  # one decode step (1 s) and its decode: the next commit first
+    # ... for the utterance's first word (-1: as hold_wait_s): until the first words are
+    # committed, decodes come every 0.5 s (asr.early_step_s), so company comes sooner
+    first_hold_wait_s: float = 0.75
     # a hypothesis with nothing tentative left (a pause decode committed everything heard)
     # is spoken whole at once, like the final: nothing can join its words until the speaker
     # goes on (False: held until the final, after the VAD's hangover)
@@ -238,7 +241,7 @@ class JustInTimeSegmenter:
         if self._cut(self._words, self._spoken, self.held, self._least_now()):
             return queued_until_s - self.options.lead_s
         return max(queued_until_s + self.options.hold_silence_s,
-                   self._seen[self._spoken] + self.options.hold_wait_s)
+                   self._seen[self._spoken] + self._hold_wait())
 
     def _least_now(self) -> int:
         """The fewest words the next phrase may have (the first phrase: ``first_min_words``)."""
@@ -248,7 +251,12 @@ class JustInTimeSegmenter:
 
     def _waited_enough(self, now_s: float, queued_until_s: float) -> bool:
         return (now_s - queued_until_s >= self.options.hold_silence_s
-                and now_s - self._seen[self._spoken] >= self.options.hold_wait_s)
+                and now_s - self._seen[self._spoken] >= self._hold_wait())
+
+    def _hold_wait(self) -> float:
+        """How long the oldest held word waits for company (the first word: its own wait)."""
+        first = self.options.first_hold_wait_s
+        return first if self._spoken == 0 and first >= 0 else self.options.hold_wait_s
 
     def _cut(self, words: list[str], start: int, most: int, least: int) -> int:
         """How many words from ``words[start]`` (``least`` to ``most``) make the phrase to

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from speechpipe.stages.phrases import JustInTimeSegmenter, PhraseOptions, joins, may_go_on
 
-NEW = PhraseOptions(lead_s=1.0, hold_silence_s=0.5, hold_wait_s=1.0)
+NEW = PhraseOptions(lead_s=1.0, hold_silence_s=0.5, hold_wait_s=1.0, first_hold_wait_s=-1)
 BEFORE_ISSUE_20 = PhraseOptions(lead_s=1.0, min_words=1, clause_cut=False, keep_units=False)
 
 
@@ -200,3 +200,16 @@ def test_a_feed_after_wake_at_cuts_held_words(script, queued_after, options):
     assert at is not None
     later = max(at, now) + 1e-6
     assert seg.feed(" ".join(committed), now_s=later, queued_until_s=queued_until)
+
+
+def test_the_first_word_waits_less_for_company():
+    """``first_hold_wait_s``: a lone first word goes out after its own, shorter wait."""
+    options = PhraseOptions(lead_s=1.0, hold_silence_s=0.5, hold_wait_s=1.5,
+                            first_hold_wait_s=0.75)
+    seg = JustInTimeSegmenter(options)
+    assert seg.feed("Well,", now_s=1.0, queued_until_s=0.0) == []
+    assert seg.wake_at(0.0) == 1.75
+    assert seg.feed("Well,", now_s=1.8, queued_until_s=0.0) == ["Well,"]
+    # later lone words wait the full hold_wait_s
+    assert seg.feed("Well, I", now_s=3.0, queued_until_s=2.0) == []
+    assert seg.wake_at(2.0) == 4.5
