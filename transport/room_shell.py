@@ -47,6 +47,7 @@ __all__ = ["RoomHub", "SpeakerFeeds", "Presence", "encode_outgoing", "RoomObserv
 log = logging.getLogger("speechpipe.server")
 
 DRAIN_S = 30.0  # after the speaker's ``stop``: how long its extra pipelines get to finish
+PENDING_PIPELINE_REQUESTS = 256  # queued asks for a further pipeline per speaker (a bound)
 
 
 class RoomObserver(Protocol):
@@ -130,8 +131,10 @@ class SpeakerFeeds:
         self.mute: dict[str, str] = {}  # target -> why its pipeline makes captions only
         self.next_pts = 0
         self.finished = False
+        # listeners asking for a language not served yet; a join beyond the bound waits to
+        # ask (each asker awaits its answer, so this only bounds a burst of joins)
         self._requests: asyncio.Queue[tuple[str, int, asyncio.Future[tuple[FeedKey, bool]]]] = (
-            asyncio.Queue())
+            asyncio.Queue(maxsize=PENDING_PIPELINE_REQUESTS))
         self._tg: asyncio.TaskGroup | None = None
 
     def key(self, target: str) -> FeedKey:

@@ -197,18 +197,24 @@ async def _room_phase(url: str, audio: np.ndarray, listeners: int, source_lang: 
         raise RuntimeError(f"a listener was refused: {failed.result().error}")
     ready.set()
     await asyncio.sleep(LEAD_S + len(audio) / 16000 / 2)  # mid-talk
-    late_joined = math.nan
-
-    def late_in(_: dict[str, Any]) -> None:
-        nonlocal late_joined
-        late_joined = time.monotonic()
-
-    late = asyncio.create_task(listen_room(url, room_id, stop=stop, on_started=late_in))
+    late, late_joined = _late_joiner(url, room_id, stop)
     spoke = await speaker
     await asyncio.sleep(1.0)  # the last fan-out reaches the sockets
     stop.set()
     runs = [await t for t in tasks]
-    return RoomPhase(spoke, runs, await late, late_joined, [await t for t in stalls])
+    return RoomPhase(spoke, runs, await late, late_joined[0], [await t for t in stalls])
+
+
+def _late_joiner(url: str, room_id: str,
+                 stop: asyncio.Event) -> tuple[asyncio.Task[ListenerRun], list[float]]:
+    """A listener that joins now (mid-talk), and a one-item list that gets the monotonic time
+    it was admitted (NaN until then)."""
+    joined = [math.nan]
+
+    def late_in(_: dict[str, Any]) -> None:
+        joined[0] = time.monotonic()
+
+    return asyncio.create_task(listen_room(url, room_id, stop=stop, on_started=late_in)), joined
 
 
 async def _room_phase_procs(url: str, audio: np.ndarray, listeners: int, source_lang: str,
@@ -242,13 +248,7 @@ async def _room_phase_procs(url: str, audio: np.ndarray, listeners: int, source_
                 raise RuntimeError(f"a listener was {answer}")
         ready.set()
         await asyncio.sleep(LEAD_S + len(audio) / 16000 / 2)  # mid-talk
-        late_joined = math.nan
-
-        def late_in(_: dict[str, Any]) -> None:
-            nonlocal late_joined
-            late_joined = time.monotonic()
-
-        late = asyncio.create_task(listen_room(url, room_id, stop=stop, on_started=late_in))
+        late, late_joined = _late_joiner(url, room_id, stop)
         spoke = await speaker
         await asyncio.sleep(1.0)  # the last fan-out reaches the sockets
         stop.set()
@@ -256,7 +256,7 @@ async def _room_phase_procs(url: str, audio: np.ndarray, listeners: int, source_
         runs: list[ListenerRun] = []
         for _ in workers:
             runs += await loop.run_in_executor(None, out.get, True, 180)
-        phase = RoomPhase(spoke, runs, _slim(await late), late_joined,
+        phase = RoomPhase(spoke, runs, _slim(await late), late_joined[0],
                           [await t for t in stalls])
     except queue.Empty:
         raise RuntimeError("the listener processes did not answer in time") from None
