@@ -8,6 +8,8 @@ next one, so a slow model raises latency, not memory.
 
 Decode schedule (stream time):
 - every ``step_s`` of new audio while the speaker talks (partials, greedy);
+- at a VAD ``hush`` (``vad.hush_ms`` of silence): at once, so that when the silence becomes
+  a ``pause``, its decode is already done or under way;
 - at a VAD ``pause``: everything heard so far is committed (a pause is a phrase boundary);
 - ``cut``: a window ``max_window_s`` long without a pause, at a quiet moment: everything is
   committed and the next window starts there (``docs/design.md``, "Bounded windows");
@@ -79,13 +81,14 @@ class QueuedDecodes(Protocol):
 
 @dataclass(eq=False)
 class _InFlight:
-    """A partial decode submitted while the stage goes on taking audio."""
+    """A partial (or hush) decode submitted while the stage goes on taking audio."""
 
     decoder: UtteranceDecoder
     request: WhisperRequest
     basis: int
     pending: asyncio.Future[WhisperResult]
     queued: float
+    kind: str = "partial"
 
 
 def _consume(future: asyncio.Future[WhisperResult]) -> None:
@@ -208,6 +211,11 @@ class AsrStage:
             self._history_samples -= len(self._history.popleft())
 
     async def _on_vad(self, event: VadEvent, events: Channel[OutputEvent]) -> None:
+        if event.kind == "hush":  # the stage's own cue, not a boundary anyone else sees
+            if self._current is not None and event.utterance == self._current.utterance:
+                self._current.hush_pending = True
+                self._current.hush_at = event.detected_at
+            return
         await events.put(event)
         if event.kind == "start":
             if self._current is not None:
@@ -274,33 +282,34 @@ class AsrStage:
         kind = current.due()
         if kind is None:
             return
-        if self.queue is not None and kind == "partial":
-            self._launch(current)
+        if self.queue is not None and kind in ("partial", "hush"):
+            self._launch(current, kind)
         else:
             await self._retire(current, outbox, events)
             await self._step(current, outbox, events)
 
-    def _launch(self, decoder: UtteranceDecoder) -> None:
-        """Submit a partial decode in flight, or supersede the one still queued when a
-        step's worth of newer audio has arrived since."""
+    def _launch(self, decoder: UtteranceDecoder, kind: str = "partial") -> None:
+        """Submit a partial (or hush) decode in flight, or supersede the partial still queued
+        when a step's worth of newer audio (or a hush) has arrived since."""
         assert self.queue is not None
         inflight = self._inflight
-        basis = decoder.basis("partial")
+        basis = decoder.basis(kind)
         queued = max(0.0, time.monotonic() - self._last_arrival)
         if inflight is None:
-            request = decoder.request("partial")
+            request = decoder.request(kind)
             pending = asyncio.ensure_future(self.recognize(request))
-            self._inflight = _InFlight(decoder, request, basis, pending, queued)
+            self._inflight = _InFlight(decoder, request, basis, pending, queued, kind)
             return
         if inflight.decoder is not decoder or not self._due_since(decoder, inflight.basis):
             return  # wait for it
-        request = decoder.request("partial")
+        request = decoder.request(kind)
         newer = self.queue.replace(inflight.request, request)
         if newer is None:
-            return  # already being computed: its result comes first
+            return  # already being computed (or a hush decode): its result comes first
         inflight.pending.add_done_callback(_consume)
         self.superseded += 1
-        self._inflight = _InFlight(decoder, request, basis, asyncio.ensure_future(newer), queued)
+        self._inflight = _InFlight(decoder, request, basis, asyncio.ensure_future(newer), queued,
+                                   kind)
 
     @staticmethod
     def _due_since(decoder: UtteranceDecoder, basis: int) -> bool:
@@ -308,7 +317,7 @@ class AsrStage:
         landed = decoder.last_decode_end
         decoder.last_decode_end = max(landed, basis)
         try:
-            return decoder.due() == "partial"
+            return decoder.due() in ("partial", "hush")
         finally:
             decoder.last_decode_end = landed
 
@@ -342,10 +351,10 @@ class AsrStage:
             result = exc
         self._inflight = None
         decoder = inflight.decoder
-        outcome = await self._apply(decoder, "partial", inflight.basis, result, inflight.queued,
-                                    events)
+        outcome = await self._apply(decoder, inflight.kind, inflight.basis, result,
+                                    inflight.queued, events)
         if outcome is not None:
-            await self._emit(decoder, "partial", inflight.basis, *outcome, outbox, events)
+            await self._emit(decoder, inflight.kind, inflight.basis, *outcome, outbox, events)
 
     async def _step(
         self,

@@ -50,14 +50,16 @@ class AudioFrame:
 
 @dataclass(frozen=True, slots=True)
 class VadEvent:
-    """Speech boundaries found by VAD: ``start``/``end`` of an utterance, or a short ``pause``.
+    """Speech boundaries found by VAD: ``start``/``end`` of an utterance, a short ``pause``,
+    or a ``hush`` (a silence long enough that a pause may follow: the ASR decodes ahead of
+    it, and the stage keeps hush events to itself).
 
     ``pts`` is where the boundary lies in the stream (the first voiced frame of a start,
     or the end of the last voiced frame); ``detected_at`` is the stream position at which VAD
     could decide (after its hangover).
     """
 
-    kind: Literal["start", "end", "pause"]
+    kind: Literal["start", "end", "pause", "hush"]
     utterance: int
     pts: int
     detected_at: int

@@ -64,7 +64,7 @@ class CatchUpOptions:
     span_s: float = 1.5
     ramp_s: float = 2.0
     max_speed: float = 1.35
-    finish_speed: float = 1.2
+    finish_speed: float = 1.3
     speed_step: float = 0.05
     source_time: str = "words"  # or "end"
     # a hypothesis with nothing tentative left (a pause decode committed everything heard)

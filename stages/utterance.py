@@ -50,6 +50,10 @@ class UtteranceDecoder:
     end_pts: int = 0
     pause_pending: bool = False
     pause_pts: int = 0  # end of voiced audio before the pause
+    # a hush (VAD: silence that may become a pause) heard at ``hush_at`` and not yet decoded:
+    # a decode is due at once, so a pause that follows finds everything decoded
+    hush_pending: bool = False
+    hush_at: int = 0
     last_truncated: bool = False  # the last decode hit its length cap
     committed_at: int = 0  # audio position of the last decode that committed everything
     revision: int = 0
@@ -115,7 +119,11 @@ class UtteranceDecoder:
         return tuple(tasks)
 
     def due(self) -> str | None:
-        """Which decode is due now: ``final``, ``pause``, ``cut``, ``partial`` or None."""
+        """Which decode is due now: ``final``, ``pause``, ``cut``, ``hush``, ``partial`` or
+        None. A ``hush`` decode is a partial that hears the silence a pause would start with:
+        it is asked like a pause decode (beam, length cap, never superseded), applied like a
+        partial, and when the pause comes, its hypothesis is committed without decoding
+        again (``covered``)."""
         options = self.options
         min_voiced = options.min_voiced_s * STREAM_RATE
         enough_voice = self.voiced_samples >= min_voiced
@@ -126,6 +134,9 @@ class UtteranceDecoder:
         window_voice = self.voiced_samples - self.window_voiced_from >= min_voiced
         if options.windowing and window_voice and self._cut_due():
             return "cut"
+        if (self.hush_pending and self.last_decode_end < self.hush_at and enough_voice
+                and window_voice):
+            return "hush"
         spoken = self.text("target" if self.translate else "source")
         early = count_words(spoken) < options.early_words
         step = int((options.early_step_s if early else options.step_s) * STREAM_RATE)
@@ -176,7 +187,8 @@ class UtteranceDecoder:
         ``basis``."""
         basis = self.basis(kind)
         audio = self._samples(self.window_start, basis)
-        if kind == "partial":
+        partial = kind == "partial"
+        if partial:
             cap = self.options.partial_max_new_tokens
         else:  # enough for the audio not yet committed, not for a loop
             uncommitted = (basis - max(self.window_start, self.committed_at)) / STREAM_RATE
@@ -185,19 +197,19 @@ class UtteranceDecoder:
             audio=audio.astype(np.float32) / 32768.0,
             language=self.language if self.language_locked else None,
             tasks=self.tasks(kind),
-            beam_size=self.options.beam_size if kind == "partial" else self.options.final_beam_size,
+            beam_size=self.options.beam_size if partial else self.options.final_beam_size,
             tokens_per_second=self.options.tokens_per_second,
             max_new_tokens=cap,
-            partial=kind == "partial",
+            partial=partial,
             word_times=self._word_times(kind),
             max_context_tokens=self.options.context_tokens,
-            cap_by_window=self.options.cap_by_window and kind == "partial",
+            cap_by_window=self.options.cap_by_window and partial,
         ))
 
     def _word_times(self, kind: str) -> tuple[str, ...]:
         """Tasks whose words need alignment times: the partials of a side whose commit
         policy uses them (``stages.commit``)."""
-        if kind != "partial":
+        if kind not in ("partial", "hush"):
             return ()
         sides = [("transcribe", self.source)] + (
             [("translate", self.target)] if self.translate else [])
@@ -207,6 +219,8 @@ class UtteranceDecoder:
         """Feed a decode result; return (side, committed, tentative) for each changed side."""
         result = self._guarded(result, basis_pts)
         self.last_decode_end = basis_pts
+        if kind == "hush" or basis_pts >= self.hush_at:
+            self.hush_pending = False  # this decode heard the hush
         self.last_truncated = any(d.truncated for d in result.decodes)
         if not self.language_locked:
             self.language = result.language
@@ -319,7 +333,8 @@ class UtteranceDecoder:
         self.evidence.add(samples)
 
     def _with_recovery(self, kind: str, request: WhisperRequest) -> WhisperRequest:
-        """Decodes that commit everything also translate what a short translation left out."""
+        """Decodes that commit everything (and a hush decode, which a pause may commit) also
+        translate what a short translation left out."""
         options = self.faithfulness
         if kind == "partial" or not self.translate or not options.recover:
             return request

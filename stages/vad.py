@@ -27,6 +27,9 @@ class VadOptions:
     start_window_ms: int = 200  # speech starts when ...
     start_ratio: float = 0.6  # ... this share of the window is voiced
     pause_ms: int = 240  # unvoiced run inside an utterance reported as a pause
+    # unvoiced run after which the ASR decodes ahead of a possible pause, so the pause finds
+    # its decode done (0: off); at least asr.pause_commit_margin_s to count (docs/design.md)
+    hush_ms: int = 160
     hangover_ms: int = 600  # unvoiced run that ends the utterance
     max_utterance_s: float = 15.0  # longer speech is cut into utterances here
     soft_max_utterance_s: float = 8.0  # after this long, a pause ends the utterance
@@ -38,6 +41,8 @@ class VadOptions:
             raise ValueError("start_ratio must be in (0, 1]")
         if self.pause_ms >= self.hangover_ms:
             raise ValueError("pause_ms must be shorter than hangover_ms")
+        if not 0 <= self.hush_ms < self.pause_ms:
+            raise ValueError("hush_ms must be 0 (off) or shorter than pause_ms")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +95,7 @@ class VadCore:
             maxlen=max(1, options.start_window_ms // frame_ms)
         )
         self._pause_frames = max(1, options.pause_ms // frame_ms)
+        self._hush_frames = options.hush_ms // frame_ms  # 0: no hush events
         self._hangover_frames = max(1, options.hangover_ms // frame_ms)
         self._max_samples = int(options.max_utterance_s * STREAM_RATE)
         self.in_speech = False
@@ -124,6 +130,8 @@ class VadCore:
             self._last_voiced_end = end
         else:
             self._silent_run += 1
+            if self._silent_run == self._hush_frames and not self._paused:
+                events.append(VadEvent("hush", self.utterance, self._last_voiced_end, end))
             if self._silent_run == self._pause_frames and not self._paused:
                 self._paused = True
                 if self._long_enough_to_cut(end):

@@ -95,3 +95,100 @@ async def test_noise_blip_gives_no_words():
     hyps, recognizer = await run_stage(utterance(1.0, 1.2))
     assert all(not h.committed for h in hyps)
     assert recognizer.requests == []
+
+
+def utterance_with_silence(start, end, hush: bool):
+    """Speech from ``start`` to ``end``, then silence that VAD calls a hush (160 ms, when
+    ``hush``), a pause (240 ms) and the end (600 ms), in 20 ms chunks as they arrive live."""
+    s, e = int(start * STREAM_RATE), int(end * STREAM_RATE)
+    frame = int(0.02 * STREAM_RATE)
+    items = [
+        chunk(0, start, voiced=False),
+        chunk(start, start + 0.2, [VadEvent("start", 0, s, s + 3200)]),
+        *[chunk(t / 10, (t + 1) / 10) for t in range(int(start * 10) + 2, int(end * 10))],
+    ]
+    for i in range(1, 31):
+        at = e + i * frame
+        events = []
+        if i == 8 and hush:
+            events.append(VadEvent("hush", 0, e, at))
+        if i == 12:
+            events.append(VadEvent("pause", 0, e, at))
+        if i == 30:
+            events.append(VadEvent("end", 0, e, at))
+        items.append(LabeledAudio(np.full(frame, 100, np.int16), at - frame, 0,
+                                  tuple(events), 0.0))
+    return items
+
+
+async def run_logged(items, options):
+    """Like ``run_stage``, logging each item put and each decode asked, in order."""
+    log: list[tuple[str, float]] = []
+    recognizer = ScriptedRecognizer()
+
+    async def recognize(request):
+        log.append(("decode", len(request.audio) / STREAM_RATE))
+        return await recognizer(request)
+
+    stage = AsrStage(recognize, BasisStreamClock(), options=options, language="es")
+    inbox: Channel[LabeledAudio] = Channel(1)
+    outbox: Channel[TextHypothesis] = Channel(1000)
+
+    async def produce():
+        for item in items:
+            await inbox.put(item)
+            log.append(("audio", (item.pts + len(item.samples)) / STREAM_RATE))
+        inbox.close()
+
+    async with asyncio.TaskGroup() as group:
+        group.create_task(produce())
+        group.create_task(asyncio.wait_for(stage.run(inbox, outbox, Channel(1000)), 10))
+    return [h async for h in outbox], recognizer, log
+
+
+def audio_heard_before_last_decode(log):
+    last = max(i for i, (what, _) in enumerate(log) if what == "decode")
+    return max(t for what, t in log[:last] if what == "audio")
+
+
+async def test_a_hush_decodes_ahead_so_the_pause_commits_without_decoding_again():
+    options = AsrOptions(step_s=1.0, early_step_s=1.0, min_voiced_s=0.3)
+    with_hush, ahead, log_ahead = await run_logged(
+        utterance_with_silence(0.5, 2.6, hush=True), options)
+    without, plain, log_plain = await run_logged(
+        utterance_with_silence(0.5, 2.6, hush=False), options)
+    # without a hush, the last decode is the pause's, asked once the pause was heard
+    # (2.6 s + 240 ms); with one, it is the hush's, asked at 2.6 s + 160 ms: the pause then
+    # commits its hypothesis without decoding again
+    assert audio_heard_before_last_decode(log_plain) >= 2.6 + 0.24 - 1e-6
+    assert audio_heard_before_last_decode(log_ahead) < 2.6 + 0.24 - 1e-6
+    hush_request = ahead.requests[-1]
+    assert not hush_request.partial  # asked like a pause decode: never superseded ...
+    assert hush_request.beam_size == options.final_beam_size  # ... with its beam
+    assert len(ahead.requests) == len(plain.requests)  # no decode more than before
+    final = lambda hyps, side: [h for h in hyps if h.side == side][-1]  # noqa: E731
+    for side in ("source", "target"):
+        assert final(with_hush, side).final
+        assert final(with_hush, side).committed == final(without, side).committed
+    committed_all = [h for h in with_hush if h.side == "target" and not h.final
+                     and h.committed == final(with_hush, "target").committed]
+    assert committed_all, "the pause committed everything before the end"
+
+
+async def test_speech_after_a_hush_goes_on_as_usual():
+    """A hush that is not followed by a pause is one more partial: nothing is committed
+    that the agreement did not commit, and the utterance still ends with every word."""
+    options = AsrOptions(step_s=1.0, early_step_s=1.0, min_voiced_s=0.3)
+    items = utterance(0.5, 4.0)
+    mid = int(2.0 * STREAM_RATE)
+    at = next(i for i, item in enumerate(items) if item.pts >= mid)
+    items[at] = LabeledAudio(items[at].samples, items[at].pts, items[at].voiced_samples,
+                             (VadEvent("hush", 0, mid, mid + 2560),), 0.0)
+    hyps, recognizer = await run_stage(items, options)
+    source = [h for h in hyps if h.side == "source"]
+    for before, after in zip(source, source[1:], strict=False):
+        assert after.committed.startswith(before.committed)
+    assert source[-1].final
+    assert source[-1].committed.split() == WORDS[: len(source[-1].committed.split())]
+    assert len(source[-1].committed.split()) >= 6
+    assert sum(not r.partial for r in recognizer.requests) >= 2  # the hush's and the final
