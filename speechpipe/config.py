@@ -428,6 +428,7 @@ RANGES: dict[str, Range] = {
     "pipeline.blas_threads": AT_LEAST_ONE,
     "vad.aggressiveness": Range(0, 3),  # webrtcvad's modes
     "vad.start_ratio": Range(0.0, 1.0, open_low=True),
+    "vad.hush_ms": NON_NEGATIVE,  # 0: no decode ahead of a pause
     "asr.early_words": NON_NEGATIVE,  # 0: no early steps
     "asr.min_voiced_s": NON_NEGATIVE,
     "asr.pause_commit_margin_s": NON_NEGATIVE,
@@ -439,6 +440,7 @@ RANGES: dict[str, Range] = {
     "phrases.lead_s": NON_NEGATIVE,
     "phrases.hold_silence_s": NON_NEGATIVE,  # 0: a lone word may go once the output is silent
     "phrases.hold_wait_s": NON_NEGATIVE,
+    "phrases.flush_split_words": NON_NEGATIVE,  # 0: a tail spoken at once is one phrase
     "catch_up.span_s": NON_NEGATIVE,
     "catch_up.max_speed": Range(1.0, 2.0),  # 1: the span never speeds the voice up
     "catch_up.finish_speed": Range(1.0, 2.0),  # 1: no faster finish
