@@ -440,7 +440,6 @@ RANGES: dict[str, Range] = {
     "phrases.lead_s": NON_NEGATIVE,
     "phrases.hold_silence_s": NON_NEGATIVE,  # 0: a lone word may go once the output is silent
     "phrases.hold_wait_s": NON_NEGATIVE,
-    "phrases.flush_split_words": NON_NEGATIVE,  # 0: a tail spoken at once is one phrase
     "catch_up.span_s": NON_NEGATIVE,
     "catch_up.max_speed": Range(1.0, 2.0),  # 1: the span never speeds the voice up
     "catch_up.finish_speed": Range(1.0, 2.0),  # 1: no faster finish

@@ -351,10 +351,18 @@ class AsrStage:
             result = exc
         self._inflight = None
         decoder = inflight.decoder
-        outcome = await self._apply(decoder, inflight.kind, inflight.basis, result,
-                                    inflight.queued, events)
-        if outcome is not None:
-            await self._emit(decoder, inflight.kind, inflight.basis, *outcome, outbox, events)
+        kind = inflight.kind
+        outcome = await self._apply(decoder, kind, inflight.basis, result, inflight.queued,
+                                    events)
+        if outcome is None:
+            return
+        changed, timings = outcome
+        if kind == "hush" and decoder.due() == "pause" and decoder.covered():
+            # the pause came while the hush decode ran: commit its hypothesis now, in one
+            # hypothesis with nothing tentative (what the voice speaks as the finish), not as
+            # a partial first and the commit a moment later
+            kind, changed = "pause", decoder.commit_last(pause=True)
+        await self._emit(decoder, kind, inflight.basis, changed, timings, outbox, events)
 
     async def _step(
         self,

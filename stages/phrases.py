@@ -144,12 +144,6 @@ class PhraseOptions:
     # is spoken whole at once, like the final: nothing can join its words until the speaker
     # goes on (False: held until the final, after the VAD's hangover)
     flush_when_caught_up: bool = True
-    # a tail spoken at once (the end, or caught up) longer than this many words, while the
-    # output is about to fall silent, goes out as two phrases: the first parseable one (at
-    # most ``max_words``) and the rest. The first is synthesized sooner (Piper's time grows
-    # with the words), so the listener hears it sooner; the rest is synthesized while it
-    # plays (0: one phrase)
-    flush_split_words: int = 6
 
     def __post_init__(self) -> None:
         if self.cut not in ("count", "just_in_time"):
@@ -219,14 +213,6 @@ class JustInTimeSegmenter:
         del self._seen[len(words):]
         self._seen.extend([now_s] * (len(words) - len(self._seen)))
         phrases: list[str] = []
-        pending = len(words) - self._spoken
-        split = self.options.flush_split_words
-        if final and split and pending > split and queued_until_s - now_s < self.options.lead_s:
-            first = self._cut(words, self._spoken, min(self.options.max_words, pending - 1),
-                              self._least)
-            if first:  # a short first phrase: synthesized, so heard, sooner
-                phrases.append(" ".join(words[self._spoken: self._spoken + first]))
-                self._spoken += first
         limit = max(1, self.options.max_wait_words)
         while len(words) - self._spoken >= limit:  # held long enough: no phrase grows unbounded
             cut = self._cut(words, self._spoken, limit, min(self._least, limit)) or limit

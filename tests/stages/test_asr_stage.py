@@ -192,3 +192,48 @@ async def test_speech_after_a_hush_goes_on_as_usual():
     assert source[-1].committed.split() == WORDS[: len(source[-1].committed.split())]
     assert len(source[-1].committed.split()) >= 6
     assert sum(not r.partial for r in recognizer.requests) >= 2  # the hush's and the final
+
+
+class NeverReplaced:
+    """A shared worker's queue hold where every request is already being computed."""
+
+    def replace(self, old, new):
+        return None
+
+    def withdraw(self, old):
+        return False
+
+
+async def test_a_pause_that_comes_while_the_hush_decode_runs_commits_its_result_at_once():
+    """In flight (a shared worker), the hush decode is still running when the pause is heard:
+    its hypothesis is committed as it lands, in one hypothesis with nothing tentative (the
+    voice's cue to finish), not a partial first and the commit a moment later."""
+    recognizer = ScriptedRecognizer()
+
+    async def slow(request):
+        if not request.partial:  # the hush decode: still running when the pause is heard
+            await asyncio.sleep(0.2)
+        return await recognizer(request)
+
+    options = AsrOptions(step_s=1.0, early_step_s=1.0, min_voiced_s=0.3)
+    stage = AsrStage(slow, BasisStreamClock(), options=options, language="es",
+                     queue=NeverReplaced())
+    inbox: Channel[LabeledAudio] = Channel(1)
+    outbox: Channel[TextHypothesis] = Channel(1000)
+
+    async def produce():
+        for item in utterance_with_silence(0.5, 2.6, hush=True):
+            await inbox.put(item)
+        inbox.close()
+
+    async with asyncio.TaskGroup() as group:
+        group.create_task(produce())
+        group.create_task(asyncio.wait_for(stage.run(inbox, outbox, Channel(1000)), 10))
+    hyps = [h async for h in outbox]
+    hush_request = next(r for r in recognizer.requests if not r.partial)
+    hush_end = hush_request.audio.size + int(0.2 * STREAM_RATE)  # the window starts at 0.2 s
+    target = [h for h in hyps if h.side == "target"]
+    from_hush = [h for h in target if abs(h.audio_end - hush_end) <= 1]
+    assert len(from_hush) == 1
+    assert from_hush[0].tentative == "" and from_hush[0].committed == target[-1].committed
+    assert len(recognizer.requests) == sum(1 for r in recognizer.requests if r.partial) + 1

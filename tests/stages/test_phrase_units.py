@@ -213,27 +213,3 @@ def test_the_first_word_waits_less_for_company():
     # later lone words wait the full hold_wait_s
     assert seg.feed("Well, I", now_s=3.0, queued_until_s=2.0) == []
     assert seg.wake_at(2.0) == 4.5
-
-
-# -- a long tail spoken at once ------------------------------------------------------------------
-TAIL = "The election marks a progressive return to the constitutional order."
-
-
-def test_a_long_tail_spoken_into_silence_starts_with_a_shorter_phrase():
-    """The pause decode commits 11 words at once, the output is silent: the first phrase is
-    synthesized (and heard) sooner when it is a parseable part of them; nothing is lost."""
-    seg = JustInTimeSegmenter(NEW)
-    phrases = seg.feed(TAIL, final=True, now_s=5.0, queued_until_s=4.0)
-    assert len(phrases) == 2 and " ".join(phrases) == TAIL
-    assert 2 <= len(phrases[0].split()) <= NEW.max_words
-
-
-@pytest.mark.parametrize("queued_until, words, split", [
-    (6.5, TAIL, 6),  # speech still queued past the lead: time enough to synthesize it whole
-    (4.0, "Return to the constitutional order.", 6),  # short enough already
-    (4.0, TAIL, 0),  # turned off
-])
-def test_a_tail_stays_one_phrase_otherwise(queued_until, words, split):
-    options = PhraseOptions(lead_s=1.0, flush_split_words=split)
-    assert JustInTimeSegmenter(options).feed(words, final=True, now_s=5.0,
-                                             queued_until_s=queued_until) == [words]
