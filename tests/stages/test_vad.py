@@ -37,26 +37,16 @@ def test_pause_then_end_after_the_hangover():
     options = VadOptions(pause_ms=240, hangover_ms=600)
     _, events = run("x" * 20 + "." * 40, options)
     kinds = [e.kind for e in events]
-    assert kinds == ["start", "hush", "pause", "end"]
-    hush, pause, end = events[1], events[2], events[3]
-    assert hush.pts == pause.pts == end.pts == 20 * FRAME_SAMPLES  # end of the last voiced
-    assert hush.detected_at == (20 + 8) * FRAME_SAMPLES
+    assert kinds == ["start", "pause", "end"]
+    pause, end = events[1], events[2]
+    assert pause.pts == end.pts == 20 * FRAME_SAMPLES  # end of the last voiced frame
     assert pause.detected_at == (20 + 12) * FRAME_SAMPLES
     assert end.detected_at == (20 + 30) * FRAME_SAMPLES
 
 
 def test_a_short_gap_is_a_pause_not_an_end():
     _, events = run("x" * 20 + "." * 15 + "x" * 20)
-    assert [e.kind for e in events] == ["start", "hush", "pause"]
-
-
-def test_a_hush_comes_before_a_pause_and_can_be_turned_off():
-    _, events = run("x" * 20 + "." * 10 + "x" * 20)  # 200 ms: a hush, not yet a pause
-    assert [e.kind for e in events] == ["start", "hush"]
-    _, events = run("x" * 20 + "." * 15 + "x" * 20, VadOptions(hush_ms=0))
     assert [e.kind for e in events] == ["start", "pause"]
-    with pytest.raises(ValueError, match="hush_ms"):
-        VadOptions(hush_ms=240, pause_ms=240)
 
 
 def test_max_utterance_length_forces_a_cut_and_continues():
@@ -86,7 +76,23 @@ def test_a_pause_ends_a_long_utterance_after_the_soft_maximum():
     pause event), two with it at 2 s (the pause ends the first)."""
     pattern = "x" * 150 + "." * 15 + "x" * 150 + "." * 40
     _, events = run(pattern, VadOptions(soft_max_utterance_s=15.0))
-    assert [e.kind for e in events] == ["start", "hush", "pause", "hush", "pause", "end"]
+    assert [e.kind for e in events] == ["start", "pause", "pause", "end"]
     _, events = run(pattern, VadOptions(soft_max_utterance_s=2.0))
-    assert [e.kind for e in events] == ["start", "hush", "end", "start", "hush", "end"]
-    assert not events[2].forced and events[2].pts == 150 * FRAME_SAMPLES
+    assert [e.kind for e in events] == ["start", "end", "start", "end"]
+    assert not events[1].forced and events[1].pts == 150 * FRAME_SAMPLES
+
+
+def test_a_hush_comes_before_a_pause_when_asked_for():
+    """``hush_ms`` (off by default): a silence that may become a pause, for the ASR to decode
+    ahead of it; the pause and the end come as before."""
+    hush = VadOptions(hush_ms=160, pause_ms=240, hangover_ms=600)
+    _, events = run("x" * 20 + "." * 40, hush)
+    assert [e.kind for e in events] == ["start", "hush", "pause", "end"]
+    assert events[1].pts == 20 * FRAME_SAMPLES  # the end of the last voiced frame
+    assert events[1].detected_at == (20 + 8) * FRAME_SAMPLES
+    _, events = run("x" * 20 + "." * 10 + "x" * 20, hush)  # 200 ms: a hush, not a pause
+    assert [e.kind for e in events] == ["start", "hush"]
+    _, events = run("x" * 20 + "." * 40)  # the default: none
+    assert [e.kind for e in events] == ["start", "pause", "end"]
+    with pytest.raises(ValueError, match="hush_ms"):
+        VadOptions(hush_ms=240, pause_ms=240)
