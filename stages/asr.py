@@ -63,6 +63,9 @@ __all__ = [
 
 Recognize = Callable[[WhisperRequest], Awaitable[WhisperResult]]
 
+# decode kinds that run in flight on a shared worker while the stage goes on taking audio
+_IN_FLIGHT_KINDS = ("partial", "hush")
+
 
 class QueuedDecodes(Protocol):
     """A shared worker's hold on requests still waiting in its queue (``SessionAsr``)."""
@@ -282,7 +285,7 @@ class AsrStage:
         kind = current.due()
         if kind is None:
             return
-        if self.queue is not None and kind in ("partial", "hush"):
+        if self.queue is not None and kind in _IN_FLIGHT_KINDS:
             self._launch(current, kind)
         else:
             await self._retire(current, outbox, events)
@@ -317,7 +320,7 @@ class AsrStage:
         landed = decoder.last_decode_end
         decoder.last_decode_end = max(landed, basis)
         try:
-            return decoder.due() in ("partial", "hush")
+            return decoder.due() in _IN_FLIGHT_KINDS
         finally:
             decoder.last_decode_end = landed
 

@@ -195,14 +195,26 @@ async def _room_phase(url: str, audio: np.ndarray, listeners: int, source_lang: 
     if waiting not in done:  # a listener ended before all were in: refused
         failed = next(t for t in tasks if t.done())
         raise RuntimeError(f"a listener was refused: {failed.result().error}")
+    spoke, late, late_joined = await _talk_with_late_joiner(url, room_id, audio, ready, stop,
+                                                            speaker)
+    runs = [await t for t in tasks]
+    return RoomPhase(spoke, runs, await late, late_joined[0], [await t for t in stalls])
+
+
+async def _talk_with_late_joiner(
+    url: str, room_id: str, audio: np.ndarray, ready: asyncio.Event, stop: asyncio.Event,
+    speaker: asyncio.Task[dict[str, Any]],
+) -> tuple[dict[str, Any], asyncio.Task[ListenerRun], list[float]]:
+    """Everyone is in: let the speaker talk, send a late joiner in mid-talk, wait for the end
+    of the talk and its last fan-out, then stop the listeners. Returns what the speaker's task
+    gave, the late joiner's task and its admission time (``_late_joiner``)."""
     ready.set()
     await asyncio.sleep(LEAD_S + len(audio) / 16000 / 2)  # mid-talk
     late, late_joined = _late_joiner(url, room_id, stop)
     spoke = await speaker
     await asyncio.sleep(1.0)  # the last fan-out reaches the sockets
     stop.set()
-    runs = [await t for t in tasks]
-    return RoomPhase(spoke, runs, await late, late_joined[0], [await t for t in stalls])
+    return spoke, late, late_joined
 
 
 def _late_joiner(url: str, room_id: str,
@@ -246,12 +258,8 @@ async def _room_phase_procs(url: str, audio: np.ndarray, listeners: int, source_
             answer = await loop.run_in_executor(None, joined.get, True, 180)
             if answer != "ok":
                 raise RuntimeError(f"a listener was {answer}")
-        ready.set()
-        await asyncio.sleep(LEAD_S + len(audio) / 16000 / 2)  # mid-talk
-        late, late_joined = _late_joiner(url, room_id, stop)
-        spoke = await speaker
-        await asyncio.sleep(1.0)  # the last fan-out reaches the sockets
-        stop.set()
+        spoke, late, late_joined = await _talk_with_late_joiner(url, room_id, audio, ready,
+                                                                stop, speaker)
         stop_all.set()
         runs: list[ListenerRun] = []
         for _ in workers:

@@ -15,6 +15,30 @@ from tests.e2e.test_page import chromium_args, fake_mic_wav  # noqa: F401 (a fix
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 
 
+async def open_page(opener: Any, url: str, problems: list[str]) -> Any:
+    """A new page (of a browser or a context) at ``url``, its script errors into ``problems``."""
+    page = await opener.new_page()
+    page.on("pageerror", lambda exc: problems.append(str(exc)))
+    await page.goto(url)
+    return page
+
+
+async def open_room(page: Any, mode: str, role: str, source_lang: str,
+                    target_lang: str | None = None) -> str:
+    """Start a room of ``mode`` on the page and return the link it shows for ``role``."""
+    await page.select_option("#source-lang", source_lang)
+    if target_lang is not None:
+        await page.select_option("#target-lang", target_lang)
+    await page.select_option("#room-mode", mode)
+    await page.click("#start")
+    await page.wait_for_function(
+        f"() => document.querySelector('#{role}-link').href.includes('#room=')",
+        timeout=30_000)
+    link = await page.locator(f"#{role}-link").get_attribute("href")
+    assert link is not None and f"role={role}" in link
+    return str(link)
+
+
 async def test_a_talk_reaches_two_listener_pages(live_server: Any, fake_mic_wav: Path) -> None:  # noqa: F811
     executable = shutil.which("chromium") or shutil.which("chromium-browser")
     if executable is None:
@@ -26,22 +50,12 @@ async def test_a_talk_reaches_two_listener_pages(live_server: Any, fake_mic_wav:
         )
         try:
             problems: list[str] = []
-            speaker = await (await browser.new_context()).new_page()
-            speaker.on("pageerror", lambda exc: problems.append(str(exc)))
-            await speaker.goto(f"http://127.0.0.1:{live_server.server.port}/")
-            await speaker.select_option("#source-lang", "es")
-            await speaker.select_option("#room-mode", "speaker")
-            await speaker.click("#start")
-            await speaker.wait_for_function(
-                "() => document.querySelector('#listener-link').href.includes('#room=')",
-                timeout=30_000)
-            link = await speaker.locator("#listener-link").get_attribute("href")
-            assert link is not None and "role=listener" in link
+            speaker = await open_page(await browser.new_context(),
+                                      f"http://127.0.0.1:{live_server.server.port}/", problems)
+            link = await open_room(speaker, "speaker", "listener", "es")
             listeners = []
             for _ in range(2):
-                page = await (await browser.new_context()).new_page()
-                page.on("pageerror", lambda exc: problems.append(str(exc)))
-                await page.goto(link)
+                page = await open_page(await browser.new_context(), link, problems)
                 assert await page.locator("#start").inner_text() == "Listen"
                 await page.click("#start")
                 listeners.append(page)
@@ -93,21 +107,10 @@ async def test_a_two_party_conversation_in_two_browsers(
             executable_path=executable, headless=True, args=chromium_args(english))
         try:
             problems: list[str] = []
-            es = await spanish_browser.new_page()
-            es.on("pageerror", lambda exc: problems.append(str(exc)))
-            await es.goto(f"http://127.0.0.1:{live_server.server.port}/")
-            await es.select_option("#source-lang", "es")
-            await es.select_option("#target-lang", "es")
-            await es.select_option("#room-mode", "participant")
-            await es.click("#start")
-            await es.wait_for_function(
-                "() => document.querySelector('#participant-link').href.includes('#room=')",
-                timeout=30_000)
-            link = await es.locator("#participant-link").get_attribute("href")
-            assert link is not None and "role=participant" in link
-            en = await english_browser.new_page()
-            en.on("pageerror", lambda exc: problems.append(str(exc)))
-            await en.goto(link)
+            es = await open_page(spanish_browser,
+                                 f"http://127.0.0.1:{live_server.server.port}/", problems)
+            link = await open_room(es, "participant", "participant", "es", target_lang="es")
+            en = await open_page(english_browser, link, problems)
             await en.select_option("#source-lang", "en")
             await en.select_option("#target-lang", "en")
             await en.click("#start")
