@@ -433,6 +433,8 @@ RANGES: dict[str, Range] = {
     "asr.min_voiced_s": NON_NEGATIVE,
     "asr.pause_commit_margin_s": NON_NEGATIVE,
     "asr.language_lock_s": NON_NEGATIVE,
+    "asr.language_confident": NON_NEGATIVE,  # above 1: never early
+    "asr.language_min_s": NON_NEGATIVE,
     "asr.pre_roll_s": NON_NEGATIVE,
     "asr.min_utterance_voiced_s": NON_NEGATIVE,
     "asr.align_margin_s": NON_NEGATIVE,

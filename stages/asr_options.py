@@ -33,7 +33,14 @@ class AsrOptions:
     tokens_per_second: float = 7.0  # decode length cap per second of uncommitted audio
     commit_on_pause: bool = True  # source captions: commit everything heard at a pause
     commit_target_on_pause: bool = True  # translation too (measured: BLEU and AL both better)
-    language_lock_s: float = 1.5  # auto-detected language is fixed after this much audio
+    # an auto-detected language is fixed once the detection gives it ``language_confident``
+    # probability on at least ``language_min_s`` of audio, and at ``language_lock_s`` whatever
+    # it says; until then words are shown, never committed. Whisper base names the right
+    # language for 30 of 56 clips at 1.5 s, 44 when it may wait for 0.8 or 2.5 s
+    # (docs/design.md, "Detecting the language")
+    language_lock_s: float = 2.5
+    language_confident: float = 0.8
+    language_min_s: float = 1.3
     keep_detected_language: bool = True  # later utterances reuse the language found first
     pre_roll_s: float = 0.3  # audio kept before the VAD's speech start
     min_utterance_voiced_s: float = 0.5  # shorter "utterances" are treated as noise

@@ -46,6 +46,9 @@ class UtteranceDecoder:
     last_decode_end: int = -1
     last_voiced_end: int = 0
     language_locked: bool = False
+    # the last hypothesis of each side before the language was fixed, with the language it
+    # was decoded in: the decode that fixes the language may commit what agrees with it
+    unlocked_words: dict[str, tuple[str | None, list[str]]] = field(default_factory=dict)
     ended: bool = False
     end_pts: int = 0
     pause_pending: bool = False
@@ -222,10 +225,10 @@ class UtteranceDecoder:
         if kind == "hush" or basis_pts >= self.hush_at:
             self.hush_pending = False  # this decode heard the hush
         self.last_truncated = any(d.truncated for d in result.decodes)
+        locking = False
         if not self.language_locked:
             self.language = result.language
-            if self.n_samples >= self.options.language_lock_s * STREAM_RATE:
-                self.language_locked = True
+            locking = self.language_locked = self._language_settled(result.language_prob)
         commit_all = kind in ("final", "pause", "cut")
         heard_s = (basis_pts - self.window_start) / STREAM_RATE
         changed = []
@@ -244,7 +247,11 @@ class UtteranceDecoder:
                 policy.finalize(words)
             elif not self.language_locked:
                 policy.tentative = words  # language still uncertain: show, never commit
+                self.unlocked_words[side] = (result.language, words)
             else:
+                language, before_lock = self.unlocked_words.pop(side, (None, []))
+                if locking and language == self.language and before_lock:
+                    policy.update(before_lock)  # the agreement's previous hypothesis
                 policy.update(words, decode.word_ends, heard_s)
             after = (self.text(side), self._shown(policy.tentative))
             if after != before or kind == "final":
@@ -258,6 +265,13 @@ class UtteranceDecoder:
             elif kind == "pause":
                 self._mark_commit_point(basis_pts)
         return changed
+
+    def _language_settled(self, probability: float) -> bool:
+        """Is the detected language (of probability ``probability``) to be fixed now?"""
+        heard = self.n_samples / STREAM_RATE
+        return heard >= self.options.language_lock_s or (
+            heard >= self.options.language_min_s
+            and probability >= self.options.language_confident)
 
     def _shown(self, tentative: list[str]) -> str:
         """The tentative words a hypothesis shows: the first ``asr.shown_tentative_words``
