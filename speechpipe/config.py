@@ -430,6 +430,7 @@ RANGES: dict[str, Range] = {
     "vad.start_ratio": Range(0.0, 1.0, open_low=True),
     "vad.hush_ms": NON_NEGATIVE,  # 0: no decode ahead of a pause
     "asr.early_words": NON_NEGATIVE,  # 0: no early steps
+    "asr.caption_step_s": NON_NEGATIVE,
     "asr.min_voiced_s": NON_NEGATIVE,
     "asr.pause_commit_margin_s": NON_NEGATIVE,
     "asr.language_lock_s": NON_NEGATIVE,

@@ -19,6 +19,11 @@ class AsrOptions:
     step_s: float = 1.0  # re-decode cadence while speaking (docs/design.md)
     early_step_s: float = 0.5  # cadence until the first translated words are committed ...
     early_words: int = 2  # ... this many of them (the first phrase the listener hears)
+    # when translating, a partial decodes the captions too only when they last decoded at
+    # least this long ago; partials in between decode the translation alone. Fast early steps
+    # are for the first words spoken: captions committed on decodes 0.25 s apart agree on
+    # wrong words more often (docs/design.md, "The first words")
+    caption_step_s: float = 0.5
     min_voiced_s: float = 0.3  # no decode before this much voiced audio
     agreement: int = 2  # LocalAgreement-n for source captions
     target_agreement: int = 2  # LocalAgreement-n for the translation (what gets spoken)

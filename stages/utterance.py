@@ -44,6 +44,7 @@ class UtteranceDecoder:
     n_samples: int = 0
     voiced_samples: int = 0
     last_decode_end: int = -1
+    last_caption_end: int = -1  # ... of the last decode that decoded the captions
     last_voiced_end: int = 0
     language_locked: bool = False
     # the last hypothesis of each side before the language was fixed, with the language it
@@ -117,9 +118,15 @@ class UtteranceDecoder:
         if self.translate:
             tasks.append(DecodeTask("translate", self.target.committed_text,
                                     self.target_context))
-            if kind == "partial" and not self.options.source_partials:
-                del tasks[0]  # captions catch up at the next pause or the end
+            if kind == "partial" and (not self.options.source_partials
+                                      or self._captions_decoded_lately()):
+                del tasks[0]  # captions catch up at their next step, a pause or the end
         return tuple(tasks)
+
+    def _captions_decoded_lately(self) -> bool:
+        """Did a decode of the captions hear audio up to less than ``caption_step_s`` ago?"""
+        since = self.end - max(self.last_caption_end, self.window_start)
+        return since < self.options.caption_step_s * STREAM_RATE
 
     def due(self) -> str | None:
         """Which decode is due now: ``final``, ``pause``, ``cut``, ``hush``, ``partial`` or
@@ -222,6 +229,8 @@ class UtteranceDecoder:
         """Feed a decode result; return (side, committed, tentative) for each changed side."""
         result = self._guarded(result, basis_pts)
         self.last_decode_end = basis_pts
+        if any(d.task == "transcribe" for d in result.decodes):
+            self.last_caption_end = basis_pts
         if kind == "hush" or basis_pts >= self.hush_at:
             self.hush_pending = False  # this decode heard the hush
         self.last_truncated = any(d.truncated for d in result.decodes)
