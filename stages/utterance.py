@@ -258,9 +258,12 @@ class UtteranceDecoder:
                 policy.tentative = words  # language still uncertain: show, never commit
                 self.unlocked_words[side] = (result.language, words)
             else:
-                language, before_lock = self.unlocked_words.pop(side, (None, []))
-                if locking and language == self.language and before_lock:
-                    policy.update(before_lock)  # the agreement's previous hypothesis
+                if locking:
+                    # the hypothesis before the lock, decoded in this language, is the
+                    # agreement's previous one
+                    language, before_lock = self.unlocked_words.pop(side, (None, []))
+                    if language == self.language and before_lock:
+                        policy.update(before_lock)
                 policy.update(words, decode.word_ends, heard_s)
             after = (self.text(side), self._shown(policy.tentative))
             if after != before or kind == "final":
