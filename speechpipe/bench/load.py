@@ -1,9 +1,12 @@
 """``speechpipe bench load``: N concurrent WebSocket clients replaying real clips at real time.
 
 Each client plays a playlist of recordings (``--clips MANIFEST``, default the project's
-``samples/manifest.jsonl``; clips rotated per client so sessions say different things at a time,
-1 s of silence between clips) at real-time pace in 20 ms frames, then ``stop``, and records
-every event with its arrival time on its own stream clock. Per level it reports:
+``samples/manifest.jsonl``; 1 s of silence between clips) at real-time pace in 20 ms frames,
+then ``stop``, and records every event with its arrival time on its own stream clock. A client
+is one speaker: it plays the clips of one language (clients take the languages in turn, and
+clips rotated so sessions say different things at a time) and gives that language
+(``--detect-language``: ``auto``; ``--mix-languages``: every language in one playlist, the
+bench's playlists before the fourth round). Per level it reports:
 
 - **commit latency**: for each event whose ``committed`` text grew, ``stream_t - audio_end``
   (the stream time of the commit minus the end of the audio it covers), p50/p95/p99, target
@@ -139,23 +142,35 @@ def load_clips(manifest: Path, target: str = "en", limit: int = 12) -> list[Clip
     return clips
 
 
-def playlist(clips: Sequence[Clip], index: int, seconds: float,
-             gap_s: float = 1.0) -> tuple[np.ndarray, str]:
-    """Audio for client ``index``: clips rotated by ``index``, silence between, >= seconds.
-    Returns the audio and the language of its first clip (all clips share it or it is
-    ``auto``)."""
+def playlist(clips: Sequence[Clip], index: int, seconds: float, gap_s: float = 1.0, *,
+             mix_languages: bool = False, detect_language: bool = False) -> tuple[np.ndarray, str]:
+    """Audio for client ``index`` (clips, ``gap_s`` of silence between, >= ``seconds``) and the
+    ``source_lang`` it starts with.
+
+    A session is one speaker, and a speaker keeps their language: client ``index`` plays the
+    clips of the ``index``-th language (in the order they first appear, cycling), rotated by
+    its rank among the clients of that language so that sessions say different things at a
+    time, and sends that language (``auto`` with ``detect_language``). With ``mix_languages``
+    the playlist cycles through every clip whatever its language and sends ``auto``: the
+    server keeps the first language it detects (``asr.keep_detected_language``), so most clips
+    are then decoded in a wrong language; a stress of detection, not a conversation."""
+    languages = list(dict.fromkeys(clip.lang for clip in clips))
+    if mix_languages:
+        own, k, lang = list(clips), index, "auto"
+    else:
+        lang = languages[index % len(languages)]
+        own = [clip for clip in clips if clip.lang == lang]
+        k = index // len(languages)
+        if detect_language:
+            lang = "auto"
     parts: list[np.ndarray] = []
     total = 0
-    langs = set()
-    k = index
     gap = np.zeros(int(gap_s * RATE), np.int16)
     while total < seconds * RATE:
-        clip = clips[k % len(clips)]
+        clip = own[k % len(own)]
         parts += [clip.audio, gap]
         total += len(clip.audio) + len(gap)
-        langs.add(clip.lang)
         k += 1
-    lang = langs.pop() if len(langs) == 1 else "auto"
     return np.concatenate(parts), lang
 
 
@@ -279,7 +294,8 @@ def _self_cpu() -> float:
 
 async def run_level(url: str, clips: Sequence[Clip], sessions: int, *, label: str,
                     duration_s: float, server: ServerProcess | None = None,
-                    stagger_s: float = 0.25, frame_ms: int = 20) -> LevelReport:
+                    stagger_s: float = 0.25, frame_ms: int = 20, mix_languages: bool = False,
+                    detect_language: bool = False) -> LevelReport:
     """Run N clients against one server; returns the level's figures."""
     report = LevelReport(label, sessions)
     before = await asyncio.to_thread(scrape, url)  # the server may share this event loop
@@ -291,7 +307,8 @@ async def run_level(url: str, clips: Sequence[Clip], sessions: int, *, label: st
 
     async def client(i: int) -> ClientRun:
         await asyncio.sleep(i * stagger_s)
-        audio, lang = playlist(clips, i, duration_s)
+        audio, lang = playlist(clips, i, duration_s, mix_languages=mix_languages,
+                               detect_language=detect_language)
         # a phrase-cache namespace per client and level: no session gets speech synthesized
         # earlier for free, neither another client's nor its own from an earlier level (the
         # bench replays the same clips)
@@ -397,13 +414,18 @@ async def run_load_bench(
     server_args: Sequence[str] = (),
     report_path: str | None = None,
     frame_ms: int = 20,
+    mix_languages: bool = False,
+    detect_language: bool = False,
 ) -> dict[str, Any]:
     """Run ``bench load`` (levels, configurations) and print the figures."""
     manifest = find_manifest(clips_manifest)
     clips = load_clips(manifest)
+    speakers = ("every language in each playlist, source_lang auto" if mix_languages else
+                "one language per session, source_lang "
+                + ("auto" if detect_language else "given"))
     print(f"clips: {len(clips)} from {manifest} "
-          f"({sum(len(c.audio) for c in clips) / RATE:.0f} s); session audio {duration_s:.0f} s",
-          flush=True)
+          f"({sum(len(c.audio) for c in clips) / RATE:.0f} s); session audio {duration_s:.0f} s; "
+          f"{speakers}", flush=True)
     results: dict[str, Any] = {"levels": [], "held": {}, "target_p95": target_p95,
                                "rule": {"end_offset_p50": rule.end_offset_p50,
                                         "end_offset_p95": rule.end_offset_p95,
@@ -461,7 +483,8 @@ async def run_load_bench(
                 n = overload_sessions[label][1] if overload is not None else level_n
                 report = await run_level(target_url, clips, n, label=label,
                                          duration_s=duration_s, server=server,
-                                         frame_ms=frame_ms)
+                                         frame_ms=frame_ms, mix_languages=mix_languages,
+                                         detect_language=detect_language)
                 row = report.row()
                 row["holds"] = report.holds(rule)
                 if overload is not None:
@@ -543,6 +566,14 @@ def register_load(kinds: Any) -> None:
     load.add_argument("--clips", default=None,
                       help="manifest of clips (default: the project's samples/manifest.jsonl)")
     load.add_argument("--frame-ms", type=int, default=20, help="client frame size")
+    speakers = load.add_mutually_exclusive_group()
+    speakers.add_argument("--detect-language", action="store_true",
+                          help="each session still plays one language but sends source_lang "
+                               "auto (the server detects it)")
+    speakers.add_argument("--mix-languages", action="store_true",
+                          help="each session's playlist cycles through every language and "
+                               "sends auto (the server keeps the first it detects; the old "
+                               "playlists, a stress of detection)")
     load.add_argument("--server-arg", action="append", default=[],
                       help="extra argument for the started server (repeatable)")
     load.add_argument("--report", default=None, help="write the figures as JSON here")
@@ -563,6 +594,7 @@ def _bench_load_main(args: Any) -> int:
         rule=ListenerRule(args.end_p50, args.end_p95, args.start_p50), variants=args.variant,
         max_sessions=args.max_sessions, capacity=args.capacity, overload=args.overload,
         clips_manifest=args.clips, server_args=args.server_arg, report_path=args.report,
-        frame_ms=args.frame_ms,
+        frame_ms=args.frame_ms, mix_languages=args.mix_languages,
+        detect_language=args.detect_language,
     ))
     return 0

@@ -89,6 +89,26 @@ def test_playlists_rotate_clips_per_client():
     assert first[0] == 1 and second[0] == 2
 
 
+def test_a_session_is_one_speaker_in_one_language():
+    clips = [Clip("a", "es", np.full(16000, 1, np.int16)),
+             Clip("b", "fr", np.full(16000, 2, np.int16)),
+             Clip("c", "es", np.full(16000, 3, np.int16))]
+    gap = 16000  # one second of silence follows each clip
+
+    def spoken(audio):
+        return [int(audio[k]) for k in range(0, len(audio), 16000 + gap)]
+
+    sessions = [playlist(clips, i, 6.0) for i in range(4)]
+    assert [lang for _, lang in sessions] == ["es", "fr", "es", "fr"]
+    assert spoken(sessions[0][0]) == [1, 3, 1]  # only the Spanish clips
+    assert spoken(sessions[2][0]) == [3, 1, 3]  # rotated: says something else meanwhile
+    assert spoken(sessions[1][0]) == [2, 2, 2]
+    audio, lang = playlist(clips, 0, 6.0, detect_language=True)
+    assert lang == "auto" and spoken(audio) == [1, 3, 1]
+    audio, lang = playlist(clips, 0, 6.0, mix_languages=True)
+    assert lang == "auto" and spoken(audio) == [1, 2, 3]
+
+
 @pytest.mark.slow
 @pytest.mark.asyncio(loop_scope="session")
 async def test_one_short_real_session_through_the_bench(live_server):
