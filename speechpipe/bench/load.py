@@ -6,7 +6,7 @@ then ``stop``, and records every event with its arrival time on its own stream c
 is one speaker: it plays the clips of one language (clients take the languages in turn, and
 clips rotated so sessions say different things at a time) and gives that language
 (``--detect-language``: ``auto``; ``--mix-languages``: every language in one playlist, the
-bench's playlists before the fourth round). Per level it reports:
+bench's playlists before the fifth round). Per level it reports:
 
 - **commit latency**: for each event whose ``committed`` text grew, ``stream_t - audio_end``
   (the stream time of the commit minus the end of the audio it covers), p50/p95/p99, target
@@ -154,10 +154,10 @@ def playlist(clips: Sequence[Clip], index: int, seconds: float, gap_s: float = 1
     the playlist cycles through every clip whatever its language and sends ``auto``: the
     server keeps the first language it detects (``asr.keep_detected_language``), so most clips
     are then decoded in a wrong language; a stress of detection, not a conversation."""
-    languages = list(dict.fromkeys(clip.lang for clip in clips))
     if mix_languages:
         own, k, lang = list(clips), index, "auto"
     else:
+        languages = list(dict.fromkeys(clip.lang for clip in clips))
         lang = languages[index % len(languages)]
         own = [clip for clip in clips if clip.lang == lang]
         k = index // len(languages)
