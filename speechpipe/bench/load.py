@@ -390,7 +390,10 @@ def _print_row(row: dict[str, Any], *, header: bool = False) -> None:
              "batch", "drop", "wait", "deg")
     if header:
         print(" ".join(f"{n:>8}" for n in names) + "  holds  ladder (level:share)", flush=True)
-    print(" ".join(f"{str(row[c])[-8:]:>8}" for c in cols)
+    # a long configuration name is cut at its end ("no-batching" -> "no-batch", not
+    # "batching") and given in full on the next line
+    cells = [str(row["config"])[:8], *(str(row[c])[-8:] for c in cols[1:])]
+    print(" ".join(f"{cell:>8}" for cell in cells)
           + f"  {'yes' if row.get('holds') else 'no':>5}  {row.get('ladder', '-')}", flush=True)
     if len(str(row["config"])) > 8:
         print(f"{'':>8} config: {row['config']}", flush=True)

@@ -14,6 +14,7 @@ from speechpipe.bench.load import (
     Clip,
     LevelReport,
     ListenerRule,
+    _print_row,
     commit_latencies,
     ladder_summary,
     load_clips,
@@ -78,6 +79,19 @@ def test_a_level_holds_only_when_every_listener_was_served():
 def test_the_ladder_levels_a_level_ran_at_are_summarized():
     assert ladder_summary([0, 0, 3, 3, 3]) == "0:40% 3:60%"
     assert ladder_summary([]) == "-"
+
+
+def test_a_row_names_its_configuration_by_the_start_of_its_name(capsys):
+    row = {"config": "no-batching", "sessions": 8, "holds": False, "ladder": "0:100%"}
+    row |= dict.fromkeys(("started", "queued", "refused", "finished", "commit_p50",
+                          "commit_p95", "commit_p99", "source_commit_p95", "start_offset_p50",
+                          "start_offset_p95", "end_offset_p50", "end_offset_p95",
+                          "server_cpu_cores", "bench_cpu_cores", "other_cpu_cores",
+                          "mean_batch", "dropped", "asr_wait_mean", "max_degrade"), 1.25)
+    _print_row(row)
+    first, second = capsys.readouterr().out.splitlines()
+    assert first.split()[0] == "no-batch"  # not "batching", the other configuration
+    assert second.split() == ["config:", "no-batching"]
 
 
 def test_playlists_rotate_clips_per_client():
