@@ -1,0 +1,75 @@
+"""What one Whisper decoder step costs on this machine, by window, beam and items per call.
+
+    python scripts/decoder_step_cost.py [--audio WAV] [--language de] [--tokens 30]
+
+One CTranslate2 thread, the embedded Whisper base weights, the engine's own encoder input
+(audio + 1 s of silence): for each window length, ``generate`` on one fixed encoder output
+with ``beam`` hypotheses for each of ``items`` identical prompts, the end-of-text token
+suppressed so every call takes exactly ``--tokens`` steps. Prints the best of three calls
+and the milliseconds per step. Run it on a quiet machine (docs/benchmarks.md, "A third
+machine"). A call's items are what ``WhisperEngine`` batches (the captions and the
+translation of a request, and requests of other sessions); its beams share the encoder
+output's cross-attention keys and values, its items do not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from speechpipe.models.whisper_engine import WhisperEngine
+from speechpipe.models.whisper_weights import resolve_whisper_model
+
+SHARED_CLIP = Path(__file__).resolve().parents[1] / "../shared/samples/wav/de_silero_60s.wav"
+SHAPES = ((1, 1), (5, 1), (10, 1), (1, 5), (1, 10), (5, 2), (2, 5))  # (beam, items)
+
+
+def step_cost(engine: WhisperEngine, audio: np.ndarray, language: str, window_s: float,
+              beam: int, items: int, tokens: int) -> tuple[float, int]:
+    """Best-of-three seconds of one ``generate`` call and the steps it took."""
+    import ctranslate2
+
+    encoded = engine._encode_rows([engine.mel(audio[: int(window_s * 16_000)])])
+    memory = ctranslate2.StorageView.from_array(
+        np.ascontiguousarray(np.repeat(encoded, items, axis=0)))
+    prompt = engine._sot(language, "translate")
+    best, steps = float("inf"), 0
+    for _ in range(3):
+        start = time.perf_counter()
+        out = engine.model.model.generate(memory, [prompt] * items, beam_size=beam,
+                                          max_length=2 * tokens, suppress_blank=False,
+                                          suppress_tokens=[engine.eot])
+        best = min(best, time.perf_counter() - start)
+        steps = len(out[0].sequences_ids[0])
+    return best, steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--audio", type=Path, default=SHARED_CLIP)
+    parser.add_argument("--language", default="de")
+    parser.add_argument("--tokens", type=int, default=30)
+    parser.add_argument("--windows", default="3,9", help="window lengths in seconds")
+    args = parser.parse_args()
+    audio, rate = sf.read(args.audio, dtype="float32")
+    if rate != 16_000 or audio.ndim != 1:
+        raise SystemExit(f"{args.audio}: needs 16 kHz mono audio")
+    engine = WhisperEngine(resolve_whisper_model(), cpu_threads=1)
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
+    print(f"{'window':>6} {'beam':>4} {'items':>5} {'hyps':>4} {'call ms':>8} {'ms/step':>8}")
+    for window_s in (float(w) for w in args.windows.split(",")):
+        for beam, items in SHAPES:
+            seconds, steps = step_cost(engine, audio, args.language, window_s, beam, items,
+                                       args.tokens)
+            print(f"{window_s:>6.0f} {beam:>4} {items:>5} {beam * items:>4} "
+                  f"{seconds * 1000:>8.0f} {seconds * 1000 / max(1, steps):>8.1f}", flush=True)
+    print(f"machine: load average at the end {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
