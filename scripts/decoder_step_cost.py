@@ -56,7 +56,10 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=30)
     parser.add_argument("--windows", default="3,9", help="window lengths in seconds")
     args = parser.parse_args()
-    audio, rate = sf.read(args.audio, dtype="float32")
+    try:
+        audio, rate = sf.read(args.audio, dtype="float32")
+    except (OSError, RuntimeError) as exc:  # missing file, not audio (soundfile's errors)
+        raise SystemExit(f"{args.audio}: cannot read audio ({exc})") from None
     if rate != 16_000 or audio.ndim != 1:
         raise SystemExit(f"{args.audio}: needs 16 kHz mono audio")
     engine = WhisperEngine(resolve_whisper_model(), cpu_threads=1)

@@ -1,0 +1,39 @@
+"""``scripts/decoder_step_cost.py`` on a project sample with the real embedded Whisper: one row
+per (beam, items) shape and window, each a real ``generate`` of the asked steps; bad input
+exits non-zero with one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "decoder_step_cost.py"
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+
+
+def test_it_prints_a_step_cost_for_every_shape_and_window():
+    done = run("--audio", str(ROOT / "samples/wav/de_wetter.wav"), "--windows", "1,2",
+               "--tokens", "3")
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines()
+            if line.split() and line.split()[0].isdigit()]
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        (w, str(b), str(i)) for w in ("1", "2")
+        for b, i in ((1, 1), (5, 1), (10, 1), (1, 5), (1, 10), (5, 2), (2, 5))]
+    assert all(int(r[3]) == int(r[1]) * int(r[2]) for r in rows)  # hypotheses
+    assert all(float(r[4]) > 0 and float(r[5]) > 0 for r in rows)  # call ms, ms per step
+
+
+def test_an_unreadable_file_exits_with_one_line(tmp_path):
+    bad = tmp_path / "not-audio.wav"
+    bad.write_text("not audio")
+    done = run("--audio", str(bad))
+    assert done.returncode != 0
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "cannot read audio" in done.stderr
