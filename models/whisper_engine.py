@@ -380,7 +380,7 @@ class WhisperEngine:
         # largest its tasks need, in steps of MAX_LENGTH_STEP), so a request's results (text
         # and scores) are the same in any batch, and its tasks share one call
         items: list[_Item] = []
-        groups: dict[tuple[int, int, int], list[int]] = {}
+        groups: dict[tuple[int, float, int, int], list[int]] = {}
         for row, request in enumerate(requests):
             contexts = self.context_ids(request)
             pending = []
@@ -393,18 +393,19 @@ class WhisperEngine:
             length = max((generate_max_length(p[2] + p[3], p[4]) for p in pending), default=0)
             length = min(448, -(-length // MAX_LENGTH_STEP) * MAX_LENGTH_STEP)
             for task, prompt, n_prefix, new_tokens, n_context in pending:
-                key = (request.beam_size, n_context, length)
+                key = (request.beam_size, request.length_penalty, n_context, length)
                 groups.setdefault(key, []).append(len(items))
                 items.append(_Item(row, task, prompt, n_prefix, new_tokens, n_context, length))
         generated: dict[int, tuple[list[int], float, float, bool]] = {}
         made = kept = forced = 0
-        for (beam_size, _, _), members in groups.items():
+        for (beam_size, length_penalty, _, _), members in groups.items():
             rows = [items[m].row for m in members]
             memory = ctranslate2.StorageView.from_array(np.ascontiguousarray(encoded[rows]))
             outputs = self.model.model.generate(
                 memory,
                 [items[m].prompt for m in members],
                 beam_size=beam_size,
+                length_penalty=length_penalty,
                 max_length=max(items[m].max_length for m in members),
                 return_scores=True,
                 return_no_speech_prob=True,
@@ -492,21 +493,25 @@ class WhisperEngine:
                 token_start: dict[int, float] = {}
                 for text_index, time_index in result.alignments:
                     token_start.setdefault(int(text_index), int(time_index) / 50.0)
-                ends = self._word_ends(text, n_prefix, token_start)
+                prefix_ends, ends = self._word_ends(text, n_prefix, token_start)
                 index = [d.task for d in decodes[row]].index(task.task)
                 decode = decodes[row][index]
                 words = decode.continuation.split()
+                if len(prefix_ends) != len(task.prefix.split()):
+                    prefix_ends = []  # the tokens do not split into the prefix's words
                 if len(ends) >= len(words):  # cut or suppressed decodes keep a prefix
                     decodes[row][index] = dataclasses.replace(
-                        decode, word_ends=tuple(ends[: len(words)]))
+                        decode, word_ends=tuple(ends[: len(words)]),
+                        prefix_word_ends=tuple(prefix_ends))
         return bool(wanted)
 
     def _word_ends(self, text: list[int], n_prefix: int,
-                   token_start: dict[int, float]) -> list[float]:
-        """End time of each continuation word: where the token after its last one starts
-        (the end-of-text token for the last word). A word starts at a token with a leading
-        space; tokens before the first such one are glued to the prefix."""
-        starts = [i for i in range(n_prefix, len(text))
+                   token_start: dict[int, float]) -> tuple[list[float], list[float]]:
+        """End time of each word of the forced prefix and of the continuation: where the
+        token after its last one starts (the end-of-text token for the last word). A word
+        starts at a token with a leading space (the prefix is encoded with one); continuation
+        tokens before the first such one are glued to the prefix's last word."""
+        starts = [i for i in range(len(text))
                   if (self.tokenizer.id_to_token(text[i]) or "").startswith("\u0120")
                   or (i == 0 and n_prefix == 0)]
         ends = []
@@ -514,7 +519,8 @@ class WhisperEngine:
         for k in range(len(starts)):
             following = starts[k + 1] if k + 1 < len(starts) else len(text)
             ends.append(token_start.get(following, last))
-        return ends
+        n_prefix_words = sum(1 for i in starts if i < n_prefix)
+        return ends[:n_prefix_words], ends[n_prefix_words:]
 
     def _decode_result(
         self, request: WhisperRequest, task: DecodeTask, ids: list[int], avg_logprob: float,
@@ -583,6 +589,7 @@ class WhisperEngine:
             tail = WhisperRequest(
                 audio=request.audio[cut:], language=language,
                 tasks=(DecodeTask("translate", fragment),), beam_size=request.beam_size,
+                length_penalty=request.length_penalty,
                 tokens_per_second=request.tokens_per_second,
                 no_speech_threshold=request.no_speech_threshold,
                 logprob_threshold=request.logprob_threshold,
