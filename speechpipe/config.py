@@ -442,6 +442,7 @@ RANGES: dict[str, Range] = {
     "asr.sentence_window_s": NON_NEGATIVE,  # 0: windows move only at pauses and cuts
     "asr.sentence_tolerance_s": NON_NEGATIVE,
     "asr.length_penalty": NON_NEGATIVE,  # 0: the beam search stops when its best beam ends
+    "asr.final_length_penalty": NON_NEGATIVE,
     "phrases.min_words_at_punctuation": NON_NEGATIVE,
     "phrases.lead_s": NON_NEGATIVE,
     "phrases.hold_silence_s": NON_NEGATIVE,  # 0: a lone word may go once the output is silent

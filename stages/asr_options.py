@@ -37,8 +37,11 @@ class AsrOptions:
     final_beam_size: int = 5  # decodes that commit everything (pause, end); see README
     # 1: CTranslate2's (and Whisper's) beam search: finished hypotheses are ranked by
     # log-probability per token, and the search goes on until ``beam_size`` have finished;
-    # 0: ranked by log-probability, and it stops when the best beam ends (fewer steps)
+    # 0: ranked by log-probability, and it stops when the best beam ends (fewer steps).
+    # ``length_penalty`` is the partials', ``final_length_penalty`` that of the decodes that
+    # commit everything
     length_penalty: float = 1.0
+    final_length_penalty: float = 1.0
     tokens_per_second: float = 7.0  # decode length cap per second of uncommitted audio
     commit_on_pause: bool = True  # source captions: commit everything heard at a pause
     commit_target_on_pause: bool = True  # translation too (measured: BLEU and AL both better)
@@ -74,7 +77,7 @@ class AsrOptions:
     # (stages/window.py); the next decodes hear only the audio after it, with its text as
     # context. 0: off (windows move only at pauses and cuts). docs/design.md, "Sentence
     # windows"
-    sentence_window_s: float = 4.0
+    sentence_window_s: float = 0.0
     sentence_tolerance_s: float = 0.8
     context_tokens: int = 32  # committed-text tokens given as context (multiples of 8)
     cap_by_window: bool = True  # partials: new-token cap less the forced prefix's tokens
