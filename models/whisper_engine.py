@@ -376,9 +376,9 @@ class WhisperEngine:
                 languages.append(self.detect_language(view))
         t2 = time.perf_counter()
         # one decode item per (request, task); grouped by what a generate call shares: the
-        # beam size, the context length and max_length. max_length is per request (the
-        # largest its tasks need, in steps of MAX_LENGTH_STEP), so a request's results (text
-        # and scores) are the same in any batch, and its tasks share one call
+        # beam size and length penalty, the context length and max_length. max_length is per
+        # request (the largest its tasks need, in steps of MAX_LENGTH_STEP), so a request's
+        # results (text and scores) are the same in any batch, and its tasks share one call
         items: list[_Item] = []
         groups: dict[tuple[int, float, int, int], list[int]] = {}
         for row, request in enumerate(requests):
@@ -493,25 +493,21 @@ class WhisperEngine:
                 token_start: dict[int, float] = {}
                 for text_index, time_index in result.alignments:
                     token_start.setdefault(int(text_index), int(time_index) / 50.0)
-                prefix_ends, ends = self._word_ends(text, n_prefix, token_start)
+                ends = self._word_ends(text, n_prefix, token_start)
                 index = [d.task for d in decodes[row]].index(task.task)
                 decode = decodes[row][index]
                 words = decode.continuation.split()
-                if len(prefix_ends) != len(task.prefix.split()):
-                    prefix_ends = []  # the tokens do not split into the prefix's words
                 if len(ends) >= len(words):  # cut or suppressed decodes keep a prefix
                     decodes[row][index] = dataclasses.replace(
-                        decode, word_ends=tuple(ends[: len(words)]),
-                        prefix_word_ends=tuple(prefix_ends))
+                        decode, word_ends=tuple(ends[: len(words)]))
         return bool(wanted)
 
     def _word_ends(self, text: list[int], n_prefix: int,
-                   token_start: dict[int, float]) -> tuple[list[float], list[float]]:
-        """End time of each word of the forced prefix and of the continuation: where the
-        token after its last one starts (the end-of-text token for the last word). A word
-        starts at a token with a leading space (the prefix is encoded with one); continuation
-        tokens before the first such one are glued to the prefix's last word."""
-        starts = [i for i in range(len(text))
+                   token_start: dict[int, float]) -> list[float]:
+        """End time of each continuation word: where the token after its last one starts
+        (the end-of-text token for the last word). A word starts at a token with a leading
+        space; tokens before the first such one are glued to the prefix."""
+        starts = [i for i in range(n_prefix, len(text))
                   if (self.tokenizer.id_to_token(text[i]) or "").startswith("\u0120")
                   or (i == 0 and n_prefix == 0)]
         ends = []
@@ -519,8 +515,7 @@ class WhisperEngine:
         for k in range(len(starts)):
             following = starts[k + 1] if k + 1 < len(starts) else len(text)
             ends.append(token_start.get(following, last))
-        n_prefix_words = sum(1 for i in starts if i < n_prefix)
-        return ends[:n_prefix_words], ends[n_prefix_words:]
+        return ends
 
     def _decode_result(
         self, request: WhisperRequest, task: DecodeTask, ids: list[int], avg_logprob: float,

@@ -439,8 +439,6 @@ RANGES: dict[str, Range] = {
     "asr.pre_roll_s": NON_NEGATIVE,
     "asr.min_utterance_voiced_s": NON_NEGATIVE,
     "asr.align_margin_s": NON_NEGATIVE,
-    "asr.sentence_window_s": NON_NEGATIVE,  # 0: windows move only at pauses and cuts
-    "asr.sentence_tolerance_s": NON_NEGATIVE,
     "asr.length_penalty": NON_NEGATIVE,  # 0: the beam search stops when its best beam ends
     "asr.final_length_penalty": NON_NEGATIVE,
     "phrases.min_words_at_punctuation": NON_NEGATIVE,

@@ -44,7 +44,7 @@ class WhisperRequest:
     language: str | None  # None: detect
     tasks: tuple[DecodeTask, ...]
     beam_size: int = 1
-    # CTranslate2's beam search: 1 (Whisper's default) scores finished hypotheses by
+    # CTranslate2's beam search: 1 (Whisper's default) ranks finished hypotheses by
     # log-probability per token and searches on until ``beam_size`` of them have finished;
     # 0 ranks them by log-probability and stops as soon as the best beam ends
     length_penalty: float = 1.0
@@ -81,9 +81,6 @@ class DecodeResult:
     # per continuation word (``continuation.split()``): where in the audio it ends, seconds
     # from the request's audio start (Whisper's alignment heads); empty when not asked for
     word_ends: tuple[float, ...] = ()
-    # ... and per word of the forced prefix (``DecodeTask.prefix.split()``), when word times
-    # were asked and the prefix's tokens split into its words; empty otherwise
-    prefix_word_ends: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

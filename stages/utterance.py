@@ -26,7 +26,7 @@ from speechpipe.stages.faithfulness import (
 )
 from speechpipe.stages.frames import STREAM_RATE
 from speechpipe.stages.model_api import DecodeTask, WhisperRequest, WhisperResult
-from speechpipe.stages.window import quiet_tail, sentence_boundary, sentence_ends
+from speechpipe.stages.window import quiet_tail
 
 __all__ = ["UtteranceDecoder"]
 
@@ -72,8 +72,6 @@ class UtteranceDecoder:
     commit_point: tuple[int, int, int] | None = None
     window_voiced_from: int = 0  # voiced_samples when the window started
     windows: int = 1  # windows this utterance has had
-    sentence_moves: int = 0  # ... of which began at a sentence end (``_move_at_sentence``)
-    requested_from: int = 0  # window start of the latest request (its audio's time zero)
     faithfulness: FaithfulnessOptions = field(default_factory=FaithfulnessOptions)
     speech: SpeechClassifier | None = None  # speech probability per 32 ms window
     evidence: SpeechEvidence | None = None  # made at the first audio (start_pts is final)
@@ -199,7 +197,6 @@ class UtteranceDecoder:
         ``basis``."""
         basis = self.basis(kind)
         audio = self._samples(self.window_start, basis)
-        self.requested_from = self.window_start  # word times are relative to it
         partial = kind == "partial"
         if partial:
             cap = self.options.partial_max_new_tokens
@@ -223,30 +220,12 @@ class UtteranceDecoder:
 
     def _word_times(self, kind: str) -> tuple[str, ...]:
         """Tasks whose words need alignment times: the partials of a side whose commit
-        policy uses them (``stages.commit``), and every side of a partial that may move the
-        window on at a sentence end (``_sentence_candidate``)."""
+        policy uses them (``stages.commit``)."""
         if kind not in ("partial", "hush"):
             return ()
         sides = [("transcribe", self.source)] + (
             [("translate", self.target)] if self.translate else [])
-        if self._sentence_candidate():
-            return tuple(task for task, _ in sides)
         return tuple(task for task, policy in sides if policy.needs_word_times)
-
-    def _sentence_candidate(self) -> bool:
-        """May the next partial move the window on at a sentence end? The window is nearly
-        ``sentence_window_s`` long (it will be once this decode is applied) and every side
-        has committed a clause end: the decode's alignment of the forced prefix (the
-        committed words) then says whether the two agree on where it lies. (Asking on
-        tentative clause ends too moves a step sooner, but aligns about twice as often.)"""
-        options = self.options
-        if not (options.windowing and options.sentence_window_s > 0 and self.language_locked):
-            return False
-        reach = (options.sentence_window_s - options.step_s) * STREAM_RATE
-        if self.end - self.window_start < reach:
-            return False
-        policies = [self.source] + ([self.target] if self.translate else [])
-        return all(sentence_ends(p.committed, clauses=True) for p in policies)
 
     def apply(self, result: WhisperResult, kind: str, basis_pts: int) -> list[tuple[str, str, str]]:
         """Feed a decode result; return (side, committed, tentative) for each changed side."""
@@ -264,13 +243,10 @@ class UtteranceDecoder:
         commit_all = kind in ("final", "pause", "cut")
         heard_s = (basis_pts - self.window_start) / STREAM_RATE
         changed = []
-        # aligned end times of each side's committed words (sentence windows), when known
-        committed_ends: dict[str, list[float] | None] = {}
         for decode in result.decodes:
             side = "source" if decode.task == "transcribe" else "target"
             policy = self.source if side == "source" else self.target
             before = (self.text(side), self._shown(policy.tentative))
-            n_before = len(policy.committed)
             words = decode.continuation.split()
             if decode.glued and (commit_all or self.language_locked):
                 self._glue(side, decode.glued)
@@ -290,17 +266,10 @@ class UtteranceDecoder:
                     language, before_lock = self.unlocked_words.pop(side, (None, []))
                     if language == self.language and before_lock:
                         policy.update(before_lock)
-                newly = policy.update(words, decode.word_ends, heard_s)
-                if (not locking and len(decode.prefix_word_ends) == n_before
-                        and len(decode.word_ends) >= len(newly)
-                        and len(policy.committed) == n_before + len(newly)):
-                    committed_ends[side] = [*decode.prefix_word_ends,
-                                            *decode.word_ends[:len(newly)]]
+                policy.update(words, decode.word_ends, heard_s)
             after = (self.text(side), self._shown(policy.tentative))
             if after != before or kind == "final":
                 changed.append((side, *after))
-        if kind in ("partial", "hush"):
-            self._move_at_sentence(committed_ends, basis_pts)
         if kind == "pause":
             self.pause_pending = False
         if commit_all:
@@ -356,45 +325,6 @@ class UtteranceDecoder:
         self.source_context, self.target_context = (self.source_context.strip(),
                                                     self.target_context.strip())
         self._start_window(pts)
-
-    def _move_at_sentence(self, committed_ends: dict[str, list[float] | None],
-                          basis_pts: int) -> None:
-        """Move the window on at the latest sentence end committed on both sides, when the
-        window is ``sentence_window_s`` long (``stages.window.sentence_boundary``): the
-        words up to it become context, the audio before it leaves the window, the words
-        committed after it stay the forced prefix. Speech that runs on without a pause is
-        then decoded in windows of about a sentence or two instead of ``max_window_s``."""
-        options = self.options
-        if not (options.windowing and options.sentence_window_s > 0 and self.language_locked):
-            return
-        if (basis_pts - self.window_start < options.sentence_window_s * STREAM_RATE
-                or self.requested_from != self.window_start):
-            return
-        source_ends = committed_ends.get("source")
-        target_ends = committed_ends.get("target") if self.translate else []
-        if source_ends is None or target_ends is None:
-            return
-        boundary = sentence_boundary(
-            self.source.committed, source_ends,
-            self.target.committed if self.translate else [], target_ends,
-            tolerance_s=options.sentence_tolerance_s, min_s=1.0)
-        if self.translate and boundary is None:
-            return
-        if not self.translate:  # captions only: the latest caption sentence end
-            ends = sentence_ends(self.source.committed, clauses=True)
-            if not ends or source_ends[ends[-1]] - 0.1 < 1.0:
-                return
-            n_source, n_target, at_s = ends[-1] + 1, 0, source_ends[ends[-1]] - 0.1
-        else:
-            assert boundary is not None
-            n_source, n_target, at_s = boundary
-        self.source_context = f"{self.source_context} {' '.join(self.source.drop(n_source))}"
-        self.target_context = f"{self.target_context} {' '.join(self.target.drop(n_target))}"
-        self.source_context, self.target_context = (self.source_context.strip(),
-                                                    self.target_context.strip())
-        self.commit_point = None  # its word counts were of the old window
-        self._start_window(self.window_start + int(at_s * STREAM_RATE))
-        self.sentence_moves += 1
 
     def _advance(self, pts: int) -> None:
         """Everything up to ``pts`` (the end of the audio) is committed on both sides: the
