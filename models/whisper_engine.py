@@ -376,11 +376,11 @@ class WhisperEngine:
                 languages.append(self.detect_language(view))
         t2 = time.perf_counter()
         # one decode item per (request, task); grouped by what a generate call shares: the
-        # beam size and length penalty, the context length and max_length. max_length is per
-        # request (the largest its tasks need, in steps of MAX_LENGTH_STEP), so a request's
-        # results (text and scores) are the same in any batch, and its tasks share one call
+        # beam size, the context length and max_length. max_length is per request (the
+        # largest its tasks need, in steps of MAX_LENGTH_STEP), so a request's results (text
+        # and scores) are the same in any batch, and its tasks share one call
         items: list[_Item] = []
-        groups: dict[tuple[int, float, int, int], list[int]] = {}
+        groups: dict[tuple[int, int, int], list[int]] = {}
         for row, request in enumerate(requests):
             contexts = self.context_ids(request)
             pending = []
@@ -393,19 +393,18 @@ class WhisperEngine:
             length = max((generate_max_length(p[2] + p[3], p[4]) for p in pending), default=0)
             length = min(448, -(-length // MAX_LENGTH_STEP) * MAX_LENGTH_STEP)
             for task, prompt, n_prefix, new_tokens, n_context in pending:
-                key = (request.beam_size, request.length_penalty, n_context, length)
+                key = (request.beam_size, n_context, length)
                 groups.setdefault(key, []).append(len(items))
                 items.append(_Item(row, task, prompt, n_prefix, new_tokens, n_context, length))
         generated: dict[int, tuple[list[int], float, float, bool]] = {}
         made = kept = forced = 0
-        for (beam_size, length_penalty, _, _), members in groups.items():
+        for (beam_size, _, _), members in groups.items():
             rows = [items[m].row for m in members]
             memory = ctranslate2.StorageView.from_array(np.ascontiguousarray(encoded[rows]))
             outputs = self.model.model.generate(
                 memory,
                 [items[m].prompt for m in members],
                 beam_size=beam_size,
-                length_penalty=length_penalty,
                 max_length=max(items[m].max_length for m in members),
                 return_scores=True,
                 return_no_speech_prob=True,
@@ -584,7 +583,6 @@ class WhisperEngine:
             tail = WhisperRequest(
                 audio=request.audio[cut:], language=language,
                 tasks=(DecodeTask("translate", fragment),), beam_size=request.beam_size,
-                length_penalty=request.length_penalty,
                 tokens_per_second=request.tokens_per_second,
                 no_speech_threshold=request.no_speech_threshold,
                 logprob_threshold=request.logprob_threshold,

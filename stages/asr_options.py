@@ -35,15 +35,6 @@ class AsrOptions:
     # The degrade ladder's level 2 goes greedy under load (stages/ladder.py)
     beam_size: int = 5  # partial decodes
     final_beam_size: int = 5  # decodes that commit everything (pause, end); see README
-    # 1: CTranslate2's (and Whisper's) beam search: finished hypotheses are ranked by
-    # log-probability per token, and the search goes on until ``beam_size`` have finished;
-    # 0: ranked by log-probability, and it stops as soon as the best beam ends. Measured
-    # (seventh round, docs/benchmarks.md): 0 on the partials costs ~9 % less on the German
-    # monologue and 1 BLEU on the 49 clips (7 on the telephone ones), so 1 stays the default.
-    # ``length_penalty`` is the partials', ``final_length_penalty`` the decodes' that commit
-    # everything
-    length_penalty: float = 1.0
-    final_length_penalty: float = 1.0
     tokens_per_second: float = 7.0  # decode length cap per second of uncommitted audio
     commit_on_pause: bool = True  # source captions: commit everything heard at a pause
     commit_target_on_pause: bool = True  # translation too (measured: BLEU and AL both better)

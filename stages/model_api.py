@@ -44,10 +44,6 @@ class WhisperRequest:
     language: str | None  # None: detect
     tasks: tuple[DecodeTask, ...]
     beam_size: int = 1
-    # CTranslate2's beam search: 1 (Whisper's default) ranks finished hypotheses by
-    # log-probability per token and searches on until ``beam_size`` of them have finished;
-    # 0 ranks them by log-probability and stops as soon as the best beam ends
-    length_penalty: float = 1.0
     tokens_per_second: float = 7.0
     max_new_tokens: int | None = None  # cap for partial decodes (they only need the next words)
     no_speech_threshold: float = 0.6

@@ -208,8 +208,6 @@ class UtteranceDecoder:
             language=self.language if self.language_locked else None,
             tasks=self.tasks(kind),
             beam_size=self.options.beam_size if partial else self.options.final_beam_size,
-            length_penalty=(self.options.length_penalty if partial
-                            else self.options.final_length_penalty),
             tokens_per_second=self.options.tokens_per_second,
             max_new_tokens=cap,
             partial=partial,

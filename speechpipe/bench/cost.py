@@ -19,7 +19,14 @@ server runs them), it prints per audio second of input:
   defines them.
 
 ``--compare GROUP.FIELD=VALUE[,...]`` runs each input again with those overrides, interleaved,
-e.g. ``--compare asr.windowing=false`` for the unbounded windows of earlier builds. Sessions of
+e.g. ``--compare asr.windowing=false`` for the unbounded windows of earlier builds.
+``--repeat N`` runs every (input, sessions, variant) N times, interleaved, and adds a summary:
+the median and range of the CPU per audio second, commit lag p95 and EndOffset over the
+repeats, and each variant's median CPU against the first variant's. On a 2-core VM the same
+build measured 0.306-0.368 CPU-s per audio second on one input in six runs (docs/benchmarks.md,
+"Seventh round"): one run cannot decide a bar or a 5 % difference. Every row also gives the
+CPU time the hypervisor took from the machine during its run (``steal``, ``/proc/stat``, as
+a share of the run's wall time x cores): a run with steal was not on a quiet machine. Sessions of
 one run are offset (a rotated playlist, or leading silence for a file) so that they never send
 identical requests, and each gets its own phrase-cache namespace
 (``SessionRequest.phrase_cache``) so that no session is served another's phrases.
@@ -40,7 +47,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["register_cost", "CostInput", "cost_figures", "playlists"]
+__all__ = ["register_cost", "CostInput", "cost_figures", "playlists", "repeat_summary",
+           "steal_seconds"]
 
 GAP_S = 0.8
 
@@ -80,6 +88,8 @@ def register_cost(kinds: argparse._SubParsersAction) -> None:
                       metavar="GROUP.FIELD=VALUE", help="override one option for every run")
     cost.add_argument("--compare", action="append", default=[], metavar="GROUP.FIELD=VALUE",
                       help="also run with these overrides, interleaved (repeatable)")
+    cost.add_argument("--repeat", type=int, default=1, metavar="N",
+                      help="run everything N times, interleaved, and summarize (median, range)")
     cost.add_argument("--report", help="write the figures as JSON here")
     cost.set_defaults(handler=_run_cost)
 
@@ -164,6 +174,61 @@ def threads_cpu(tids: set[int]) -> float:
     return total / tick
 
 
+def steal_seconds(stat: str | None = None) -> float | None:
+    """CPU seconds the hypervisor has taken from this machine (all cores; the ``steal``
+    field of ``/proc/stat``'s ``cpu`` line), or None where it cannot be read."""
+    try:
+        if stat is None:
+            with open("/proc/stat") as fh:
+                stat = fh.readline()
+        fields = stat.split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK") if fields[0] == "cpu" else None
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def repeat_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (input, sessions, variant), in first-seen order: the number of runs, the median
+    and range of CPU per audio second, commit lag p95 and EndOffset p50, and the median CPU
+    against that of the input's first variant at the same session count."""
+    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["input"], row["sessions"], row["variant"]), []).append(row)
+    out: list[dict[str, Any]] = []
+    first: dict[tuple[str, int], float | None] = {}
+    for (name, sessions, variant), runs in groups.items():
+        summary: dict[str, Any] = {"input": name, "sessions": sessions, "variant": variant,
+                                   "runs": len(runs)}
+        for key in ("cpu_per_audio_s", "commit_lag_p95", "end_offset_p50"):
+            values = [r[key] for r in runs if r.get(key) is not None]
+            summary[key] = {"median": round(statistics.median(values), 4),
+                            "min": min(values), "max": max(values)} if values else None
+        cpu = summary["cpu_per_audio_s"]["median"] if summary["cpu_per_audio_s"] else None
+        base = first.setdefault((name, sessions), cpu)
+        summary["cpu_vs_first"] = round(cpu / base, 3) if cpu is not None and base else None
+        out.append(summary)
+    return out
+
+
+def print_summary(summary: list[dict[str, Any]], out: Any = None) -> None:
+    """``repeat_summary`` as a table: median [min-max] per figure."""
+    out = out or sys.stdout
+
+    def cell(figure: dict[str, float] | None, digits: int) -> str:
+        if figure is None:
+            return "-"
+        return (f"{figure['median']:.{digits}f} [{figure['min']:.{digits}f}-"
+                f"{figure['max']:.{digits}f}]")
+
+    print(f"{'input':<28}{'N':>3} {'variant':<26}{'runs':>5}  {'CPU/s median [range]':<24}"
+          f"{'vs first':>9}  {'lag95 [range]':<19}{'EO50 [range]':<19}", file=out)
+    for s in summary:
+        ratio = "-" if s["cpu_vs_first"] is None else f"{s['cpu_vs_first']:.3f}"
+        print(f"{s['input'][:27]:<28}{s['sessions']:>3} {s['variant'][:25]:<26}{s['runs']:>5}  "
+              f"{cell(s['cpu_per_audio_s'], 3):<24}{ratio:>9}  "
+              f"{cell(s['commit_lag_p95'], 2):<19}{cell(s['end_offset_p50'], 2):<19}", file=out)
+
+
 def _pct(values: list[float], q: float) -> float | None:
     from speechpipe.evaluation.scores import percentile  # the project's one definition
 
@@ -233,6 +298,7 @@ async def _run_sessions(pipeline: Any, inputs: list[CostInput], pace: str,
     from speechpipe.stages.request import SessionRequest
 
     before, cpu0, wall0 = pipeline.engine.stats.snapshot(), _cpu_seconds(), time.monotonic()
+    steal0 = steal_seconds()
     ct2_0 = threads_cpu(ct2_threads)
     tts_before = {tid: threads_cpu({tid}) for tid in _tts_thread_ids()}
     runs = await asyncio.gather(*(
@@ -241,12 +307,16 @@ async def _run_sessions(pipeline: Any, inputs: list[CostInput], pace: str,
             phrase_cache=f"bench cost {run}.{index}"))
         for index, item in enumerate(inputs)))
     cpu, wall = _cpu_seconds() - cpu0, time.monotonic() - wall0
+    steal1 = steal_seconds()
+    steal = (steal1 - steal0) / (wall * (os.cpu_count() or 1)) if (
+        steal0 is not None and steal1 is not None and wall > 0) else None
     ct2 = threads_cpu(ct2_threads) - ct2_0
     # Piper's worker thread starts with its first phrase: a new thread counts from zero
     tts = sum(threads_cpu({tid}) - tts_before.get(tid, 0.0) for tid in _tts_thread_ids())
     after = pipeline.engine.stats.snapshot()
     engine = {k: after[k] - before[k] for k in after}
-    return [run.records for run in runs], cpu, wall, {**engine, "ct2_cpu": ct2, "tts_cpu": tts}
+    return [run.records for run in runs], cpu, wall, {
+        **engine, "ct2_cpu": ct2, "tts_cpu": tts, "steal": steal}
 
 
 def _python_threads() -> set[int]:
@@ -278,7 +348,8 @@ COLUMNS = (("CPU/s", "cpu_per_audio_s", 3), ("enc", "encoder_per_audio_s", 3),
            ("ctx/s", "context_tokens_per_audio_s", 1), ("items", "items_per_generate", 2),
            ("lag50", "commit_lag_p50", 2), ("lag95", "commit_lag_p95", 2),
            ("lagMax", "commit_lag_max", 2), ("SO50", "start_offset_p50", 2),
-           ("EO50", "end_offset_p50", 2), ("EO95", "end_offset_p95", 2))
+           ("EO50", "end_offset_p50", 2), ("EO95", "end_offset_p95", 2),
+           ("steal", "steal_share", 3))
 
 
 def print_rows(rows: list[dict[str, Any]], out: Any = None) -> None:
@@ -304,6 +375,8 @@ def _run_cost(args: argparse.Namespace) -> int:
         raise InputError(f"--sessions {args.sessions!r}: give counts like 1,8") from None
     if not counts or min(counts) < 1:
         raise InputError("--sessions: counts must be >= 1")
+    if args.repeat < 1:
+        raise InputError(f"--repeat {args.repeat}: give a count >= 1")
     options = with_overrides(PipelineOptions(), args.overrides)
     for text in args.compare:  # a bad variant fails before any model loads
         with_overrides(options, [p for p in text.split(",") if p.strip()])
@@ -327,26 +400,32 @@ def _run_cost(args: argparse.Namespace) -> int:
         print(f"machine: {os.cpu_count()} cores, load average at start "
               + " ".join(f"{x:.2f}" for x in os.getloadavg()), flush=True)
         run = 0
-        for count in counts:
-            for item in inputs:
-                for label, view in views:
-                    copies = [_offset(item, k) for k in range(count)]
-                    records, cpu, wall, engine = asyncio.run(
-                        _run_sessions(view, copies, args.pace, run, ct2_threads))
-                    run += 1
-                    row = {"input": item.name, "variant": label,
-                           **cost_figures(records, copies, cpu, engine, wall,
-                                          engine["ct2_cpu"], engine["tts_cpu"],
-                                          args.pace == "realtime")}
-                    rows.append(row)
-                    print(f"  {item.name} x{count} {label}: CPU {_fmt(row['cpu_per_audio_s'])}"
-                          f" s per audio s, lag p95 {_fmt(row['commit_lag_p95'], 2)} s",
-                          file=sys.stderr, flush=True)
+        plan = [(count, item, label, view) for _ in range(args.repeat) for count in counts
+                for item in inputs for label, view in views]
+        for count, item, label, view in plan:
+            copies = [_offset(item, k) for k in range(count)]
+            records, cpu, wall, engine = asyncio.run(
+                _run_sessions(view, copies, args.pace, run, ct2_threads))
+            run += 1
+            row = {"input": item.name, "variant": label,
+                   **cost_figures(records, copies, cpu, engine, wall,
+                                  engine["ct2_cpu"], engine["tts_cpu"],
+                                  args.pace == "realtime"),
+                   "steal_share": (None if engine["steal"] is None
+                                   else round(engine["steal"], 4))}
+            rows.append(row)
+            print(f"  {item.name} x{count} {label}: CPU {_fmt(row['cpu_per_audio_s'])}"
+                  f" s per audio s, lag p95 {_fmt(row['commit_lag_p95'], 2)} s",
+                  file=sys.stderr, flush=True)
     finally:
         pipeline.close()
     print_rows(rows)
+    summary = repeat_summary(rows) if args.repeat > 1 else []
+    if summary:
+        print(f"over {args.repeat} interleaved runs:")
+        print_summary(summary)
     print("machine: load average at end " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     if args.report:
-        Path(args.report).write_text(json.dumps({"rows": rows}, indent=2))
+        Path(args.report).write_text(json.dumps({"rows": rows, "summary": summary}, indent=2))
         print(f"wrote {args.report}")
     return 0

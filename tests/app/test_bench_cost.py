@@ -1,5 +1,6 @@
-"""``speechpipe bench cost``: the playlist and session offsets (pure), and one real run whose
-figures add up (the CPU split, encoder input, tokens)."""
+"""``speechpipe bench cost``: the playlist and session offsets, the summary of repeated runs
+and the steal reading (pure), and one real run, repeated, whose figures add up (the CPU
+split, encoder input, tokens) and are summarized."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from speechpipe.bench.cost import CostInput, _offset, playlists
+from speechpipe.bench.cost import CostInput, _offset, playlists, repeat_summary, steal_seconds
 from tests.helpers import SHARED_SAMPLES
 
 
@@ -48,11 +49,19 @@ def test_a_real_run_prints_figures_that_add_up(tmp_path, capsys):
 
     report = tmp_path / "cost.json"
     code = main(["bench", "cost", "--file", "samples/wav/es_gato.wav", "--source-lang", "es",
-                 "--pace", "fast", "--report", str(report)])
+                 "--pace", "fast", "--repeat", "2", "--report", str(report)])
     assert code == 0
     out = capsys.readouterr().out
     assert "es_gato.wav" in out and "CPU/s" in out
-    row = json.loads(report.read_text())["rows"][0]
+    assert "over 2 interleaved runs:" in out
+    figures = json.loads(report.read_text())
+    (summary,) = figures["summary"]
+    assert summary["runs"] == 2 and summary["cpu_vs_first"] == 1.0
+    cpus = [r["cpu_per_audio_s"] for r in figures["rows"]]
+    assert summary["cpu_per_audio_s"]["min"] == min(cpus)
+    assert summary["cpu_per_audio_s"]["max"] == max(cpus)
+    row = figures["rows"][0]
+    assert row["steal_share"] is not None and row["steal_share"] >= 0  # Linux: /proc/stat
     parts = sum(row[k] for k in ("encoder_per_audio_s", "decoder_per_audio_s",
                                  "tts_per_audio_s", "rest_per_audio_s"))
     assert row["cpu_per_audio_s"] > 0 and row["encoder_per_audio_s"] > 0
@@ -61,6 +70,45 @@ def test_a_real_run_prints_figures_that_add_up(tmp_path, capsys):
     assert row["encoded_audio_per_audio_s"] >= 1.0  # every second is encoded at least once
     assert row["generated_tokens_per_audio_s"] > 0
     assert row["commit_lag_p95"] is None  # fast pace: no wall-clock lag to report
+
+
+def test_repeated_runs_are_summarized_by_median_range_and_ratio():
+    def row(name, variant, cpu, lag, sessions=1):
+        return {"input": name, "sessions": sessions, "variant": variant,
+                "cpu_per_audio_s": cpu, "commit_lag_p95": lag, "end_offset_p50": None}
+    rows = [row("mono", "base", 0.30, 0.4), row("mono", "v", 0.27, 0.5),
+            row("mono", "base", 0.36, 0.6), row("mono", "v", 0.28, 0.3),
+            row("mono", "base", 0.32, 0.5), row("mono", "v", 0.40, 0.4),
+            row("mono", "base", 0.50, None, sessions=8)]
+    base, variant, eight = repeat_summary(rows)
+    assert (base["variant"], base["runs"]) == ("base", 3)
+    assert base["cpu_per_audio_s"] == {"median": 0.32, "min": 0.30, "max": 0.36}
+    assert base["cpu_vs_first"] == 1.0
+    assert variant["cpu_per_audio_s"]["median"] == 0.28
+    assert variant["cpu_vs_first"] == pytest.approx(0.28 / 0.32, abs=1e-3)
+    assert base["end_offset_p50"] is None  # no clip offsets: nothing to summarize
+    assert eight["cpu_vs_first"] == 1.0 and eight["commit_lag_p95"] is None  # own baseline
+
+
+def test_steal_is_read_from_the_cpu_line_of_proc_stat():
+    import os
+
+    tick = os.sysconf("SC_CLK_TCK")
+    line = f"cpu  4705 356 584 3699 23 23 0 {3 * tick} 0 0"
+    assert steal_seconds(line) == pytest.approx(3.0)
+    assert steal_seconds("intr 1 2 3") is None
+    assert steal_seconds("cpu 1 2") is None  # too short: no steal field
+    live = steal_seconds()
+    assert live is None or live >= 0
+
+
+def test_a_repeat_count_below_one_is_refused_with_one_line(capsys):
+    from speechpipe.cli import main
+
+    code = main(["bench", "cost", "--file", "samples/wav/es_gato.wav", "--repeat", "0"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["speechpipe: error: --repeat 0: give a count >= 1"]
 
 
 def test_eval_reports_each_category_apart(capsys):

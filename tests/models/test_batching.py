@@ -71,8 +71,7 @@ CONTEXTS = (("", ""), ("", ""), ("", ""),
 def real_requests() -> list[WhisperRequest]:
     """Six real clips cut to 2.2-5.5 s: four share an encode bucket, two are alone; prefixes
     of different lengths, contexts of different lengths (none, 8 and 16+ tokens), one
-    language left to detection, two beam-2 (one of them without length normalization, which
-    needs a generate call of its own), partial and final, window-capped partials."""
+    language left to detection, one beam-2, partial and final, window-capped partials."""
     cuts = (3.1, 3.4, 3.9, 3.2, 5.5, 2.2)
     prefixes = ("", "Autobuses", "", "En", "", "la")
     requests = []
@@ -85,8 +84,7 @@ def real_requests() -> list[WhisperRequest]:
             tasks=(DecodeTask("transcribe", prefix, source_context),
                    DecodeTask("translate", "The" if i % 2 else "", target_context)),
             cap_by_window=bool(i % 2),
-            beam_size=2 if i in (3, 5) else 1,
-            length_penalty=0.0 if i == 3 else 1.0,
+            beam_size=2 if i == 5 else 1,
             max_new_tokens=16 if i % 2 else None,
             partial=bool(i % 2),
         ))
