@@ -312,10 +312,14 @@ async def ledger_faults(out: dict[str, Any], procs: Procs) -> None:
         clients.append(h2)
         out["holders"] = [await h1.first(), await h2.first(), h2.url]
         await asyncio.sleep(7.0)  # the sessions age: a wait of 20 - 7 s is under 15 s
+        # w1 is in line before w2 asks: the two nodes reach the ledger in their own time,
+        # so opening both at once left their order to chance (w2 first in one CI run)
         w1 = await opened("w1", URL["a"], tokens.new())
+        clients.append(w1)
+        first = await w1.queued_position()
         w2 = await opened("w2", URL["b"], tokens.new())
-        clients += [w1, w2]
-        out["waiters_before"] = [await w1.queued_position(), await w2.queued_position()]
+        clients.append(w2)
+        out["waiters_before"] = [first, await w2.queued_position()]
         ray.kill(ledger, no_restart=False)  # Ray restarts it, empty, with a new epoch
 
         async def rebuilt() -> bool:  # the nodes re-registered and their waiters asked again
