@@ -50,11 +50,18 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from speechpipe.errors import LanguageError, ModelError
+from speechpipe.models.home import speechpipe_home
+from speechpipe.models.whisper_vocab import (
+    RestrictedVocabulary,
+    restricted_model,
+    vocabulary_languages,
+)
 from speechpipe.stages.coverage import (
     classify_utterance,
     coverage_gap,
@@ -216,6 +223,11 @@ class WhisperEngine:
         encode_bucket_s: float = ENCODE_BUCKET_S,
     ):
         self.encode_bucket_s = encode_bucket_s
+        self.model_dir = Path(model_dir)
+        self._cpu_threads, self._num_workers = cpu_threads, num_workers
+        # decoders restricted to a language and English, by (language, words per language)
+        self._decoders: dict[tuple[str, int], tuple[Any, RestrictedVocabulary] | None] = {}
+        self._decoders_lock = threading.Lock()
         self.stats = EngineStats()
         try:
             from faster_whisper import WhisperModel
@@ -288,6 +300,32 @@ class WhisperEngine:
         results = self.model.model.detect_language(encoder_output)[0]
         token, prob = results[0]
         return token[2:-2], float(prob)
+
+    def decoder(self, language: str, words: int) -> tuple[Any, RestrictedVocabulary | None]:
+        """The CTranslate2 model that decodes ``language`` (captions, and translation into
+        English): with ``words``, restricted to the tokens of that language's and English's
+        ``words`` most frequent words when a word list exists for it (models/whisper_vocab.py);
+        else, or with 0, the full model. Built on first use (cached on disk), then kept."""
+        if not words:
+            return self.model.model, None
+        with self._decoders_lock:
+            if (language, words) not in self._decoders:
+                self._decoders[language, words] = self._load_decoder(language, words)
+            found = self._decoders[language, words]
+        return (self.model.model, None) if found is None else found
+
+    def _load_decoder(self, language: str,
+                      words: int) -> tuple[Any, RestrictedVocabulary] | None:
+        import ctranslate2
+
+        if language not in vocabulary_languages():
+            return None
+        folder, vocabulary = restricted_model(
+            self.model_dir, {language, "en"}, words, speechpipe_home() / "models" / "restricted")
+        model = ctranslate2.models.Whisper(
+            str(folder), device="cpu", compute_type="int8",
+            intra_threads=self._cpu_threads, inter_threads=self._num_workers)
+        return model, vocabulary
 
     def _text_ids(self, text: str) -> list[int]:
         return (self.tokenizer.encode(" " + text.strip(), add_special_tokens=False).ids
@@ -379,29 +417,39 @@ class WhisperEngine:
         # beam size, the context length and max_length. max_length is per request (the
         # largest its tasks need, in steps of MAX_LENGTH_STEP), so a request's results (text
         # and scores) are the same in any batch, and its tasks share one call
+        # a restricted decoder has ids of its own: prompts are mapped to them, outputs back
         items: list[_Item] = []
-        groups: dict[tuple[int, int, int], list[int]] = {}
+        groups: dict[tuple[str, int, int, int, int], list[int]] = {}
         for row, request in enumerate(requests):
+            language = languages[row][0]
+            _, vocabulary = self.decoder(language, request.vocabulary_words)
             contexts = self.context_ids(request)
             pending = []
             for task in request.tasks:
                 context = contexts[task.task]
-                prompt, n_prefix = self._prompt(languages[row][0], task.task, task.prefix,
-                                                context)
+                prompt, n_prefix = self._prompt(language, task.task, task.prefix, context)
+                if vocabulary is not None:
+                    n_head = len(prompt) - n_prefix
+                    head = vocabulary.to_restricted(prompt[:n_head])
+                    tail = vocabulary.to_restricted(prompt[n_head:])
+                    prompt, n_prefix = head + tail, len(tail)
+                    context = head[: len(head) - len(self._sot(language, task.task))]
                 new_tokens = self.new_tokens(request, n_prefix)
                 pending.append((task, prompt, n_prefix, new_tokens, len(context)))
             length = max((generate_max_length(p[2] + p[3], p[4]) for p in pending), default=0)
             length = min(448, -(-length // MAX_LENGTH_STEP) * MAX_LENGTH_STEP)
+            words = request.vocabulary_words if vocabulary is not None else 0
             for task, prompt, n_prefix, new_tokens, n_context in pending:
-                key = (request.beam_size, n_context, length)
+                key = (language if words else "", words, request.beam_size, n_context, length)
                 groups.setdefault(key, []).append(len(items))
                 items.append(_Item(row, task, prompt, n_prefix, new_tokens, n_context, length))
         generated: dict[int, tuple[list[int], float, float, bool]] = {}
         made = kept = forced = 0
-        for (beam_size, _, _), members in groups.items():
+        for (decoder_language, words, beam_size, _, _), members in groups.items():
+            model, vocabulary = self.decoder(decoder_language, words)
             rows = [items[m].row for m in members]
             memory = ctranslate2.StorageView.from_array(np.ascontiguousarray(encoded[rows]))
-            outputs = self.model.model.generate(
+            outputs = model.generate(
                 memory,
                 [items[m].prompt for m in members],
                 beam_size=beam_size,
@@ -415,6 +463,8 @@ class WhisperEngine:
                 full = list(output.sequences_ids[0])
                 # CTranslate2 returns the forced prefix tokens as part of the sequence
                 tokens = full[item.n_prefix:]
+                if vocabulary is not None:
+                    tokens = vocabulary.to_full(tokens)
                 hit_cap = len(tokens) >= item.new_tokens
                 ids = [i for i in tokens[:item.new_tokens] if i < self.eot]
                 made += len(tokens)

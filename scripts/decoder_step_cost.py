@@ -1,6 +1,7 @@
 """What one Whisper decoder step costs on this machine, by window, beam and items per call.
 
     python scripts/decoder_step_cost.py [--audio WAV] [--language de] [--tokens 30]
+        [--vocabulary-words N]
 
 One CTranslate2 thread, the embedded Whisper base weights, the engine's own encoder input
 (audio + 1 s of silence): for each window length, ``generate`` on one fixed encoder output
@@ -30,20 +31,25 @@ SHAPES = ((1, 1), (5, 1), (10, 1), (1, 5), (1, 10), (5, 2), (2, 5))  # (beam, it
 
 
 def step_cost(engine: WhisperEngine, audio: np.ndarray, language: str, window_s: float,
-              beam: int, items: int, tokens: int) -> tuple[float, int]:
-    """Best-of-three seconds of one ``generate`` call and the steps it took."""
+              beam: int, items: int, tokens: int, words: int = 0) -> tuple[float, int]:
+    """Best-of-three seconds of one ``generate`` call and the steps it took; ``words``: the
+    decoder restricted to the language's and English's most frequent words (0: full)."""
     import ctranslate2
 
     encoded = engine._encode_rows([engine.mel(audio[: int(window_s * 16_000)])])
     memory = ctranslate2.StorageView.from_array(
         np.ascontiguousarray(np.repeat(encoded, items, axis=0)))
+    model, vocabulary = engine.decoder(language, words)
     prompt = engine._sot(language, "translate")
+    eot = engine.eot
+    if vocabulary is not None:
+        prompt, eot = vocabulary.to_restricted(prompt), vocabulary.to_restricted([eot])[0]
     best, steps = float("inf"), 0
     for _ in range(3):
         start = time.perf_counter()
-        out = engine.model.model.generate(memory, [prompt] * items, beam_size=beam,
-                                          max_length=2 * tokens, suppress_blank=False,
-                                          suppress_tokens=[engine.eot])
+        out = model.generate(memory, [prompt] * items, beam_size=beam,
+                             max_length=2 * tokens, suppress_blank=False,
+                             suppress_tokens=[eot])
         best = min(best, time.perf_counter() - start)
         steps = len(out[0].sequences_ids[0])
     return best, steps
@@ -55,6 +61,9 @@ def main() -> None:
     parser.add_argument("--language", default="de")
     parser.add_argument("--tokens", type=int, default=30)
     parser.add_argument("--windows", default="3,9", help="window lengths in seconds")
+    parser.add_argument("--vocabulary-words", type=int, default=0,
+                        help="decoders restricted to this many words per language "
+                             "(asr.vocabulary_words; 0: the full vocabulary)")
     args = parser.parse_args()
     try:
         audio, rate = sf.read(args.audio, dtype="float32")
@@ -68,7 +77,7 @@ def main() -> None:
     for window_s in (float(w) for w in args.windows.split(",")):
         for beam, items in SHAPES:
             seconds, steps = step_cost(engine, audio, args.language, window_s, beam, items,
-                                       args.tokens)
+                                       args.tokens, args.vocabulary_words)
             print(f"{window_s:>6.0f} {beam:>4} {items:>5} {beam * items:>4} "
                   f"{seconds * 1000:>8.0f} {seconds * 1000 / max(1, steps):>8.1f}", flush=True)
     print(f"machine: load average at the end {os.getloadavg()[0]:.2f}")

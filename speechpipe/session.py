@@ -328,6 +328,11 @@ class PipelineSession:
         if voice is not None:
             tts_worker = await asyncio.to_thread(pipeline.tts_worker, voice)
             cache = pipeline.phrase_cache(voice)
+        words = resolved.asr.vocabulary_words
+        prepare = getattr(pipeline.engine, "decoder", None)
+        if words and resolved.source_lang and prepare is not None:
+            # the decoder of this language's vocabulary loads here, not in the first decode
+            await asyncio.to_thread(prepare, resolved.source_lang, words)
 
         async def speak(text: str, speed: float = 1.0) -> np.ndarray:
             key = (namespace, text, rate, speed)

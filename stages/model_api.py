@@ -58,6 +58,9 @@ class WhisperRequest:
     # partials: the new-token cap also subtracts the forced prefix's tokens (the words of the
     # window already committed), so a partial stops about where its audio ends
     cap_by_window: bool = False
+    # decode with the output layer of the language's and English's most frequent words,
+    # this many per language (``models.whisper_vocab``); 0: the full vocabulary
+    vocabulary_words: int = 0
 
 
 @dataclass(frozen=True, slots=True)

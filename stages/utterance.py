@@ -214,6 +214,7 @@ class UtteranceDecoder:
             word_times=self._word_times(kind),
             max_context_tokens=self.options.context_tokens,
             cap_by_window=self.options.cap_by_window and partial,
+            vocabulary_words=self.options.vocabulary_words,
         ))
 
     def _word_times(self, kind: str) -> tuple[str, ...]:

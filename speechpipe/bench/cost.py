@@ -368,6 +368,7 @@ def _run_cost(args: argparse.Namespace) -> int:
     from speechpipe.errors import InputError
     from speechpipe.evaluation.compare import variant_pipelines
     from speechpipe.session import Pipeline, PipelineOptions, apply_process_limits
+    from speechpipe.stages.model_api import DecodeTask, WhisperRequest
 
     try:
         counts = [int(n) for n in args.sessions.split(",") if n.strip()]
@@ -392,10 +393,19 @@ def _run_cost(args: argparse.Namespace) -> int:
     try:
         pipeline.engine.warm_up()  # CTranslate2 may start its threads on first use
         pipeline.whisper.warm_up()
+        # restricted decoders (asr.vocabulary_words) are models of their own, with threads of
+        # their own: loaded now, so their CPU counts as the decoder's, not the rest's
+        views = variant_pipelines(pipeline, args.compare)
+        for _, view in views:
+            for item in inputs:
+                words = view.options.asr.vocabulary_words
+                if item.lang != "auto" and words:
+                    pipeline.engine.run(WhisperRequest(  # a decode starts its threads
+                        audio=np.zeros(8_000, np.float32), language=item.lang,
+                        tasks=(DecodeTask("translate"),), vocabulary_words=words))
         engine_threads = thread_ids()
         pipeline.warm_up()
         ct2_threads = engine_threads - before_load - _python_threads()
-        views = variant_pipelines(pipeline, args.compare)
         print(f"command: speechpipe {' '.join(sys.argv[1:])}")
         print(f"machine: {os.cpu_count()} cores, load average at start "
               + " ".join(f"{x:.2f}" for x in os.getloadavg()), flush=True)

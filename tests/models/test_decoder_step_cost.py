@@ -30,6 +30,15 @@ def test_it_prints_a_step_cost_for_every_shape_and_window():
     assert all(float(r[4]) > 0 and float(r[5]) > 0 for r in rows)  # call ms, ms per step
 
 
+def test_a_restricted_vocabulary_steps_too():
+    done = run("--audio", str(ROOT / "samples/wav/de_wetter.wav"), "--windows", "1",
+               "--tokens", "3", "--vocabulary-words", "1000")
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines()
+            if line.split() and line.split()[0].isdigit()]
+    assert len(rows) == 7 and all(float(r[5]) > 0 for r in rows)
+
+
 def test_an_unreadable_file_exits_with_one_line(tmp_path):
     bad = tmp_path / "not-audio.wav"
     bad.write_text("not audio")
