@@ -44,6 +44,7 @@ any. Its words are appended to the translate decode (``recovered`` counts the ex
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -67,6 +68,8 @@ from speechpipe.stages.coverage import (
     coverage_gap,
 )
 from speechpipe.stages.model_api import DecodeResult, DecodeTask, WhisperRequest, WhisperResult
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "WhisperEngine",
@@ -316,15 +319,23 @@ class WhisperEngine:
 
     def _load_decoder(self, language: str,
                       words: int) -> tuple[Any, RestrictedVocabulary] | None:
+        """None: the full model decodes this language (no word list, or the restricted copy
+        could not be built or loaded: logged once, and sessions go on with the full one)."""
         import ctranslate2
 
         if language not in vocabulary_languages():
             return None
-        folder, vocabulary = restricted_model(
-            self.model_dir, {language, "en"}, words, speechpipe_home() / "models" / "restricted")
-        model = ctranslate2.models.Whisper(
-            str(folder), device="cpu", compute_type="int8",
-            intra_threads=self._cpu_threads, inter_threads=self._num_workers)
+        try:
+            folder, vocabulary = restricted_model(
+                self.model_dir, {language, "en"}, words,
+                speechpipe_home() / "models" / "restricted")
+            model = ctranslate2.models.Whisper(
+                str(folder), device="cpu", compute_type="int8",
+                intra_threads=self._cpu_threads, inter_threads=self._num_workers)
+        except Exception as exc:  # a full disk, a read-only home, a foreign model.bin
+            log.warning("no restricted decoder for %s (%s); decoding with the full vocabulary",
+                        language, exc)
+            return None
         return model, vocabulary
 
     def _text_ids(self, text: str) -> list[int]:
@@ -686,6 +697,7 @@ class WhisperEngine:
         """Drop the model (CTranslate2 joins its own threads in its destructor). Call on the
         main thread once no worker thread uses the engine; the engine is unusable after."""
         self.model = None
+        self._decoders.clear()
 
     def warm_up(self) -> None:
         """A single request, then a batch of two in one bucket (both code paths)."""

@@ -185,3 +185,23 @@ def test_the_restricted_folder_is_built_once_and_loads(tmp_path, monkeypatch):
     again, _ = restricted_model(full, ["en", "es"], 500, tmp_path)  # same set: the cache
     assert again == folder and (folder / "model.bin").stat().st_mtime_ns == built
     assert not list(tmp_path.glob(".tmp-*"))
+
+
+@pytest.mark.slow
+def test_a_restricted_decoder_that_cannot_be_built_falls_back_to_the_full_one(
+        pipeline, monkeypatch, caplog):
+    import logging
+
+    import speechpipe.models.whisper_engine as engine_module
+
+    def read_only(*args: object, **kwargs: object) -> None:
+        raise OSError("read-only file system")
+
+    monkeypatch.setattr(engine_module, "restricted_model", read_only)
+    engine = pipeline.engine
+    with caplog.at_level(logging.WARNING, logger=engine_module.__name__):
+        model, vocabulary = engine.decoder("es", 777)  # a count no other test loads
+    assert vocabulary is None and model is engine.model.model
+    assert "read-only file system" in caplog.text and "full vocabulary" in caplog.text
+    request = _restricted(real_requests()[0], 777)
+    assert same(engine.run(request), engine.run(_restricted(request, 0)))
