@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
+from speechpipe.machine import describe_cpu
 from speechpipe.models.whisper_engine import WhisperEngine
 from speechpipe.models.whisper_weights import resolve_whisper_model
 
@@ -72,7 +73,7 @@ def main() -> None:
     if rate != 16_000 or audio.ndim != 1:
         raise SystemExit(f"{args.audio}: needs 16 kHz mono audio")
     engine = WhisperEngine(resolve_whisper_model(), cpu_threads=1)
-    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
+    print(f"machine: {describe_cpu()}; load average {os.getloadavg()[0]:.2f}")
     print(f"{'window':>6} {'beam':>4} {'items':>5} {'hyps':>4} {'call ms':>8} {'ms/step':>8}")
     for window_s in (float(w) for w in args.windows.split(",")):
         for beam, items in SHAPES:

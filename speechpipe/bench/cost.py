@@ -367,6 +367,7 @@ def _run_cost(args: argparse.Namespace) -> int:
     from speechpipe.config import with_overrides
     from speechpipe.errors import InputError
     from speechpipe.evaluation.compare import variant_pipelines
+    from speechpipe.machine import describe_cpu
     from speechpipe.session import Pipeline, PipelineOptions, apply_process_limits
     from speechpipe.stages.model_api import DecodeTask, WhisperRequest
 
@@ -407,7 +408,7 @@ def _run_cost(args: argparse.Namespace) -> int:
         pipeline.warm_up()
         ct2_threads = engine_threads - before_load - _python_threads()
         print(f"command: speechpipe {' '.join(sys.argv[1:])}")
-        print(f"machine: {os.cpu_count()} cores, load average at start "
+        print(f"machine: {describe_cpu()}; load average at start "
               + " ".join(f"{x:.2f}" for x in os.getloadavg()), flush=True)
         run = 0
         plan = [(count, item, label, view) for _ in range(args.repeat) for count in counts

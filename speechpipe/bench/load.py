@@ -50,6 +50,7 @@ import numpy as np
 
 from speechpipe.bench.server_process import ServerProcess, scrape
 from speechpipe.evaluation.scores import percentile
+from speechpipe.machine import describe_cpu
 from speechpipe.transport.client import ClientRun, stream_session
 
 __all__ = ["run_load_bench", "register_load", "ClientRun", "commit_latencies", "utterance_offsets",
@@ -589,7 +590,7 @@ def _bench_load_main(args: Any) -> int:
     import shlex
 
     print("command: speechpipe " + shlex.join(sys.argv[1:]), flush=True)  # to re-run it
-    print(f"machine: {os.cpu_count()} cores, load average "
+    print(f"machine: {describe_cpu()}; load average "
           + " ".join(f"{v:.2f}" for v in os.getloadavg()), flush=True)
     asyncio.run(run_load_bench(
         url=args.url, sessions=args.sessions, ramp=args.ramp, steps=list(iter_steps(args.steps)),

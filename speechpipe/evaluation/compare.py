@@ -116,8 +116,10 @@ def print_comparison(report: dict[str, Any], out: TextIO = sys.stdout) -> None:
     import os
     import shlex
 
+    from speechpipe.machine import describe_cpu
+
     print("command: speechpipe " + shlex.join(sys.argv[1:]), file=out)  # to re-run it
-    print(f"machine: {os.cpu_count()} cores, load average at the end "
+    print(f"machine: {describe_cpu()}; load average at the end "
           + " ".join(f"{v:.2f}" for v in os.getloadavg()), file=out)
     for label, variant in report["variants"].items():
         print(f"\n== {label}", file=out)

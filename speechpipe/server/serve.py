@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from speechpipe.config import MODEL_ALIASES, Alias, add_aliases, apply_aliases, groups_of
 from speechpipe.errors import SessionError
+from speechpipe.machine import describe_cpu
 from speechpipe.server.load_control import LoadControl
 from speechpipe.server.metrics import ServerMetrics
 from speechpipe.server.observe import ObservedSession
@@ -225,6 +226,7 @@ async def run_server(
             if node is not None:
                 await _join_cluster(app, node)
             print("speechpipe: ready", file=sys.stderr, flush=True)
+            print(f"speechpipe: CPU {describe_cpu()}", file=sys.stderr, flush=True)
             if app.load_control is not None:
                 print(app.load_control.describe(), file=sys.stderr, flush=True)
             if node is not None:
