@@ -14,10 +14,12 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    Info,
     ProcessCollector,
     generate_latest,
 )
 
+from speechpipe.machine import cpu_info
 from speechpipe.stages.coverage import classify_utterance
 from speechpipe.stages.frames import (
     STREAM_RATE,
@@ -65,6 +67,13 @@ class ServerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = r = registry or CollectorRegistry()
         self.ready = Gauge("speechpipe_ready", "1 once models are loaded and warmed", registry=r)
+        # what a decoder step costs depends on the CPU kind (speechpipe.machine): on the
+        # dashboard beside the latencies, so two servers' figures are not read as one
+        cpu = cpu_info()
+        Info("speechpipe_cpu", "The CPU: model, widest int8 instructions, CTranslate2's int8 GEMM",
+             registry=r).info({"model": cpu.model, "isa": cpu.isa or "unknown",
+                               "gemm": cpu.gemm or "unknown",
+                               "repacks_weights": str(cpu.repacks_weights).lower()})
         self.sessions_active = Gauge(
             "speechpipe_sessions_active", "Sessions currently running", registry=r
         )

@@ -80,3 +80,16 @@ def test_this_machine_is_described() -> None:
         assert info.gemm in ("MKL", "oneDNN")
         assert info.isa  # every x86_64 Linux machine lists its flags
     assert describe_cpu(info).startswith(f"{info.model}, {info.cores} cores")
+
+
+def test_the_server_exports_the_cpu_kind() -> None:
+    from prometheus_client import generate_latest
+
+    from speechpipe.server.metrics import ServerMetrics
+
+    text = generate_latest(ServerMetrics().registry).decode()
+    info = cpu_info()
+    line = next(line for line in text.splitlines() if line.startswith("speechpipe_cpu_info{"))
+    assert f'gemm="{info.gemm or "unknown"}"' in line
+    assert f'repacks_weights="{str(info.repacks_weights).lower()}"' in line
+    assert line.endswith(" 1.0")
