@@ -25,7 +25,8 @@ Guards against words from nothing (unguarded decodes loop on real clips here):
 - 1 s of trailing silence is appended before encoding, which gives Whisper its end-of-audio
   cue (without it short inputs loop, e.g. "así, así, así");
 - ``max_length`` is tied to the audio length;
-- a loop guard cuts a continuation at the first repeated n-gram run;
+- a loop guard cuts a continuation at the first repeated n-gram run, or at a word that
+  loops inside itself ("2-3-3-4-4-4-4-4-4");
 - a no-speech guard drops a decode whose no-speech probability is high and whose
   log-probability is low (faster-whisper's rule).
 The ASR stage adds the commit guard (``stages.faithfulness``): no words where a neural VAD
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -115,6 +117,8 @@ def cut_repetition(
     n_context = len(context)
     n_words = len(norm)
     for i in range(n_words):
+        if i >= n_context and _loops_within(norm[i]):  # "2-3-3-4-4-4-4-4-4": one "word"
+            return list(words[: i - n_context]), True
         for n in range(1, max_ngram + 1):
             if i + 2 * n > n_words:
                 break
@@ -128,6 +132,25 @@ def cut_repetition(
             keep = i + n if n > 1 else i + 1
             return list(words[: max(0, keep - n_context)]), True
     return list(words), False
+
+
+_PIECE = re.compile(r"\w+")
+
+
+def _loops_within(word: str) -> bool:
+    """True when the pieces of one space-free word (split at hyphens, dots, slashes, ...) loop:
+    one piece 4 times in a row or a longer run 3 times, as Whisper's translation of unclear
+    audio can ("2-3-3-4-4-4-4-4-4"), which a loop guard over space-separated words misses."""
+    pieces = _PIECE.findall(word)
+    for i in range(len(pieces)):
+        for n in range(1, (len(pieces) - i) // 3 + 1):
+            copies = 4 if n == 1 else 3
+            if i + copies * n > len(pieces):
+                break
+            block = pieces[i: i + n]
+            if all(pieces[i + k * n: i + (k + 1) * n] == block for k in range(1, copies)):
+                return True
+    return False
 
 
 _SENTENCE_END = (".", "?", "!", "…")

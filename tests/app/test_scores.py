@@ -22,6 +22,18 @@ def test_loop_guard_cuts_repeats_and_keeps_real_text():
     assert (kept, cut) == ([], True)
 
 
+
+def test_loop_guard_cuts_a_word_that_loops_inside_itself():
+    # fr_mamba_sample4 on an AVX2 machine: "PHP Code Sniffer" translated as a digit loop
+    assert cut_repetition("2-3-3-4-4-4-4-4-4 which can be used".split()) == ([], True)
+    assert cut_repetition("It is 1-2-1-2-1-2 here".split()) == (["It", "is"], True)
+    # hyphenated words, short repeats, addresses and abbreviations are words
+    for text in ("a well-known bye-bye", "ha-ha-ha said he", "www.example.com U.S.A. 4-4-4"):
+        assert cut_repetition(text.split()) == (text.split(), False)
+    # a loop inside the committed context is not the continuation's to cut
+    assert cut_repetition("which can be used".split(), context=["4-4-4-4-4"]) == (
+        "which can be used".split(), False)
+
 def test_restatement_guard_cuts_a_sentence_said_again_in_other_words():
     # es_cvssapp_example1, pause decode after the forced prefix "It was buried in the cemetery"
     kept, cut = cut_restatement(
