@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CpuInfo", "parse_cpuinfo", "cpu_info", "describe_cpu"]
+__all__ = ["CpuInfo", "parse_cpuinfo", "cpu_info", "describe_cpu", "usable_cores"]
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -86,11 +86,17 @@ def parse_cpuinfo(text: str, *, cores: int, env: Mapping[str, str] | None = None
     return CpuInfo(model=model, vendor=vendor, cores=cores, isa=_isa(flags), gemm=gemm)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS tells it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def cpu_info() -> CpuInfo:
     """This machine's ``CpuInfo`` (Linux's ``/proc/cpuinfo``; elsewhere what ``platform``
     tells)."""
-    cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-             else os.cpu_count() or 1)
+    cores = usable_cores()
     try:
         text = Path("/proc/cpuinfo").read_text(errors="replace")
     except OSError:

@@ -13,12 +13,12 @@ import asyncio
 import contextlib
 import logging
 import math
-import os
 import time
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from speechpipe.machine import usable_cores
 from speechpipe.server.admission import AdmissionCore, AdmissionGate
 from speechpipe.server.degrade import DegradeController, LoadSample
 from speechpipe.server.options import LoadOptions
@@ -102,9 +102,7 @@ def calibrate_capacity(pipeline: Pipeline, *, batch: int = 4, audio_s: float = 4
         batched = time.perf_counter() - t0
     asr = 1.25 * per_request / max(0.1, asr_options.step_s)
     tts = rtf * speech_duty
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-        os.cpu_count() or 1
-    )
+    cores = usable_cores()
     by_asr = 0.7 * min(options.batching.workers, cores) / max(asr, 1e-3)
     by_cpu = 0.7 * cores / max(asr + tts + 0.02, 1e-3)
     sessions = max(1, math.floor(min(by_asr, by_cpu)))
