@@ -19,6 +19,7 @@ from speechpipe.evaluation.compare import (
     compare_variants,
     parse_variant,
     print_comparison,
+    print_provenance,
     variant_pipelines,
 )
 from speechpipe.evaluation.evaluate import (
@@ -34,6 +35,7 @@ from speechpipe.evaluation.offline import (
     offline_beam,
     offline_references,
 )
+from speechpipe.machine import describe_cpu
 from speechpipe.session import Pipeline, apply_process_limits, check_request
 from speechpipe.stages.request import SessionRequest
 from speechpipe.transport.file_output import check_output_path
@@ -81,9 +83,10 @@ def run_eval(args: argparse.Namespace, options: PipelineOptions, request: Sessio
     finally:
         pipeline.close()
     report["settings"] = {"pace": request.pace, "mode": request.mode,
-                          "detect_language": args.detect_language}
+                          "detect_language": args.detect_language, "machine": describe_cpu()}
     if offline is not None:
         report["offline_reference"] = offline.summary()
+    print_provenance()
     print_report(report)
     if args.report:
         _write_report(args.report, report)
@@ -120,7 +123,8 @@ def _run_comparison(args: argparse.Namespace, pipeline: Pipeline, clips: list[di
         pipelines, clips, request, detect_language=args.detect_language,
         offline=None if offline is None else offline.texts))
     report["settings"] = {"pace": request.pace, "mode": request.mode,
-                          "detect_language": args.detect_language, "compare": args.compare}
+                          "detect_language": args.detect_language, "compare": args.compare,
+                          "machine": describe_cpu()}
     if offline is not None:
         report["offline_reference"] = offline.summary()
         for variant in report["variants"].values():

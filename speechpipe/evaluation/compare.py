@@ -26,7 +26,8 @@ from speechpipe.evaluation.evaluate import (
 from speechpipe.session import Pipeline
 from speechpipe.stages.request import SessionRequest
 
-__all__ = ["parse_variant", "variant_pipelines", "compare_variants", "print_comparison"]
+__all__ = ["parse_variant", "variant_pipelines", "compare_variants", "print_comparison",
+           "print_provenance"]
 
 SUMMARY = (
     ("StartOff", "median_start_offset"), ("EndOff", "median_end_offset"),
@@ -111,16 +112,22 @@ def _num(value: Any) -> str:
     return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
-def print_comparison(report: dict[str, Any], out: TextIO = sys.stdout) -> None:
-    """Print the command, the machine, each variant's report, then a summary table."""
+def print_provenance(out: TextIO = sys.stdout) -> None:
+    """The command (to re-run it) and the machine with its load average now: a figure
+    without them cannot be compared with another (docs/benchmarks.md)."""
     import os
     import shlex
 
     from speechpipe.machine import describe_cpu
 
-    print("command: speechpipe " + shlex.join(sys.argv[1:]), file=out)  # to re-run it
+    print("command: speechpipe " + shlex.join(sys.argv[1:]), file=out)
     print(f"machine: {describe_cpu()}; load average at the end "
           + " ".join(f"{v:.2f}" for v in os.getloadavg()), file=out)
+
+
+def print_comparison(report: dict[str, Any], out: TextIO = sys.stdout) -> None:
+    """Print the command, the machine, each variant's report, then a summary table."""
+    print_provenance(out)
     for label, variant in report["variants"].items():
         print(f"\n== {label}", file=out)
         print_report(variant, out=out)
