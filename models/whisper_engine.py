@@ -60,6 +60,7 @@ from numpy.typing import NDArray
 
 from speechpipe.errors import LanguageError, ModelError
 from speechpipe.models.home import speechpipe_home
+from speechpipe.models.prefill import NativePrefill, native_prefill, prefill_text_tokens
 from speechpipe.models.whisper_vocab import (
     RestrictedVocabulary,
     restricted_model,
@@ -196,7 +197,8 @@ class EngineStats:
 
     FIELDS = ("encode_calls", "encode_s", "encoded_s", "generate_calls", "decode_items",
               "decode_s", "generated_tokens", "kept_tokens", "forced_tokens",
-              "context_tokens", "align_s", "recover_s")
+              "context_tokens", "align_s", "recover_s", "native_cpu_s",
+              "prefilled_tokens", "decoder_steps")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -239,6 +241,7 @@ class _Item:
     new_tokens: int
     n_context: int
     max_length: int
+    prefilled: int = 0  # prefix tokens read in the prompt pass (models.prefill)
 
 
 class WhisperEngine:
@@ -251,8 +254,12 @@ class WhisperEngine:
         self.encode_bucket_s = encode_bucket_s
         self.model_dir = Path(model_dir)
         self._cpu_threads, self._num_workers = cpu_threads, num_workers
-        # decoders restricted to a language and English, by (language, words per language)
-        self._decoders: dict[tuple[str, int], tuple[Any, RestrictedVocabulary] | None] = {}
+        # decoders restricted to a language and English, by (language, words per language),
+        # with their model folder
+        self._decoders: dict[tuple[str, int],
+                             tuple[Any, RestrictedVocabulary, Path] | None] = {}
+        self._prefill: NativePrefill | None = None
+        self._prefill_checked = False
         self._decoders_lock = threading.Lock()
         self.stats = EngineStats()
         try:
@@ -332,16 +339,35 @@ class WhisperEngine:
         English): with ``words``, restricted to the tokens of that language's and English's
         ``words`` most frequent words when a word list exists for it (models/whisper_vocab.py);
         else, or with 0, the full model. Built on first use (cached on disk), then kept."""
+        found = self._decoder_entry(language, words)
+        return (self.model.model, None) if found is None else (found[0], found[1])
+
+    def decoder_folder(self, language: str, words: int) -> Path:
+        """The model folder of ``decoder(language, words)``."""
+        found = self._decoder_entry(language, words)
+        return self.model_dir if found is None else found[2]
+
+    def _decoder_entry(self, language: str,
+                       words: int) -> tuple[Any, RestrictedVocabulary, Path] | None:
         if not words:
-            return self.model.model, None
+            return None
         with self._decoders_lock:
             if (language, words) not in self._decoders:
                 self._decoders[language, words] = self._load_decoder(language, words)
-            found = self._decoders[language, words]
-        return (self.model.model, None) if found is None else found
+            return self._decoders[language, words]
+
+    def prefill(self) -> NativePrefill | None:
+        """The native prefix-prefill decoders (``models.prefill``), None when unavailable."""
+        with self._decoders_lock:
+            if not self._prefill_checked:
+                self._prefill_checked = True
+                module = native_prefill()
+                if module is not None:
+                    self._prefill = NativePrefill(module, self._cpu_threads)
+            return self._prefill
 
     def _load_decoder(self, language: str,
-                      words: int) -> tuple[Any, RestrictedVocabulary] | None:
+                      words: int) -> tuple[Any, RestrictedVocabulary, Path] | None:
         """None: the full model decodes this language (no word list, or the restricted copy
         could not be built or loaded: logged once, and sessions go on with the full one)."""
         import ctranslate2
@@ -359,7 +385,7 @@ class WhisperEngine:
             log.warning("no restricted decoder for %s (%s); decoding with the full vocabulary",
                         language, exc)
             return None
-        return model, vocabulary
+        return model, vocabulary, folder
 
     def _text_ids(self, text: str) -> list[int]:
         return (self.tokenizer.encode(" " + text.strip(), add_special_tokens=False).ids
@@ -453,7 +479,8 @@ class WhisperEngine:
         # and scores) are the same in any batch, and its tasks share one call
         # a restricted decoder has ids of its own: prompts are mapped to them, outputs back
         items: list[_Item] = []
-        groups: dict[tuple[str, int, int, int, int], list[int]] = {}
+        groups: dict[tuple[str, int, int, int, int, int], list[int]] = {}
+        native = self.prefill() if any(r.prefill for r in requests) else None
         for row, request in enumerate(requests):
             language = languages[row][0]
             _, vocabulary = self.decoder(language, request.vocabulary_words)
@@ -473,28 +500,48 @@ class WhisperEngine:
             length = max((generate_max_length(p[2] + p[3], p[4]) for p in pending), default=0)
             length = min(448, -(-length // MAX_LENGTH_STEP) * MAX_LENGTH_STEP)
             words = request.vocabulary_words if vocabulary is not None else 0
+            # prefix tokens read in the prompt pass: decided by the request alone
+            prefilled = (prefill_text_tokens([p[2] for p in pending])
+                         if native is not None and request.prefill else 0)
             for task, prompt, n_prefix, new_tokens, n_context in pending:
-                key = (language if words else "", words, request.beam_size, n_context, length)
+                key = (language if words else "", words, request.beam_size, n_context, length,
+                       prefilled)
                 groups.setdefault(key, []).append(len(items))
-                items.append(_Item(row, task, prompt, n_prefix, new_tokens, n_context, length))
+                items.append(_Item(row, task, prompt, n_prefix, new_tokens, n_context, length,
+                                   prefilled))
         generated: dict[int, tuple[list[int], float, float, bool]] = {}
-        made = kept = forced = 0
-        for (decoder_language, words, beam_size, _, _), members in groups.items():
+        made = kept = forced = prefilled_total = steps_run = 0
+        for (decoder_language, words, beam_size, n_context, length, prefilled), members \
+                in groups.items():
             model, vocabulary = self.decoder(decoder_language, words)
             rows = [items[m].row for m in members]
-            memory = ctranslate2.StorageView.from_array(np.ascontiguousarray(encoded[rows]))
-            outputs = model.generate(
-                memory,
-                [items[m].prompt for m in members],
-                beam_size=beam_size,
-                max_length=max(items[m].max_length for m in members),
-                return_scores=True,
-                return_no_speech_prob=True,
-                suppress_blank=False,
-            )
-            for member, output in zip(members, outputs, strict=True):
+            prompts = [items[m].prompt for m in members]
+            if prefilled and native is not None:
+                # generate's step budget (generate_max_length), less the tokens read at once
+                steps = min(length // 2, length - n_context - 3) - prefilled
+                cpu0 = time.thread_time()  # it runs on this thread (one CTranslate2 thread)
+                outputs = native.decoder(self.decoder_folder(decoder_language, words)).generate(
+                    np.ascontiguousarray(encoded[rows]), prompts,
+                    prompt_tokens=n_context + 3 + prefilled, sot_index=n_context,
+                    beam_size=beam_size, max_steps=steps)
+                self.stats.add(native_cpu_s=time.thread_time() - cpu0)
+                sequences = [(list(o.ids), o.score, o.no_speech_prob) for o in outputs]
+            else:
+                memory = ctranslate2.StorageView.from_array(np.ascontiguousarray(encoded[rows]))
+                sequences = [
+                    (list(o.sequences_ids[0]), o.scores[0] if o.scores else None,
+                     o.no_speech_prob)
+                    for o in model.generate(
+                        memory, prompts, beam_size=beam_size, max_length=length,
+                        return_scores=True, return_no_speech_prob=True, suppress_blank=False)
+                ]
+            # decoder steps this call ran: its longest item's (one step per token it did not
+            # read in the prompt pass, plus the end-of-text step), the step budget at most
+            steps_run += min(max(len(s[0]) - items[m].prefilled + 1
+                                 for m, s in zip(members, sequences, strict=True)),
+                             min(length // 2, length - n_context - 3) - prefilled)
+            for member, (full, score, no_speech_prob) in zip(members, sequences, strict=True):
                 item = items[member]
-                full = list(output.sequences_ids[0])
                 # CTranslate2 returns the forced prefix tokens as part of the sequence
                 tokens = full[item.n_prefix:]
                 if vocabulary is not None:
@@ -504,8 +551,9 @@ class WhisperEngine:
                 made += len(tokens)
                 kept += len(ids)
                 forced += item.n_prefix
-                avg_logprob = float(output.scores[0]) / max(1, len(full)) if output.scores else 0.0
-                generated[member] = (ids, avg_logprob, float(output.no_speech_prob), hit_cap)
+                prefilled_total += item.prefilled
+                avg_logprob = float(score) / max(1, len(full)) if score is not None else 0.0
+                generated[member] = (ids, avg_logprob, float(no_speech_prob), hit_cap)
         t3 = time.perf_counter()
         decodes: list[list[DecodeResult]] = [[] for _ in requests]
         for member, item in enumerate(items):
@@ -518,6 +566,7 @@ class WhisperEngine:
             encoded_s=len(requests) * self.encode_samples(len(requests[0].audio)) / SAMPLE_RATE,
             generate_calls=len(groups), decode_items=len(items), decode_s=t3 - t2,
             generated_tokens=made, kept_tokens=kept, forced_tokens=forced,
+            prefilled_tokens=prefilled_total, decoder_steps=steps_run,
             context_tokens=sum(item.n_context for item in items),
             align_s=t4 - t3 if aligned else 0.0)
         recover_s = [0.0] * len(requests)

@@ -61,6 +61,9 @@ class WhisperRequest:
     # decode with the output layer of the language's and English's most frequent words,
     # this many per language (``models.whisper_vocab``); 0: the full vocabulary
     vocabulary_words: int = 0
+    # read most of the forced prefix in the prompt pass (models.prefill), when the native
+    # decoder is built; the same results as generate's step-by-step forcing, less work
+    prefill: bool = False
 
 
 @dataclass(frozen=True, slots=True)

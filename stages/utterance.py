@@ -215,6 +215,7 @@ class UtteranceDecoder:
             max_context_tokens=self.options.context_tokens,
             cap_by_window=self.options.cap_by_window and partial,
             vocabulary_words=self.options.vocabulary_words,
+            prefill=self.options.prefill,
         ))
 
     def _word_times(self, kind: str) -> tuple[str, ...]:

@@ -278,6 +278,10 @@ def cost_figures(records_per_session: list[list[dict[str, Any]]],
         "generated_tokens_per_audio_s": per(engine["generated_tokens"]),
         "kept_tokens_per_audio_s": per(engine["kept_tokens"]),
         "forced_tokens_per_audio_s": per(engine["forced_tokens"]),
+        # of the forced ones, read in the prompt pass (models.prefill), not in beam steps
+        "prefilled_tokens_per_audio_s": per(engine["prefilled_tokens"]),
+        # sequential decoder steps (a generate call's longest item), the decoder's main cost
+        "decoder_steps_per_audio_s": per(engine["decoder_steps"]),
         "context_tokens_per_audio_s": per(engine["context_tokens"]),
         "items_per_generate": (round(engine["decode_items"] / engine["generate_calls"], 2)
                                if engine["generate_calls"] else None),
@@ -310,11 +314,13 @@ async def _run_sessions(pipeline: Any, inputs: list[CostInput], pace: str,
     steal1 = steal_seconds()
     steal = (steal1 - steal0) / (wall * (os.cpu_count() or 1)) if (
         steal0 is not None and steal1 is not None and wall > 0) else None
-    ct2 = threads_cpu(ct2_threads) - ct2_0
+    # the native prefill decoder (models.prefill) runs CTranslate2 on the ASR worker's own
+    # thread: the engine measures that thread's CPU during those calls
     # Piper's worker thread starts with its first phrase: a new thread counts from zero
     tts = sum(threads_cpu({tid}) - tts_before.get(tid, 0.0) for tid in _tts_thread_ids())
     after = pipeline.engine.stats.snapshot()
     engine = {k: after[k] - before[k] for k in after}
+    ct2 = threads_cpu(ct2_threads) - ct2_0 + engine["native_cpu_s"]
     return [run.records for run in runs], cpu, wall, {
         **engine, "ct2_cpu": ct2, "tts_cpu": tts, "steal": steal}
 
@@ -345,6 +351,8 @@ COLUMNS = (("CPU/s", "cpu_per_audio_s", 3), ("enc", "encoder_per_audio_s", 3),
            ("rest", "rest_per_audio_s", 3), ("encIn/s", "encoded_audio_per_audio_s", 2),
            ("gen/s", "generated_tokens_per_audio_s", 1),
            ("forced/s", "forced_tokens_per_audio_s", 1),
+           ("pre/s", "prefilled_tokens_per_audio_s", 1),
+           ("steps/s", "decoder_steps_per_audio_s", 1),
            ("ctx/s", "context_tokens_per_audio_s", 1), ("items", "items_per_generate", 2),
            ("lag50", "commit_lag_p50", 2), ("lag95", "commit_lag_p95", 2),
            ("lagMax", "commit_lag_max", 2), ("SO50", "start_offset_p50", 2),

@@ -1,0 +1,199 @@
+// Whisper decoding whose forced text prefix is read in one pass (speechpipe).
+//
+// CTranslate2's Whisper `generate` reads a forced text prefix one decoder step per token,
+// and after the first step at the full beam width: 5 identical rows per item, 4 of them
+// scored -1e10 (`update_sample_with_prefix`, src/decoding.cc). A streaming decode forces
+// its committed words on every step, so those steps were 45 % of the decoder's work.
+//
+// `PrefillDecoder.generate` is CTranslate2 4.8.1's `WhisperReplica::generate` (same
+// layers, same `decode`) with one change: the prompt pass (`forward_prompt`, one row per
+// item, all positions at once) also reads the first `prefill_text` tokens of the forced
+// prefix. The rest of the prefix (at least one token when there is a prefix) is still
+// forced by `decode`, so the search starts the way it does today (the first free step
+// penalises end-of-text in secondary beams). The search never scores forced tokens
+// (CTranslate2 sets them to 0), so its hypotheses are the same; only the final ranking
+// normalises by length, and `generate` counts the forced prefix in that length. So every
+// finished hypothesis is returned and ranked here by `score / (prefix + new tokens)`, as
+// `generate` ranks them. Tests compare it with `generate` on real clips.
+//
+// Built against the vendored headers of CTranslate2 4.8.1 (models/native/include) and
+// linked to the library of the ctranslate2 4.8.1 wheel: the Python side loads it only when
+// that exact version is the one imported (models/prefill.py).
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "ctranslate2/decoding.h"
+#include "ctranslate2/layers/common.h"
+#include "ctranslate2/layers/whisper.h"
+#include "ctranslate2/models/whisper.h"
+#include "ctranslate2/ops/softmax.h"
+#include "ctranslate2/storage_view.h"
+#include "ctranslate2/utils.h"
+
+namespace py = pybind11;
+using namespace ctranslate2;
+
+namespace {
+
+  // One loaded model per folder, shared by every decoder of that folder (weights once).
+  std::shared_ptr<const models::WhisperModel> load_model(const std::string& path) {
+    static std::mutex lock;
+    static std::map<std::string, std::weak_ptr<const models::Model>> loaded;
+    std::lock_guard<std::mutex> guard(lock);
+    auto model = loaded[path].lock();
+    if (!model) {
+      model = models::Model::load(path, Device::CPU, 0, ComputeType::INT8);
+      loaded[path] = model;
+    }
+    auto whisper = std::dynamic_pointer_cast<const models::WhisperModel>(model);
+    if (!whisper)
+      throw std::invalid_argument("not a Whisper model: " + path);
+    return whisper;
+  }
+
+  struct Generated {
+    std::vector<size_t> ids;  // the prefilled text tokens, then what `decode` returned
+    float score;              // as generate's: sum of free log-probs / all text tokens
+    float no_speech_prob;
+  };
+
+  // A decoder of one thread (CTranslate2 layers are not shared between threads: its
+  // replicas each have their own, and `update_output_layer` changes the layer).
+  class PrefillDecoder {
+  public:
+    PrefillDecoder(const std::string& path, size_t threads)
+      : _threads(threads)
+      , _model(load_model(path))
+      , _decoder(std::make_unique<layers::WhisperDecoder>(*_model, "decoder")) {
+      const auto& vocabulary = _model->get_vocabulary();
+      _sot_id = vocabulary.bos_id();
+      _eot_id = vocabulary.eos_id();
+      _no_speech_id = vocabulary.to_id("<|nospeech|>");
+      if (_no_speech_id == vocabulary.unk_id())
+        _no_speech_id = vocabulary.to_id("<|nocaptions|>");
+      for (const auto& id : _model->config["suppress_ids"])
+        _suppress.push_back(id);
+    }
+
+    // memory: encoder output (batch, frames, width), float32. prompts: whole prompts
+    // (context, sot sequence, forced prefix), one per memory row; the first
+    // `prompt_tokens` tokens of each are read in one pass (equal positions for all: the
+    // same context length and sot sequence, and `prefill_text` prefix tokens each).
+    // `max_steps`: decoder steps after the prompt pass (forced + new tokens).
+    std::vector<Generated> generate(
+        py::array_t<float, py::array::c_style | py::array::forcecast> memory,
+        const std::vector<std::vector<size_t>>& prompts,
+        size_t prompt_tokens, size_t sot_index, size_t beam_size, size_t max_steps) {
+      const size_t batch = prompts.size();
+      if (memory.ndim() != 3 || size_t(memory.shape(0)) != batch)
+        throw std::invalid_argument("memory must be (len(prompts), frames, width)");
+      if (batch == 0)
+        return {};
+      std::vector<std::vector<size_t>> head, start;
+      for (const auto& prompt : prompts) {
+        if (prompt.size() <= prompt_tokens || prompt_tokens < sot_index + 3)
+          throw std::invalid_argument("each prompt needs a token after its prompt pass");
+        if (prompt[sot_index] != _sot_id)
+          throw std::invalid_argument("<|startoftranscript|> is not at sot_index");
+        head.emplace_back(prompt.begin(), prompt.begin() + prompt_tokens);
+        start.emplace_back(prompt.begin() + prompt_tokens, prompt.end());
+      }
+      // text tokens that decode's hypotheses leave out: those read in the prompt pass and
+      // the start token (the sot sequence is 4 tokens; prompt_tokens >= sot_index + 3)
+      const size_t prefilled_text = prompt_tokens - (sot_index + 3);
+
+      py::gil_scoped_release no_gil;
+      set_num_threads(_threads);
+      const auto scoped_device_setter = _model->get_scoped_device_setter();
+      const Device device = Device::CPU;
+      const DataType dtype = _decoder->output_type();
+
+      layers::DecoderState state = _decoder->initial_state();
+      Shape shape{memory.shape(0), memory.shape(1), memory.shape(2)};
+      state.emplace("memory", StorageView(shape, const_cast<float*>(memory.data()), device));
+      _decoder->update_output_layer(_model->preferred_size_multiple());
+
+      const StorageView inputs = layers::make_sequence_inputs(head, device);
+      StorageView outputs(dtype, device);
+      _decoder->forward_prompt(inputs, state, &outputs);
+
+      // no-speech probability at <|startoftranscript|>, as generate computes it
+      StorageView sot_positions({inputs.dim(0)}, int32_t(sot_index), device);
+      StorageView logits(dtype, device);
+      _decoder->compute_logits_for_steps(outputs, sot_positions, logits);
+      StorageView probs(dtype, device);
+      ops::SoftMax()(logits, probs);
+      const StorageView probs32 = probs.to_float32();
+
+      DecodingOptions options;
+      options.start_step = inputs.dim(1);
+      options.beam_size = beam_size;
+      options.length_penalty = 1;
+      options.max_length = max_steps;
+      options.num_hypotheses = beam_size;  // all finished ones: ranked below
+      options.return_scores = true;
+      options.include_eos_in_hypotheses = false;
+      options.disable_ids = _suppress;
+      std::vector<DecodingResult> results = decode(*_decoder, state, start, {_eot_id}, options);
+
+      std::vector<Generated> out;
+      out.reserve(batch);
+      for (size_t i = 0; i < batch; ++i) {
+        const auto& result = results[i];
+        size_t best = 0;
+        float best_score = -std::numeric_limits<float>::infinity();
+        for (size_t h = 0; h < result.hypotheses.size(); ++h) {
+          // decode's score is the sum over its hypothesis length; generate's is over the
+          // whole forced prefix + new tokens
+          const float length = float(result.hypotheses[h].size());
+          const float sum = length > 0 ? result.scores[h] * length : result.scores[h];
+          const float score = sum / (float(prefilled_text) + length);
+          if (h == 0 || score > best_score) {
+            best = h;
+            best_score = score;
+          }
+        }
+        Generated g;
+        // the text tokens decode did not return: those of the prompt pass and the start
+        // token; then decode's hypothesis (the rest of the forced prefix, the new tokens)
+        g.ids.assign(prompts[i].begin() + sot_index + 4, prompts[i].begin() + prompt_tokens + 1);
+        if (!result.hypotheses.empty()) {
+          const auto& hyp = result.hypotheses[best];
+          g.ids.insert(g.ids.end(), hyp.begin(), hyp.end());
+        }
+        g.score = result.hypotheses.empty() ? 0.f : best_score;
+        g.no_speech_prob = probs32.at<float>({dim_t(i), dim_t(_no_speech_id)});
+        out.push_back(std::move(g));
+      }
+      return out;
+    }
+
+  private:
+    const size_t _threads;
+    const std::shared_ptr<const models::WhisperModel> _model;
+    const std::unique_ptr<layers::WhisperDecoder> _decoder;
+    size_t _sot_id = 0, _eot_id = 0, _no_speech_id = 0;
+    std::vector<size_t> _suppress;
+  };
+
+}  // namespace
+
+PYBIND11_MODULE(_ct2_prefill, m) {
+  m.attr("CTRANSLATE2_VERSION") = "4.8.1";
+  py::class_<Generated>(m, "Generated")
+    .def_readonly("ids", &Generated::ids)
+    .def_readonly("score", &Generated::score)
+    .def_readonly("no_speech_prob", &Generated::no_speech_prob);
+  py::class_<PrefillDecoder>(m, "PrefillDecoder")
+    .def(py::init<const std::string&, size_t>(), py::arg("path"), py::arg("threads"))
+    .def("generate", &PrefillDecoder::generate, py::arg("memory"), py::arg("prompts"),
+         py::arg("prompt_tokens"), py::arg("sot_index"), py::arg("beam_size"),
+         py::arg("max_steps"));
+}

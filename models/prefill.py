@@ -1,0 +1,96 @@
+"""Reading Whisper's forced text prefix in one pass: the native decoder and its plan.
+
+A streaming decode forces the words it has already committed as a text prefix. CTranslate2's
+Whisper ``generate`` reads such a prefix one decoder step per token, at the full beam width
+after the first step (5 rows per item where 1 would do). ``_ct2_prefill`` (models/native/,
+built by setup.py against CTranslate2 4.8.1's headers) reads most of it in the prompt pass
+instead, one row per item and all positions at once, and leaves the search as it was; see
+the C++ file's header for why the results equal ``generate``'s.
+
+- ``prefill_text_tokens`` decides how much of a request's prefixes the prompt pass reads,
+  from the request alone (so a request's result never depends on its batch);
+- ``NativePrefill`` gives each worker thread its own native decoder per model folder.
+
+When the extension is missing (no C++ compiler at install time) or was built for another
+CTranslate2 version, ``native_prefill()`` says why once and returns None; the engine then
+decodes with ``generate`` as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PREFILL_BUCKET_TOKENS", "NativePrefill", "native_prefill", "prefill_text_tokens"]
+
+# the prompt pass reads a multiple of this many text tokens: requests whose prefixes reach
+# the same multiple can share a generate call (they need the same start position)
+PREFILL_BUCKET_TOKENS = 1
+
+_native: ModuleType | None = None
+_native_checked = False
+_native_lock = threading.Lock()
+
+
+def prefill_text_tokens(prefix_lengths: Sequence[int],
+                        bucket: int = PREFILL_BUCKET_TOKENS) -> int:
+    """How many text tokens the prompt pass reads of each prefix of one request (its tasks'
+    forced prefixes, ``prefix_lengths`` tokens each): the same count for all of them, so
+    they share the call; at least one prefix token of each is left to be forced (its first
+    free step then penalises an early end-of-text in secondary beams, as ``generate``
+    does), and a multiple of ``bucket``. 0 when any prefix is empty."""
+    if not prefix_lengths:
+        return 0
+    readable = min(prefix_lengths) - 1
+    if readable <= 0:
+        return 0
+    return readable - readable % max(1, bucket)
+
+
+def native_prefill() -> ModuleType | None:
+    """The compiled extension, or None (logged once) when it is not usable here."""
+    global _native, _native_checked
+    with _native_lock:
+        if not _native_checked:
+            _native_checked = True
+            _native = _load_native()
+        return _native
+
+
+def _load_native() -> ModuleType | None:
+    import ctranslate2  # loads the library the extension links to, first
+
+    try:
+        from speechpipe.models import _ct2_prefill  # type: ignore[attr-defined]
+    except ImportError as exc:
+        log.info("prefix prefill unavailable (%s): decoding with generate", exc)
+        return None
+    if _ct2_prefill.CTRANSLATE2_VERSION != ctranslate2.__version__:
+        log.warning("prefix prefill built for CTranslate2 %s, %s is installed: decoding "
+                    "with generate", _ct2_prefill.CTRANSLATE2_VERSION, ctranslate2.__version__)
+        return None
+    return _ct2_prefill
+
+
+class NativePrefill:
+    """Native decoders by (thread, model folder); each thread builds its own on first use
+    (CTranslate2's decoder layers are per thread; the weights are loaded once per folder)."""
+
+    def __init__(self, module: ModuleType, threads: int):
+        self._module = module
+        self._threads = threads
+        self._local = threading.local()
+
+    def decoder(self, folder: Path) -> Any:
+        """This thread's native decoder of ``folder``."""
+        decoders: dict[str, Any] = self._local.__dict__.setdefault("decoders", {})
+        key = str(folder)
+        if key not in decoders:
+            decoders[key] = self._module.PrefillDecoder(key, self._threads)
+        return decoders[key]

@@ -1,0 +1,137 @@
+"""Reading the forced prefix in the prompt pass (``models/prefill.py``, ``models/native``).
+
+- The plan (pure): how many prefix tokens a request's prompt pass reads.
+- The native decoder on the real model: with nothing extra read it returns exactly what
+  CTranslate2's ``generate`` returns (ids and scores: the same search, the same ranking);
+  reading the prefix in the prompt pass gives the same texts on real clips almost always
+  (its numbers come from one pass over many positions instead of one step per token, and a
+  near tie can go the other way: measured 82 of 88 here, the texts of the eval are in
+  docs/benchmarks.md).
+- Through the engine: a request's result does not depend on its batch, and the work is
+  really saved (fewer decoder steps, the same forced tokens).
+- Without the extension (another CTranslate2 version), the engine decodes with ``generate``.
+
+The extension is optional at install time (it needs a C++ compiler); ``.ci/run`` sets
+``SPEECHPIPE_REQUIRE_NATIVE=1`` so that CI fails if it was not built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import ctranslate2
+import pytest
+
+from speechpipe.models import prefill as prefill_module
+from speechpipe.models.prefill import native_prefill, prefill_text_tokens
+from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest, WhisperResult
+from tests.models.test_batching import CLIPS, load_16k, same
+
+
+def test_the_prompt_pass_leaves_one_forced_token_and_reads_whole_buckets():
+    assert prefill_text_tokens([]) == 0
+    assert prefill_text_tokens([0, 9]) == 0  # an empty prefix: generate as before
+    assert prefill_text_tokens([1, 9]) == 0  # one token: it is the one left forced
+    assert prefill_text_tokens([9, 6], bucket=1) == 5  # the shorter prefix keeps one
+    assert prefill_text_tokens([9, 6], bucket=4) == 4
+    assert prefill_text_tokens([3, 3], bucket=4) == 0
+
+
+def _native():
+    module = native_prefill()
+    if module is None:
+        if os.environ.get("SPEECHPIPE_REQUIRE_NATIVE"):
+            pytest.fail("the native prefill decoder was not built (see setup.py)")
+        pytest.skip("the native prefill decoder is not built here (no C++ compiler?)")
+    return module
+
+
+@pytest.mark.slow
+def test_native_decode_equals_generate_and_the_prompt_pass_keeps_the_texts(pipeline):
+    engine = pipeline.engine
+    native = _native().PrefillDecoder(str(engine.model_dir), 1)
+    model = engine.model.model
+    exact = total = same_text = 0
+    for clip in CLIPS[:4]:
+        encoded = engine._encode_rows([engine.mel(load_16k(clip))])
+        memory = ctranslate2.StorageView.from_array(encoded)
+        for task in ("transcribe", "translate"):
+            sot = engine._sot("es", task)
+            words = model.generate(memory, [sot], beam_size=5)[0].sequences_ids[0]
+            for cut in (4, 8):
+                prompt = sot + list(words[:cut])
+                length = 2 * (cut + 12)
+                reference = model.generate(
+                    memory, [prompt], beam_size=5, max_length=length, return_scores=True,
+                    return_no_speech_prob=True, suppress_blank=False)[0]
+                budget = min(length // 2, length - 3)
+                # nothing extra in the prompt pass: generate's search and ranking, exactly
+                alone = native.generate(encoded, [prompt], prompt_tokens=3, sot_index=0,
+                                        beam_size=5, max_steps=budget)[0]
+                assert list(alone.ids) == list(reference.sequences_ids[0])
+                assert alone.score == pytest.approx(reference.scores[0], abs=1e-5)
+                assert alone.no_speech_prob == pytest.approx(reference.no_speech_prob,
+                                                             abs=1e-5)
+                exact += 1
+                # all but one prefix token read in the prompt pass
+                read = native.generate(encoded, [prompt], prompt_tokens=3 + cut - 1,
+                                       sot_index=0, beam_size=5, max_steps=budget - cut + 1)[0]
+                assert list(read.ids[:cut]) == prompt[4:]  # the prefix is returned too
+                assert read.no_speech_prob == pytest.approx(reference.no_speech_prob, abs=1e-3)
+                same_text += list(read.ids) == list(reference.sequences_ids[0])
+                total += 1
+    assert exact == total == 16
+    assert same_text >= 14, f"{same_text} of {total} texts as generate's"
+
+
+def _prefixed_requests(engine) -> list[WhisperRequest]:
+    """Four real clips of one encode bucket with long prefixes on both tasks (so the prompt
+    pass reads some), of different lengths, partial and final, one with context."""
+    requests = []
+    for i, clip in enumerate(CLIPS[:4]):
+        audio = load_16k(clip)[: int(3.2 * 16000)]
+        tasks = (DecodeTask("transcribe"), DecodeTask("translate"))
+        first = engine.run(WhisperRequest(audio=audio, language="es", tasks=tasks,
+                                          beam_size=5))
+        prefixed = []
+        for decode in first.decodes:
+            words = decode.continuation.split()
+            prefixed.append(DecodeTask(decode.task, " ".join(words[: max(2, len(words) - 1 - i)]),
+                                       "El texto anterior de la sesión." if i == 3 else ""))
+        requests.append(WhisperRequest(audio=audio, language="es", tasks=tuple(prefixed),
+                                       beam_size=5, partial=bool(i % 2), cap_by_window=bool(i % 2),
+                                       max_new_tokens=16 if i % 2 else None, prefill=True))
+    return requests
+
+
+@pytest.mark.slow
+def test_prefilled_results_do_not_depend_on_the_batch_and_save_steps(pipeline):
+    _native()
+    engine = pipeline.engine
+    requests = _prefixed_requests(engine)
+    before = engine.stats.snapshot()
+    alone = [engine.run(r) for r in requests]
+    after = engine.stats.snapshot()
+    together = engine.run_batch(requests)
+    for single, batched in zip(alone, together, strict=True):
+        assert isinstance(batched, WhisperResult)
+        assert same(single, batched)
+    assert [r.batch_requests for r in together].count(4) == 4  # really one bucket
+    assert sum(bool(d.continuation) for r in alone for d in r.decodes) >= 4
+    read = after["prefilled_tokens"] - before["prefilled_tokens"]
+    assert read > 0  # the prompt pass read prefix tokens
+    # the same requests forced step by step run more decoder steps
+    forced_before = engine.stats.snapshot()
+    for request in requests:
+        engine.run(dataclasses.replace(request, prefill=False))
+    forced_after = engine.stats.snapshot()
+    steps_read = after["decoder_steps"] - before["decoder_steps"]
+    steps_forced = forced_after["decoder_steps"] - forced_before["decoder_steps"]
+    assert steps_read < steps_forced, (steps_read, steps_forced)
+
+
+def test_another_ctranslate2_version_falls_back_to_generate(monkeypatch):
+    _native()
+    monkeypatch.setattr(ctranslate2, "__version__", "0.0.0")
+    assert prefill_module._load_native() is None
