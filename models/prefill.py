@@ -88,6 +88,15 @@ class NativePrefill:
         self._module = module
         self._threads = threads
         self._local = threading.local()
+        self._kept: dict[str, Any] = {}  # one decoder per folder: keeps its weights loaded
+        self._lock = threading.Lock()
+
+    def preload(self, folder: Path) -> None:
+        """Load ``folder``'s weights now (blocking) and keep them: the threads' decoders of
+        that folder then only build their layers."""
+        with self._lock:
+            if str(folder) not in self._kept:
+                self._kept[str(folder)] = self._module.PrefillDecoder(str(folder), self._threads)
 
     def decoder(self, folder: Path) -> Any:
         """This thread's native decoder of ``folder``."""

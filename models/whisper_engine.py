@@ -260,6 +260,7 @@ class WhisperEngine:
                              tuple[Any, RestrictedVocabulary, Path] | None] = {}
         self._prefill: NativePrefill | None = None
         self._prefill_checked = False
+        self._prefill_lock = threading.Lock()
         self._decoders_lock = threading.Lock()
         self.stats = EngineStats()
         try:
@@ -358,12 +359,13 @@ class WhisperEngine:
 
     def prefill(self) -> NativePrefill | None:
         """The native prefix-prefill decoders (``models.prefill``), None when unavailable."""
-        with self._decoders_lock:
+        with self._prefill_lock:
             if not self._prefill_checked:
                 self._prefill_checked = True
                 module = native_prefill()
                 if module is not None:
                     self._prefill = NativePrefill(module, self._cpu_threads)
+                    self._prefill.preload(self.model_dir)
             return self._prefill
 
     def _load_decoder(self, language: str,
@@ -385,6 +387,9 @@ class WhisperEngine:
             log.warning("no restricted decoder for %s (%s); decoding with the full vocabulary",
                         language, exc)
             return None
+        native = self.prefill()
+        if native is not None:  # its weights load now, not in a live session's decode
+            native.preload(folder)
         return model, vocabulary, folder
 
     def _text_ids(self, text: str) -> list[int]:
@@ -779,7 +784,10 @@ class WhisperEngine:
         self.run(WhisperRequest(audio=audio, language="en", tasks=tasks))
         batch = [WhisperRequest(audio=audio, language="en", tasks=tasks),
                  WhisperRequest(audio=audio[: SAMPLE_RATE // 2], language=None,
-                                tasks=(DecodeTask("translate", "Hello"),), partial=True)]
+                                tasks=(DecodeTask("translate", "Hello"),), partial=True),
+                 # a prefix long enough for the prompt pass to read (models.prefill)
+                 WhisperRequest(audio=audio, language="en", partial=True, prefill=True,
+                                tasks=(DecodeTask("translate", "Hello there, my friend"),))]
         for outcome in self.run_batch(batch):
             if isinstance(outcome, Exception):
                 raise ModelError(f"batched warm-up failed: {outcome}") from outcome
