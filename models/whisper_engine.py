@@ -521,9 +521,9 @@ class WhisperEngine:
             model, vocabulary = self.decoder(decoder_language, words)
             rows = [items[m].row for m in members]
             prompts = [items[m].prompt for m in members]
+            # generate's step budget (generate_max_length), less the tokens read at once
+            steps = min(length // 2, length - n_context - 3) - prefilled
             if prefilled and native is not None:
-                # generate's step budget (generate_max_length), less the tokens read at once
-                steps = min(length // 2, length - n_context - 3) - prefilled
                 cpu0 = time.thread_time()  # it runs on this thread (one CTranslate2 thread)
                 outputs = native.decoder(self.decoder_folder(decoder_language, words)).generate(
                     np.ascontiguousarray(encoded[rows]), prompts,
@@ -543,8 +543,7 @@ class WhisperEngine:
             # decoder steps this call ran: its longest item's (one step per token it did not
             # read in the prompt pass, plus the end-of-text step), the step budget at most
             steps_run += min(max(len(s[0]) - items[m].prefilled + 1
-                                 for m, s in zip(members, sequences, strict=True)),
-                             min(length // 2, length - n_context - 3) - prefilled)
+                                 for m, s in zip(members, sequences, strict=True)), steps)
             for member, (full, score, no_speech_prob) in zip(members, sequences, strict=True):
                 item = items[member]
                 # CTranslate2 returns the forced prefix tokens as part of the sequence

@@ -314,12 +314,12 @@ async def _run_sessions(pipeline: Any, inputs: list[CostInput], pace: str,
     steal1 = steal_seconds()
     steal = (steal1 - steal0) / (wall * (os.cpu_count() or 1)) if (
         steal0 is not None and steal1 is not None and wall > 0) else None
-    # the native prefill decoder (models.prefill) runs CTranslate2 on the ASR worker's own
-    # thread: the engine measures that thread's CPU during those calls
     # Piper's worker thread starts with its first phrase: a new thread counts from zero
     tts = sum(threads_cpu({tid}) - tts_before.get(tid, 0.0) for tid in _tts_thread_ids())
     after = pipeline.engine.stats.snapshot()
     engine = {k: after[k] - before[k] for k in after}
+    # the native prefill decoder (models.prefill) runs CTranslate2 on the ASR worker's own
+    # thread: the engine measures that thread's CPU during those calls
     ct2 = threads_cpu(ct2_threads) - ct2_0 + engine["native_cpu_s"]
     return [run.records for run in runs], cpu, wall, {
         **engine, "ct2_cpu": ct2, "tts_cpu": tts, "steal": steal}
