@@ -54,7 +54,8 @@ from speechpipe.machine import describe_cpu
 from speechpipe.transport.client import ClientRun, stream_session
 
 __all__ = ["run_load_bench", "register_load", "ClientRun", "commit_latencies", "utterance_offsets",
-           "percentile", "LevelReport", "ListenerRule", "ladder_summary"]
+           "end_offset_split", "speaker_language", "percentile", "LevelReport", "ListenerRule",
+           "ladder_summary"]
 
 RATE = 16_000
 REPO = Path(__file__).resolve().parents[2]
@@ -92,6 +93,40 @@ def utterance_offsets(run: ClientRun) -> tuple[list[float], list[float]]:
     start_offsets = [first_audio[u] - t for u, t in starts.items() if u in first_audio]
     end_offsets = [laid_end[u] - t for u, t in ends.items() if u in laid_end]
     return start_offsets, end_offsets
+
+
+def end_offset_split(run: ClientRun) -> list[tuple[float, float, float]]:
+    """Where each utterance's EndOffset goes, as ``(queued, late, silence)`` seconds that add
+    up to it: speech already received when the speaker stopped and still to play (*queued*,
+    whichever utterance it belongs to), the utterance's speech received only afterwards
+    (*late*: words committed or synthesized after the end), and the output's idle time in
+    between (*silence*: waiting for a commit or the synthesizer). Speech laid back to back as
+    in ``utterance_offsets``."""
+    ends = {e["utterance"]: e["t"] for e in run.of("vad") if e["kind"] == "end"}
+    chunks = [(arrived, header["utterance"], header["samples"] / header["sample_rate"])
+              for arrived, header, _ in run.audio]
+    laid_end: dict[int, float] = {}
+    cursor = 0.0
+    for arrived, utterance, seconds in chunks:
+        cursor = max(cursor, arrived) + seconds
+        laid_end[utterance] = cursor
+    out = []
+    for utterance, end in ends.items():
+        if utterance not in laid_end:
+            continue
+        queued = max(0.0, _laid_before(chunks, end) - end)
+        late = sum(d for a, u, d in chunks if u == utterance and a >= end)
+        out.append((queued, late, max(0.0, laid_end[utterance] - end - queued - late)))
+    return out
+
+
+def _laid_before(chunks: Sequence[tuple[float, int, float]], when: float) -> float:
+    """The end of the speech laid back to back from the chunks received before ``when``."""
+    cursor = 0.0
+    for arrived, _, seconds in chunks:
+        if arrived < when:
+            cursor = max(cursor, arrived) + seconds
+    return cursor
 
 
 # -- clips ------------------------------------------------------------------------------------
@@ -143,6 +178,13 @@ def load_clips(manifest: Path, target: str = "en", limit: int = 12) -> list[Clip
     return clips
 
 
+def speaker_language(clips: Sequence[Clip], index: int) -> str:
+    """The language client ``index`` speaks: the clips' languages in the order they first
+    appear, cycling."""
+    languages = list(dict.fromkeys(clip.lang for clip in clips))
+    return languages[index % len(languages)]
+
+
 def playlist(clips: Sequence[Clip], index: int, seconds: float, gap_s: float = 1.0, *,
              mix_languages: bool = False, detect_language: bool = False) -> tuple[np.ndarray, str]:
     """Audio for client ``index`` (clips, ``gap_s`` of silence between, >= ``seconds``) and the
@@ -158,10 +200,9 @@ def playlist(clips: Sequence[Clip], index: int, seconds: float, gap_s: float = 1
     if mix_languages:
         own, k, lang = list(clips), index, "auto"
     else:
-        languages = list(dict.fromkeys(clip.lang for clip in clips))
-        lang = languages[index % len(languages)]
+        lang = speaker_language(clips, index)
         own = [clip for clip in clips if clip.lang == lang]
-        k = index // len(languages)
+        k = index // len({clip.lang for clip in clips})
         if detect_language:
             lang = "auto"
     parts: list[np.ndarray] = []
@@ -231,6 +272,10 @@ class LevelReport:
     source_commit: list[float] = field(default_factory=list)
     start_offsets: list[float] = field(default_factory=list)
     end_offsets: list[float] = field(default_factory=list)
+    # per utterance: (queued, late, silence), see ``end_offset_split``
+    end_split: list[tuple[float, float, float]] = field(default_factory=list)
+    # per source language: its utterances' StartOffsets and EndOffsets
+    by_language: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
     server_cpu: float = math.nan  # cores (1.0 = one core busy)
     bench_cpu: float = math.nan
     other_cpu: float = math.nan  # cores used by other processes on the machine meanwhile
@@ -275,6 +320,13 @@ class LevelReport:
             "mean_batch": round(self.mean_batch, 2), "dropped": int(self.dropped),
             "asr_wait_mean": round(self.asr_wait_mean, 3), "max_degrade": int(self.max_degrade),
             "ladder": ladder_summary(self.ladder), "holds": self.holds(),
+            # medians of EndOffset's parts (each part's own median: they need not add up)
+            "end_split_p50": {part: round(percentile([s[k] for s in self.end_split], 50), 2)
+                              for k, part in enumerate(("queued", "late", "silence"))},
+            "by_language": {
+                lang: {"utterances": len(ends), "start_offset_p50": p(starts, 50),
+                       "end_offset_p50": p(ends, 50), "end_offset_p95": p(ends, 95)}
+                for lang, (starts, ends) in sorted(self.by_language.items())},
         }
 
 
@@ -296,8 +348,9 @@ def _self_cpu() -> float:
 async def run_level(url: str, clips: Sequence[Clip], sessions: int, *, label: str,
                     duration_s: float, server: ServerProcess | None = None,
                     stagger_s: float = 0.25, frame_ms: int = 20, mix_languages: bool = False,
-                    detect_language: bool = False) -> LevelReport:
-    """Run N clients against one server; returns the level's figures."""
+                    detect_language: bool = False, one_at_a_time: bool = False) -> LevelReport:
+    """Run N clients against one server (``one_at_a_time``: each alone, one after the
+    other: what the same playlists get with no other session); returns the level's figures."""
     report = LevelReport(label, sessions)
     before = await asyncio.to_thread(scrape, url)  # the server may share this event loop
     cpu0 = server.cpu_seconds() if server else math.nan
@@ -306,16 +359,18 @@ async def run_level(url: str, clips: Sequence[Clip], sessions: int, *, label: st
     t0 = time.monotonic()
     peak_degrade = 0.0
 
-    async def client(i: int) -> ClientRun:
-        await asyncio.sleep(i * stagger_s)
+    async def client(i: int) -> tuple[ClientRun, str]:
+        if not one_at_a_time:
+            await asyncio.sleep(i * stagger_s)
         audio, lang = playlist(clips, i, duration_s, mix_languages=mix_languages,
                                detect_language=detect_language)
         # a phrase-cache namespace per client and level: no session gets speech synthesized
         # earlier for free, neither another client's nor its own from an earlier level (the
         # bench replays the same clips)
-        return await run_client(url, i, audio, lang, frame_ms=frame_ms,
-                                phrase_cache=f"bench-{next(_SESSIONS)}",
-                                timeout_s=duration_s * 4 + 120)
+        run = await run_client(url, i, audio, lang, frame_ms=frame_ms,
+                               phrase_cache=f"bench-{next(_SESSIONS)}",
+                               timeout_s=duration_s * 4 + 120)
+        return run, "mixed" if mix_languages else speaker_language(clips, i)
 
     async def watch() -> None:
         nonlocal peak_degrade
@@ -327,7 +382,10 @@ async def run_level(url: str, clips: Sequence[Clip], sessions: int, *, label: st
 
     watcher = asyncio.create_task(watch())
     try:
-        runs = await asyncio.gather(*(client(i) for i in range(sessions)))
+        if one_at_a_time:
+            runs = [await client(i) for i in range(sessions)]
+        else:
+            runs = await asyncio.gather(*(client(i) for i in range(sessions)))
     finally:
         watcher.cancel()
     report.wall_s = time.monotonic() - t0
@@ -349,7 +407,7 @@ async def run_level(url: str, clips: Sequence[Clip], sessions: int, *, label: st
         else math.nan
     report.dropped = delta("speechpipe_asr_dropped_total")
     report.max_degrade = max(peak_degrade, after.get("speechpipe_degrade_level", 0.0))
-    for run in runs:
+    for run, lang in runs:
         report.started += run.started
         report.queued += run.queued
         report.refused += run.refused
@@ -370,6 +428,10 @@ async def run_level(url: str, clips: Sequence[Clip], sessions: int, *, label: st
         starts, ends = utterance_offsets(run)
         report.start_offsets += starts
         report.end_offsets += ends
+        report.end_split += end_offset_split(run)
+        language = report.by_language.setdefault(lang, ([], []))
+        language[0].extend(starts)
+        language[1].extend(ends)
     return report
 
 
@@ -398,6 +460,14 @@ def _print_row(row: dict[str, Any], *, header: bool = False) -> None:
           + f"  {'yes' if row.get('holds') else 'no':>5}  {row.get('ladder', '-')}", flush=True)
     if len(str(row["config"])) > 8:
         print(f"{'':>8} config: {row['config']}", flush=True)
+    split = row.get("end_split_p50")
+    if split:
+        print(f"{'':>8} EndOffset parts (p50 each): queued {split['queued']} s, late speech "
+              f"{split['late']} s, silence {split['silence']} s", flush=True)
+    for lang, figures in (row.get("by_language") or {}).items():
+        print(f"{'':>8} {lang}: {figures['utterances']} utterances, StartOffset p50 "
+              f"{figures['start_offset_p50']} s, EndOffset p50 {figures['end_offset_p50']} s, "
+              f"p95 {figures['end_offset_p95']} s", flush=True)
 
 
 async def run_load_bench(
@@ -420,6 +490,7 @@ async def run_load_bench(
     frame_ms: int = 20,
     mix_languages: bool = False,
     detect_language: bool = False,
+    solo: bool = False,
 ) -> dict[str, Any]:
     """Run ``bench load`` (levels, configurations) and print the figures."""
     manifest = find_manifest(clips_manifest)
@@ -439,6 +510,10 @@ async def run_load_bench(
           f"{rule.start_offset_p50} s (commit p95 reported; {target_p95} s for reference)",
           flush=True)
     levels = _levels(sessions, ramp, steps, max_sessions)
+    if solo:
+        print("solo: the first playlist of each language, one session at a time on the same "
+              "server, before the levels: the listener latency no session count can beat",
+              flush=True)
     configs = [("batching", []), ("no-batching", ["--set", "batching.enabled=false"])]
     if url is not None:
         configs = [("server", [])]
@@ -479,6 +554,21 @@ async def run_load_bench(
                 overload_sessions[label] = (cap, min(max_sessions,
                                                      max(cap + 1, math.ceil(cap * overload))))
             results["capacity"] = {label: cap for label, (cap, _) in overload_sessions.items()}
+        if solo and overload is None:
+            for label in active:
+                server = servers.get(label)
+                speakers = 1 if mix_languages else len({clip.lang for clip in clips})
+                report = await run_level(url or server.url,  # type: ignore[union-attr]
+                                         clips, min(speakers, max(levels, default=1)),
+                                         label=f"solo/{label}", duration_s=duration_s,
+                                         server=server, frame_ms=frame_ms,
+                                         mix_languages=mix_languages,
+                                         detect_language=detect_language, one_at_a_time=True)
+                row = report.row()
+                row["holds"] = report.holds(rule)
+                results["solo"] = results.get("solo", []) + [row]
+                _print_row(row, header=first)
+                first = False
         for step, level_n in enumerate(levels):
             # which configuration goes first alternates: no systematic head start
             for label in (list(active) if step % 2 == 0 else list(reversed(active))):
@@ -556,6 +646,9 @@ def register_load(kinds: Any) -> None:
                       help="... and speech EndOffset p95 <= this (default 3.5 s)")
     load.add_argument("--start-p50", type=float, default=2.5,
                       help="... and StartOffset p50 <= this (default 2.5 s)")
+    load.add_argument("--solo", action="store_true",
+                      help="first run each language's playlist alone, one session at a time: "
+                           "the floor the levels are compared with")
     load.add_argument("--variant", action="append", default=[],
                       metavar="GROUP.FIELD=VALUE[,...]",
                       help="also start a server with these --set overrides and run it level "
@@ -599,6 +692,6 @@ def _bench_load_main(args: Any) -> int:
         max_sessions=args.max_sessions, capacity=args.capacity, overload=args.overload,
         clips_manifest=args.clips, server_args=args.server_arg, report_path=args.report,
         frame_ms=args.frame_ms, mix_languages=args.mix_languages,
-        detect_language=args.detect_language,
+        detect_language=args.detect_language, solo=args.solo,
     ))
     return 0

@@ -16,11 +16,13 @@ from speechpipe.bench.load import (
     ListenerRule,
     _print_row,
     commit_latencies,
+    end_offset_split,
     ladder_summary,
     load_clips,
     percentile,
     playlist,
     run_level,
+    speaker_language,
     utterance_offsets,
 )
 
@@ -57,6 +59,30 @@ def test_offsets_lay_speech_back_to_back_per_utterance():
     ]
     starts, ends = utterance_offsets(run)
     assert starts == pytest.approx([1.5]) and ends == pytest.approx([0.5])
+
+
+def test_the_end_offset_splits_into_queued_late_and_silent_time():
+    second = {"samples": 16000, "sample_rate": 16000}
+    run = ClientRun(0)
+    run.events = [
+        (0.1, {"type": "vad", "kind": "start", "utterance": 0, "t": 0.0}),
+        (3.6, {"type": "vad", "kind": "end", "utterance": 0, "t": 3.0}),
+        (5.0, {"type": "vad", "kind": "start", "utterance": 1, "t": 5.0}),
+        (8.6, {"type": "vad", "kind": "end", "utterance": 1, "t": 8.0}),
+    ]
+    run.audio = [
+        # utterance 0: 2 s received at 2.5 (1.5 s still to play at the end, 3.0), then 1 s
+        # received at 5.0, 0.5 s after the output went silent: EndOffset 3.0 = 1.5 + 1 + 0.5
+        (2.5, {"utterance": 0, **second, "samples": 32000}, np.zeros(32000)),
+        (5.0, {"utterance": 0, **second}, np.zeros(16000)),
+        # utterance 1: all received before its end, 0.5 s to play then
+        (7.5, {"utterance": 1, **second}, np.zeros(16000)),
+    ]
+    (q0, late0, silence0), (q1, late1, silence1) = end_offset_split(run)
+    assert (q0, late0, silence0) == pytest.approx((1.5, 1.0, 0.5))
+    assert (q1, late1, silence1) == pytest.approx((0.5, 0.0, 0.0))
+    _, ends = utterance_offsets(run)
+    assert ends == pytest.approx([q0 + late0 + silence0, q1 + late1 + silence1])
 
 
 def test_a_level_holds_only_when_every_listener_was_served():
@@ -114,6 +140,7 @@ def test_a_session_is_one_speaker_in_one_language():
 
     sessions = [playlist(clips, i, 6.0) for i in range(4)]
     assert [lang for _, lang in sessions] == ["es", "fr", "es", "fr"]
+    assert [speaker_language(clips, i) for i in range(4)] == ["es", "fr", "es", "fr"]
     assert spoken(sessions[0][0]) == [1, 3, 1]  # only the Spanish clips
     assert spoken(sessions[2][0]) == [3, 1, 3]  # rotated: says something else meanwhile
     assert spoken(sessions[1][0]) == [2, 2, 2]
@@ -133,6 +160,8 @@ async def test_one_short_real_session_through_the_bench(live_server):
     assert report.target_commit, "a real session commits translated words"
     assert report.start_offsets and report.end_offsets
     assert report.mean_batch >= 1.0
+    assert len(report.end_split) == len(report.end_offsets)
+    assert sum(len(ends) for _, ends in report.by_language.values()) == len(report.end_offsets)
 
 
 @pytest.mark.slow
