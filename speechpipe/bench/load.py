@@ -557,9 +557,10 @@ async def run_load_bench(
         if solo and overload is None:
             for label in active:
                 server = servers.get(label)
-                speakers = 1 if mix_languages else len({clip.lang for clip in clips})
+                languages = 1 if mix_languages else len({clip.lang for clip in clips})
+                most = max(levels) if levels else 1
                 report = await run_level(url or server.url,  # type: ignore[union-attr]
-                                         clips, min(speakers, max(levels, default=1)),
+                                         clips, min(languages, most),
                                          label=f"solo/{label}", duration_s=duration_s,
                                          server=server, frame_ms=frame_ms,
                                          mix_languages=mix_languages,
