@@ -82,14 +82,11 @@ def utterance_offsets(run: ClientRun) -> tuple[list[float], list[float]]:
     """(StartOffsets, EndOffsets) per utterance, as the client hears the speech."""
     starts = {e["utterance"]: e["t"] for e in run.of("vad") if e["kind"] == "start"}
     ends = {e["utterance"]: e["t"] for e in run.of("vad") if e["kind"] == "end"}
+    chunks = _chunks(run)
     first_audio: dict[int, float] = {}
-    laid_end: dict[int, float] = {}
-    cursor = 0.0
-    for arrived, header, _ in run.audio:
-        u = header["utterance"]
+    for arrived, u, _ in chunks:
         first_audio.setdefault(u, arrived)
-        cursor = max(cursor, arrived) + header["samples"] / header["sample_rate"]
-        laid_end[u] = cursor
+    laid_end = _laid_ends(chunks)
     start_offsets = [first_audio[u] - t for u, t in starts.items() if u in first_audio]
     end_offsets = [laid_end[u] - t for u, t in ends.items() if u in laid_end]
     return start_offsets, end_offsets
@@ -103,13 +100,8 @@ def end_offset_split(run: ClientRun) -> list[tuple[float, float, float]]:
     between (*silence*: waiting for a commit or the synthesizer). Speech laid back to back as
     in ``utterance_offsets``."""
     ends = {e["utterance"]: e["t"] for e in run.of("vad") if e["kind"] == "end"}
-    chunks = [(arrived, header["utterance"], header["samples"] / header["sample_rate"])
-              for arrived, header, _ in run.audio]
-    laid_end: dict[int, float] = {}
-    cursor = 0.0
-    for arrived, utterance, seconds in chunks:
-        cursor = max(cursor, arrived) + seconds
-        laid_end[utterance] = cursor
+    chunks = _chunks(run)
+    laid_end = _laid_ends(chunks)
     out = []
     for utterance, end in ends.items():
         if utterance not in laid_end:
@@ -118,6 +110,23 @@ def end_offset_split(run: ClientRun) -> list[tuple[float, float, float]]:
         late = sum(d for a, u, d in chunks if u == utterance and a >= end)
         out.append((queued, late, max(0.0, laid_end[utterance] - end - queued - late)))
     return out
+
+
+def _chunks(run: ClientRun) -> list[tuple[float, int, float]]:
+    """``(arrived, utterance, seconds)`` of each speech chunk the client received."""
+    return [(arrived, header["utterance"], header["samples"] / header["sample_rate"])
+            for arrived, header, _ in run.audio]
+
+
+def _laid_ends(chunks: Sequence[tuple[float, int, float]]) -> dict[int, float]:
+    """Per utterance, where its speech ends when every chunk is played as it arrives, after
+    the speech before it (back to back)."""
+    laid_end: dict[int, float] = {}
+    cursor = 0.0
+    for arrived, utterance, seconds in chunks:
+        cursor = max(cursor, arrived) + seconds
+        laid_end[utterance] = cursor
+    return laid_end
 
 
 def _laid_before(chunks: Sequence[tuple[float, int, float]], when: float) -> float:
@@ -555,10 +564,10 @@ async def run_load_bench(
                                                      max(cap + 1, math.ceil(cap * overload))))
             results["capacity"] = {label: cap for label, (cap, _) in overload_sessions.items()}
         if solo and overload is None:
+            languages = 1 if mix_languages else len({clip.lang for clip in clips})
+            most = max(levels) if levels else 1
             for label in active:
                 server = servers.get(label)
-                languages = 1 if mix_languages else len({clip.lang for clip in clips})
-                most = max(levels) if levels else 1
                 report = await run_level(url or server.url,  # type: ignore[union-attr]
                                          clips, min(languages, most),
                                          label=f"solo/{label}", duration_s=duration_s,
