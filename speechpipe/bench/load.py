@@ -50,12 +50,12 @@ import numpy as np
 
 from speechpipe.bench.server_process import ServerProcess, scrape
 from speechpipe.evaluation.scores import percentile
-from speechpipe.machine import describe_cpu
+from speechpipe.machine import describe_cpu, usable_cores
 from speechpipe.transport.client import ClientRun, stream_session
 
 __all__ = ["run_load_bench", "register_load", "ClientRun", "commit_latencies", "utterance_offsets",
            "end_offset_split", "speaker_language", "percentile", "LevelReport", "ListenerRule",
-           "ladder_summary"]
+           "ladder_summary", "solo_demand"]
 
 RATE = 16_000
 REPO = Path(__file__).resolve().parents[2]
@@ -296,6 +296,8 @@ class LevelReport:
     retry_after: list[float] = field(default_factory=list)
     waited: list[float] = field(default_factory=list)
     ladder: list[float] = field(default_factory=list)  # degrade level, sampled every 2 s
+    # each client's (start, end) on the bench's clock, seconds from the level's start
+    spans: list[tuple[float, float]] = field(default_factory=list)
 
     def completed(self) -> bool:
         """Every session admitted at once and finished normally."""
@@ -376,9 +378,11 @@ async def run_level(url: str, clips: Sequence[Clip], sessions: int, *, label: st
         # a phrase-cache namespace per client and level: no session gets speech synthesized
         # earlier for free, neither another client's nor its own from an earlier level (the
         # bench replays the same clips)
+        start = time.monotonic() - t0
         run = await run_client(url, i, audio, lang, frame_ms=frame_ms,
                                phrase_cache=f"bench-{next(_SESSIONS)}",
                                timeout_s=duration_s * 4 + 120)
+        report.spans.append((start, time.monotonic() - t0))
         return run, "mixed" if mix_languages else speaker_language(clips, i)
 
     async def watch() -> None:
@@ -445,6 +449,20 @@ async def run_level(url: str, clips: Sequence[Clip], sessions: int, *, label: st
 
 
 # -- the whole bench --------------------------------------------------------------------------
+def solo_demand(
+    per_session_cores: float, sessions: int, machine_cores: int
+) -> dict[str, Any] | None:
+    """What ``sessions`` sessions would ask of the machine if each cost what one costs alone
+    (``--solo``'s server CPU): at or above the machine's cores, that many cannot all run at
+    the solo quality and cadence, whatever the scheduling. None when the CPU is unknown (a
+    server the bench did not start)."""
+    if not math.isfinite(per_session_cores):
+        return None
+    return {"per_session_cores": round(per_session_cores, 2), "sessions": sessions,
+            "cores_needed": round(per_session_cores * sessions, 2),
+            "machine_cores": machine_cores}
+
+
 def _levels(sessions: int | None, ramp: bool, steps: Sequence[int], max_sessions: int) -> list[int]:
     if sessions is not None and not ramp:
         return [min(sessions, max_sessions)]
@@ -473,6 +491,11 @@ def _print_row(row: dict[str, Any], *, header: bool = False) -> None:
     if split:
         print(f"{'':>8} EndOffset parts (p50 each): queued {split['queued']} s, late speech "
               f"{split['late']} s, silence {split['silence']} s", flush=True)
+    demand = row.get("demand")
+    if demand:
+        print(f"{'':>8} one session alone keeps {demand['per_session_cores']} cores busy: "
+              f"{demand['sessions']} at that rate would need {demand['cores_needed']} of the "
+              f"machine's {demand['machine_cores']} cores", flush=True)
     for lang, figures in (row.get("by_language") or {}).items():
         print(f"{'':>8} {lang}: {figures['utterances']} utterances, StartOffset p50 "
               f"{figures['start_offset_p50']} s, EndOffset p50 {figures['end_offset_p50']} s, "
@@ -576,6 +599,7 @@ async def run_load_bench(
                                          detect_language=detect_language, one_at_a_time=True)
                 row = report.row()
                 row["holds"] = report.holds(rule)
+                row["demand"] = solo_demand(row["server_cpu_cores"], most, usable_cores())
                 results["solo"] = results.get("solo", []) + [row]
                 _print_row(row, header=first)
                 first = False

@@ -22,6 +22,7 @@ from speechpipe.bench.load import (
     percentile,
     playlist,
     run_level,
+    solo_demand,
     speaker_language,
     utterance_offsets,
 )
@@ -162,6 +163,31 @@ async def test_one_short_real_session_through_the_bench(live_server):
     assert report.mean_batch >= 1.0
     assert len(report.end_split) == len(report.end_offsets)
     assert sum(len(ends) for _, ends in report.by_language.values()) == len(report.end_offsets)
+
+
+def test_solo_demand_scales_one_sessions_cpu_to_the_level():
+    assert solo_demand(0.28, 8, 2) == {"per_session_cores": 0.28, "sessions": 8,
+                                       "cores_needed": 2.24, "machine_cores": 2}
+    assert solo_demand(math.nan, 8, 2) is None  # a server the bench did not start
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="session")
+async def test_solo_runs_each_language_alone_one_after_the_other(live_server):
+    """``--solo``'s path (``one_at_a_time``): one session per language, none overlapping;
+    the same count at once overlaps. Real sessions on the live server, 2 s each."""
+    clips = [c for c in load_clips(ROOT / "samples" / "manifest.jsonl")
+             if c.lang in ("es", "fr")]
+    url = f"ws://127.0.0.1:{live_server.server.port}/ws"
+    alone = await run_level(url, clips, 2, label="solo", duration_s=2.0, one_at_a_time=True)
+    assert alone.finished == 2 and alone.errors == 0
+    assert sorted(alone.by_language) == ["es", "fr"]
+    (first_start, first_end), (second_start, _) = sorted(alone.spans)
+    assert second_start >= first_end, "the second session started before the first ended"
+    together = await run_level(url, clips, 2, label="together", duration_s=2.0)
+    assert together.finished == 2
+    (first_start, first_end), (second_start, _) = sorted(together.spans)
+    assert second_start < first_end, "concurrent sessions ran one after the other"
 
 
 @pytest.mark.slow
