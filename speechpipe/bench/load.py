@@ -55,7 +55,7 @@ from speechpipe.transport.client import ClientRun, stream_session
 
 __all__ = ["run_load_bench", "register_load", "ClientRun", "commit_latencies", "utterance_offsets",
            "end_offset_split", "speaker_language", "percentile", "LevelReport", "ListenerRule",
-           "ladder_summary", "solo_demand"]
+           "ladder_summary", "solo_demand", "committed_by_end"]
 
 RATE = 16_000
 REPO = Path(__file__).resolve().parents[2]
@@ -110,6 +110,28 @@ def end_offset_split(run: ClientRun) -> list[tuple[float, float, float]]:
         late = sum(d for a, u, d in chunks if u == utterance and a >= end)
         out.append((queued, late, max(0.0, laid_end[utterance] - end - queued - late)))
     return out
+
+
+def committed_by_end(run: ClientRun) -> list[tuple[float, float]]:
+    """Per utterance, the share of its final committed words (captions, translation) that
+    were already committed when the speaker stopped (the VAD's speech end, on the client's
+    stream clock). What is not is committed later, at the pause: spoken after the end.
+    Utterances with no committed words on either side are left out."""
+    ends = {e["utterance"]: e["t"] for e in run.of("vad") if e["kind"] == "end"}
+    at_end: dict[tuple[str, int], int] = {}
+    final: dict[tuple[str, int], int] = {}
+    for arrived, event in run.events:
+        side, utterance = str(event.get("type")), event.get("utterance")
+        if side not in ("source", "target") or not isinstance(utterance, int) \
+                or utterance not in ends:
+            continue
+        words = len(event["committed"].split())
+        final[side, utterance] = words
+        if arrived <= ends[utterance]:
+            at_end[side, utterance] = words
+    return [(at_end.get(("source", u), 0) / final["source", u],
+             at_end.get(("target", u), 0) / final["target", u])
+            for u in ends if final.get(("source", u)) and final.get(("target", u))]
 
 
 def _chunks(run: ClientRun) -> list[tuple[float, int, float]]:
@@ -285,6 +307,8 @@ class LevelReport:
     end_split: list[tuple[float, float, float]] = field(default_factory=list)
     # per source language: its utterances' StartOffsets and EndOffsets
     by_language: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    # per source language: ``committed_by_end`` of its utterances (captions, translation)
+    committed_by_language: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     server_cpu: float = math.nan  # cores (1.0 = one core busy)
     bench_cpu: float = math.nan
     other_cpu: float = math.nan  # cores used by other processes on the machine meanwhile
@@ -336,9 +360,16 @@ class LevelReport:
                               for k, part in enumerate(("queued", "late", "silence"))},
             "by_language": {
                 lang: {"utterances": len(ends), "start_offset_p50": p(starts, 50),
-                       "end_offset_p50": p(ends, 50), "end_offset_p95": p(ends, 95)}
+                       "end_offset_p50": p(ends, 50), "end_offset_p95": p(ends, 95),
+                       **self._committed_by_end(lang)}
                 for lang, (starts, ends) in sorted(self.by_language.items())},
         }
+
+
+    def _committed_by_end(self, lang: str) -> dict[str, float]:
+        shares = self.committed_by_language.get(lang, [])
+        return {"source_committed_by_end_p50": round(percentile([s for s, _ in shares], 50), 2),
+                "target_committed_by_end_p50": round(percentile([t for _, t in shares], 50), 2)}
 
 
 def _machine_cpu() -> float:
@@ -445,6 +476,7 @@ async def run_level(url: str, clips: Sequence[Clip], sessions: int, *, label: st
         language = report.by_language.setdefault(lang, ([], []))
         language[0].extend(starts)
         language[1].extend(ends)
+        report.committed_by_language.setdefault(lang, []).extend(committed_by_end(run))
     return report
 
 
@@ -499,7 +531,13 @@ def _print_row(row: dict[str, Any], *, header: bool = False) -> None:
     for lang, figures in (row.get("by_language") or {}).items():
         print(f"{'':>8} {lang}: {figures['utterances']} utterances, StartOffset p50 "
               f"{figures['start_offset_p50']} s, EndOffset p50 {figures['end_offset_p50']} s, "
-              f"p95 {figures['end_offset_p95']} s", flush=True)
+              f"p95 {figures['end_offset_p95']} s; committed when the speaker stopped (p50): "
+              f"captions {_percent(figures.get('source_committed_by_end_p50'))}, translation "
+              f"{_percent(figures.get('target_committed_by_end_p50'))}", flush=True)
+
+
+def _percent(share: float | None) -> str:
+    return "-" if share is None or not math.isfinite(share) else f"{share:.0%}"
 
 
 async def run_load_bench(

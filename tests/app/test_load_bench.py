@@ -16,6 +16,7 @@ from speechpipe.bench.load import (
     ListenerRule,
     _print_row,
     commit_latencies,
+    committed_by_end,
     end_offset_split,
     ladder_summary,
     load_clips,
@@ -84,6 +85,23 @@ def test_the_end_offset_splits_into_queued_late_and_silent_time():
     assert (q1, late1, silence1) == pytest.approx((0.5, 0.0, 0.0))
     _, ends = utterance_offsets(run)
     assert ends == pytest.approx([q0 + late0 + silence0, q1 + late1 + silence1])
+
+
+def test_the_share_committed_by_the_speakers_end_counts_each_side_against_its_final():
+    run = ClientRun(0)
+    run.events = [
+        (0.1, {"type": "vad", "kind": "start", "utterance": 0, "t": 0.0}),
+        (2.0, {"type": "source", "utterance": 0, "committed": "a b c"}),
+        (2.0, {"type": "target", "utterance": 0, "committed": "x"}),
+        (3.6, {"type": "vad", "kind": "end", "utterance": 0, "t": 3.0}),
+        (3.7, {"type": "source", "utterance": 0, "committed": "a b c d"}),
+        (3.7, {"type": "target", "utterance": 0, "committed": "x y z w"}),
+        (5.0, {"type": "vad", "kind": "start", "utterance": 1, "t": 5.0}),
+        (8.6, {"type": "vad", "kind": "end", "utterance": 1, "t": 8.0}),
+        (8.7, {"type": "source", "utterance": 1, "committed": ""}),  # noise: nothing said
+        (8.7, {"type": "target", "utterance": 1, "committed": ""}),
+    ]
+    assert committed_by_end(run) == [(0.75, 0.25)]
 
 
 def test_a_level_holds_only_when_every_listener_was_served():
@@ -163,6 +181,8 @@ async def test_one_short_real_session_through_the_bench(live_server):
     assert report.mean_batch >= 1.0
     assert len(report.end_split) == len(report.end_offsets)
     assert sum(len(ends) for _, ends in report.by_language.values()) == len(report.end_offsets)
+    (shares,) = report.committed_by_language.values()
+    assert shares and all(0 <= s <= 1 and 0 <= t <= 1 for s, t in shares)
 
 
 def test_solo_demand_scales_one_sessions_cpu_to_the_level():
