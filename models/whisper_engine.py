@@ -26,7 +26,9 @@ Guards against words from nothing (unguarded decodes loop on real clips here):
   cue (without it short inputs loop, e.g. "así, así, así");
 - ``max_length`` is tied to the audio length;
 - a loop guard cuts a continuation at the first repeated n-gram run, or at a word that
-  loops inside itself ("2-3-3-4-4-4-4-4-4");
+  loops inside itself ("2-3-3-4-4-4-4-4-4"); a partial's continuation that starts its
+  sentence over is cut there, before agreement can commit a loop's first words
+  (``cut_restart``);
 - a no-speech guard drops a decode whose no-speech probability is high and whose
   log-probability is low (faster-whisper's rule).
 The ASR stage adds the commit guard (``stages.faithfulness``): no words where a neural VAD
@@ -82,6 +84,7 @@ __all__ = [
     "WhisperResult",
     "cut_repetition",
     "cut_restatement",
+    "cut_restart",
     "WHISPER_LANGUAGES",
     "EngineStats",
     "generate_max_length",
@@ -187,6 +190,38 @@ def cut_restatement(
             theirs = set(norm[earlier_start:earlier_end])
             if sum(w in theirs for w in mine) >= min_overlap * len(mine):
                 return list(words[: start - n_context]), True
+    return list(words), False
+
+
+def cut_restart(
+    words: Sequence[str], context: Sequence[str] = (), min_words: int = 2,
+) -> tuple[list[str], bool]:
+    """Cut ``words`` where they start their sentence over and run on to the end: a loop that
+    has only begun. For partials, whose tail two decodes can agree on.
+
+    Whisper on partial audio sometimes restarts the sentence it is in ("J'ai donc
+    l'expérience de l'année passée j'ai donc"). ``cut_repetition`` sees the loop only once the
+    second copy is as long as the first; by then agreement may have committed its first
+    words, and the decodes that come after cut everything from the loop on, real words
+    included (the captions lost "j'en dirais un mot tout à l'heure"). So a partial's
+    continuation is cut before its last ``min_words`` or more words when they are the first
+    words of the sentence they are in (no sentence end between). The decodes that hear more
+    audio decide: a real repetition goes on differently from the sentence's start and is kept.
+    ``context`` is the committed text before ``words``, never cut. Returns (kept words,
+    whether anything was cut)."""
+    all_words = [*context, *words]
+    norm = [w.casefold().strip(".,;:!?¿¡\"'…") for w in all_words]
+    n_context = len(context)
+    sentence_start = 0
+    starts = []
+    for i, word in enumerate(all_words):
+        starts.append(sentence_start)
+        if word.endswith(_SENTENCE_END):
+            sentence_start = i + 1
+    for i in range(n_context, len(norm) - min_words + 1):
+        start, tail = starts[i], norm[i:]
+        if start < i and start + len(tail) <= i and norm[start:start + len(tail)] == tail:
+            return list(words[: i - n_context]), True
     return list(words), False
 
 
@@ -666,6 +701,9 @@ class WhisperEngine:
         words, was_cut = cut_repetition(text.split(), context=context)
         words, restated = cut_restatement(words, context=context)
         was_cut = was_cut or restated
+        if request.partial and request.restart_guard:
+            words, restarted = cut_restart(words, context=context)
+            was_cut = was_cut or restarted
         suppressed = (
             no_speech_prob > request.no_speech_threshold
             and avg_logprob < request.logprob_threshold

@@ -79,6 +79,9 @@ class AsrOptions:
     # tail is what flickers; 2 cut normalized erasure from 0.81-0.92 to 0.33-0.40 on the
     # 49 x-to-English clips, same BLEU (docs/benchmarks.md); nothing committed changes
     shown_tentative_words: int = 2
+    # partials: cut a continuation where it starts its sentence over, so agreement cannot
+    # commit the first words of a loop (models/whisper_engine.py, ``cut_restart``)
+    restart_guard: bool = True
 
     def __post_init__(self) -> None:
         if self.commit_policy not in ("agreement", "align"):

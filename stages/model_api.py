@@ -64,6 +64,8 @@ class WhisperRequest:
     # read most of the forced prefix in the prompt pass (models.prefill), when the native
     # decoder is built; the same results as generate's step-by-step forcing, less work
     prefill: bool = False
+    # partials: cut a continuation that starts its sentence over (``cut_restart``)
+    restart_guard: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -216,6 +216,7 @@ class UtteranceDecoder:
             cap_by_window=self.options.cap_by_window and partial,
             vocabulary_words=self.options.vocabulary_words,
             prefill=self.options.prefill,
+            restart_guard=self.options.restart_guard and partial,
         ))
 
     def _word_times(self, kind: str) -> tuple[str, ...]:

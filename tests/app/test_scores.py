@@ -7,7 +7,7 @@ from speechpipe.evaluation.scores import (
     normalized_erasure,
     wer,
 )
-from speechpipe.models.whisper_engine import cut_repetition, cut_restatement
+from speechpipe.models.whisper_engine import cut_repetition, cut_restart, cut_restatement
 
 
 def test_loop_guard_cuts_repeats_and_keeps_real_text():
@@ -55,6 +55,26 @@ def test_restatement_guard_cuts_a_sentence_said_again_in_other_words():
     words = "And then we left.".split()
     assert cut_restatement(words, context="We sat down. We sat down again.".split()) == (
         words, False)
+
+
+def test_restart_guard_cuts_a_partial_that_starts_its_sentence_over():
+    # bench load, the French playlist's last utterance: a partial's captions restarted the
+    # sentence; agreement committed "j'ai donc" and the rest of the sentence was lost
+    kept, cut = cut_restart(
+        "l'année passée j'ai donc".split(), context="J'ai donc l'expérience de".split())
+    assert (" ".join(kept), cut) == ("l'année passée", True)
+    # the restart may be longer than two words, and run to the end
+    kept, cut = cut_restart("I have the experience of last year I have the".split())
+    assert (" ".join(kept), cut) == ("I have the experience of last year", True)
+    # a repetition that goes on differently from the sentence's start is real speech: kept
+    text = "I think we should go, I think it is late".split()
+    assert cut_restart(text) == (text, False)
+    # one word is not a restart; a new sentence with the same opening is cut_restatement's
+    for text in ("the cat saw the", "We sat down. We sat"):
+        assert cut_restart(text.split()) == (text.split(), False)
+    # the words in the committed context are never cut, even when they end in a restart
+    words = "where it was".split()
+    assert cut_restart(words, context="Thank you, thank you".split()) == (words, False)
 
 
 def test_normalize_text_strips_case_and_punctuation():
