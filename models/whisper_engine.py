@@ -160,6 +160,11 @@ def _loops_within(word: str) -> bool:
 _SENTENCE_END = (".", "?", "!", "…")
 
 
+def _normalized(words: Sequence[str]) -> list[str]:
+    """Words as the sentence guards compare them: case and edge punctuation dropped."""
+    return [w.casefold().strip(".,;:!?¿¡\"'…") for w in words]
+
+
 def cut_restatement(
     words: Sequence[str], context: Sequence[str] = (), same_start: int = 3,
     min_overlap: float = 0.6,
@@ -174,7 +179,7 @@ def cut_restatement(
     sentence. ``context`` is the text before ``words`` (committed, never cut). Returns (kept
     words, whether anything was cut)."""
     all_words = [*context, *words]
-    norm = [w.casefold().strip(".,;:!?¿¡\"'…") for w in all_words]
+    norm = _normalized(all_words)
     starts = [0] + [i + 1 for i, w in enumerate(all_words[:-1]) if w.endswith(_SENTENCE_END)]
     sentences = [(a, b) for a, b in zip(starts, [*starts[1:], len(all_words)], strict=True)
                  if b - a >= same_start]
@@ -210,7 +215,7 @@ def cut_restart(
     ``context`` is the committed text before ``words``, never cut. Returns (kept words,
     whether anything was cut)."""
     all_words = [*context, *words]
-    norm = [w.casefold().strip(".,;:!?¿¡\"'…") for w in all_words]
+    norm = _normalized(all_words)
     n_context = len(context)
     sentence_start = 0
     starts = []
@@ -701,7 +706,7 @@ class WhisperEngine:
         words, was_cut = cut_repetition(text.split(), context=context)
         words, restated = cut_restatement(words, context=context)
         was_cut = was_cut or restated
-        if request.partial and request.restart_guard:
+        if request.restart_guard:  # set on partials only (stages.utterance)
             words, restarted = cut_restart(words, context=context)
             was_cut = was_cut or restarted
         suppressed = (

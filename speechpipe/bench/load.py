@@ -365,7 +365,6 @@ class LevelReport:
                 for lang, (starts, ends) in sorted(self.by_language.items())},
         }
 
-
     def _committed_by_end(self, lang: str) -> dict[str, float]:
         shares = self.committed_by_language.get(lang, [])
         return {"source_committed_by_end_p50": round(percentile([s for s, _ in shares], 50), 2),
