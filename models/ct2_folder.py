@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from speechpipe.errors import ModelError
+from speechpipe.errors import ModelError, UnknownModelError
 
 __all__ = ["ModelFamily", "MtModelInfo", "inspect_mt_model", "WHISPER_LANGUAGES"]
 
@@ -206,9 +206,10 @@ def _folder_size(path: Path) -> int:
 
 def _check_layout(path: Path) -> None:
     if not path.exists():
-        raise ModelError(f"MT model folder {path} does not exist")
+        raise UnknownModelError(f"MT model folder {path} does not exist")
     if not path.is_dir():
-        raise ModelError(f"MT model {path} is not a folder (pass the folder that holds model.bin)")
+        raise UnknownModelError(
+            f"MT model {path} is not a folder (pass the folder that holds model.bin)")
     if not os.access(path, os.R_OK | os.X_OK):
         raise ModelError(f"MT model folder {path} is not readable")
     if not (path / "model.bin").is_file():

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from speechpipe.errors import InputError, ModelError
+from speechpipe.errors import InputError, ModelError, UnknownModelError
 from speechpipe.models.home import speechpipe_home
 
 __all__ = ["registry_path", "registered_mt_models", "locked_registry", "resolve_mt_model"]
@@ -96,7 +96,7 @@ def resolve_mt_model(spec: str) -> Path:
     if path.exists():
         return path.resolve()
     names = ", ".join(sorted(entries)) or "none"
-    raise ModelError(
+    raise UnknownModelError(
         f"no MT model named {spec!r} and no such folder (registered: {names}); "
         "add one with `speechpipe models add PATH`"
     )

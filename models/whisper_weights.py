@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from speechpipe.errors import ModelError
+from speechpipe.errors import ModelError, UnknownModelError
 from speechpipe.models.home import speechpipe_home
 
 __all__ = [
@@ -107,11 +107,12 @@ def resolve_whisper_model(
     if path.is_dir():
         return check_whisper_folder(path)
     if path.exists():
-        raise ModelError(f"Whisper model {key!r} is a file; pass the folder that holds model.bin")
+        raise UnknownModelError(
+            f"Whisper model {key!r} is a file; pass the folder that holds model.bin")
     if os.sep in key or key.startswith((".", "~")):
-        raise ModelError(f"Whisper model folder {key!r} does not exist")
+        raise UnknownModelError(f"Whisper model folder {key!r} does not exist")
     known = ", ".join(sorted(_BUNDLED))
-    raise ModelError(
+    raise UnknownModelError(
         f"unknown Whisper model {key!r}: use one of {known}, "
         "or a path to a CTranslate2 Whisper folder (model.bin, config.json, tokenizer.json, "
         "vocabulary.json)"

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from speechpipe import __version__
 from speechpipe.errors import InputError, SpeechpipeError
@@ -26,17 +26,50 @@ __all__ = ["main", "build_parser"]
 
 log = logging.getLogger("speechpipe")
 
-def _add_session_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pace", choices=("realtime", "fast"), default="realtime",
-                        help="realtime: wall-clock paced (computation-aware); fast: as fast "
-                             "as the machine goes (computation-unaware latency)")
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser with a bad argument reported in one line (exit 2): the usage block
+    argparse prints first (``serve``'s is 30 lines) buries the message; ``--help`` has it.
+    ``--help`` shows every default (``HelpFormatter``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Appends "(default: X)" to an option's help when it has a value worth showing and the
+    help does not say it already."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (text and "default" not in text and default not in (None, False, True, [], "")
+                and default is not argparse.SUPPRESS and action.option_strings
+                and action.nargs != 0):
+            text += " (default: %(default)s)"
+        return text
+
+
+def _add_session_arguments(parser: argparse.ArgumentParser, pace: str) -> None:
+    parser.add_argument("--pace", choices=("realtime", "fast"), default=pace,
+                        help="fast: as fast as the machine goes, each output stamped with "
+                             "the audio it was based on (computation-unaware latency); "
+                             "realtime: paced like a live speaker, the latency a listener "
+                             "meets (computation-aware)")
     parser.add_argument("--source-lang", default="auto",
                         help="spoken language (Whisper code, e.g. es) or auto")
     parser.add_argument("--target-lang", default="en", help="language to speak (default en)")
     parser.add_argument("--voice", default=None, help="Piper voice name (default: by language)")
     parser.add_argument("--mt", default="whisper",
                         help="whisper (default, to English) or ct2:NAME_OR_PATH")
-    parser.add_argument("--mode", choices=("balanced", "fast", "quality"), default="balanced")
+    parser.add_argument("--mode", choices=("balanced", "fast", "quality"), default="balanced",
+                        help="CPU against quality: fast decodes at most once a second and "
+                             "ends utterances greedily (least CPU), quality searches partials "
+                             "with a beam of 2 or more (most CPU), balanced uses the asr "
+                             "group's options as set")
     parser.add_argument("--output-rate", type=int, default=22_050,
                         help="sample rate of the translated speech (Hz)")
     from speechpipe.config import MODEL_ALIASES, add_aliases, groups_of
@@ -50,7 +83,7 @@ def _add_session_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``speechpipe`` argument parser with every subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="speechpipe", description="Streaming speech-to-speech translation."
     )
     parser.add_argument("--version", action="version", version=f"speechpipe {__version__}")
@@ -61,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     translate.add_argument("input", help="audio file (anything soundfile reads)")
     translate.add_argument("--out", required=True, help="output WAV of the translated speech")
     translate.add_argument("--trace", default=None, help="write the JSON-lines trace here")
-    _add_session_arguments(translate)
+    _add_session_arguments(translate, pace="fast")
 
     evaluate = commands.add_parser("eval", help="evaluate on a manifest of clips")
     evaluate.add_argument("manifest",
@@ -84,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     from speechpipe.evaluation.offline import add_offline_arguments
 
     add_offline_arguments(evaluate)
-    _add_session_arguments(evaluate)
+    _add_session_arguments(evaluate, pace="realtime")
 
     config = commands.add_parser(
         "config", help="print the effective configuration tree (serve's arguments apply)"
@@ -181,7 +214,7 @@ def _load_pipeline(args: argparse.Namespace) -> Pipeline:
 def cmd_translate(args: argparse.Namespace) -> int:
     """``speechpipe translate``: one file in, translated speech (and trace) out."""
     from speechpipe.evaluation.trace import source_languages
-    from speechpipe.file_translation import translate_file
+    from speechpipe.file_translation import translate_file, utterance_lines
     from speechpipe.session import check_output_rate
     from speechpipe.transport.file_output import SpeechFileWriter, check_output_path
     from speechpipe.transport.file_replay import probe_audio
@@ -207,12 +240,15 @@ def cmd_translate(args: argparse.Namespace) -> int:
 
     languages = source_languages(run.records)
     how = "detected" if args.source_lang.strip().lower() == "auto" else "given"
-    print(f"language:    {', '.join(languages) or 'none (no speech)'} ({how})")
-    print(f"source:      {run.source_text}")
-    print(f"translation: {run.target_text}")
+    print(f"language:    {', '.join(languages)} ({how})" if languages
+          else "language:    none (no speech found)")
+    for line in utterance_lines(run.records):
+        print(line)
+    pace = ("" if args.pace == "realtime"
+            else "   (fast pace: as if decoding took no time; --pace realtime measures it)")
     print(f"StartOffset: {fmt(scores.get('start_offset'))}   "
-          f"EndOffset: {fmt(scores.get('end_offset'))}   "
-          f"audio: {run.input_seconds:.1f} s in {run.wall_seconds:.1f} s "
+          f"EndOffset: {fmt(scores.get('end_offset'))}{pace}")
+    print(f"audio:       {run.input_seconds:.1f} s in {run.wall_seconds:.1f} s "
           f"({run.cpu_seconds / max(run.input_seconds, 1e-9):.2f} CPU-s per audio s)")
     print(f"wrote {out}" + (f" and {args.trace}" if args.trace else ""))
     return 0

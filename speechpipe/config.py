@@ -350,7 +350,9 @@ def add_aliases(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
     for alias in aliases:
         default = _get(defaults, alias.path)
         text = f"{alias.help} (default {_shown(default)}; --set {alias.leaf})".replace("%", "%%")
-        if alias.is_switch:
+        if alias.is_switch:  # a flag without a value: what it sets, not the leaf's default
+            value = str(alias.switch).lower() if isinstance(alias.switch, bool) else alias.switch
+            text = f"{alias.help} (--set {alias.leaf}={value})".replace("%", "%%")
             parser.add_argument(alias.flag, dest=alias.dest, action="store_const",
                                 const=alias.switch, default=NOT_GIVEN, help=text)
         elif alias.repeat:

@@ -7,6 +7,8 @@
     │   ├── AudioInputError         unreadable, empty or malformed audio
     │   └── LanguageError           unknown or unsupported language code / pair
     ├── ModelError                  weights missing, corrupt, or of the wrong kind
+    │   ├── UnknownModelError       the model asked for (a name, a path) is not there
+    │   │                           (also an InputError)
     │   └── VoiceError              no usable Piper voice (lists the available ones)
     │       └── UnknownVoiceError   the voice asked for is not there (also an InputError)
     ├── SessionError                a session cannot start or must end (carries a code)
@@ -30,6 +32,7 @@ __all__ = [
     "AudioInputError",
     "LanguageError",
     "ModelError",
+    "UnknownModelError",
     "VoiceError",
     "UnknownVoiceError",
     "SessionError",
@@ -64,6 +67,13 @@ class LanguageError(InputError):
 
 class ModelError(SpeechpipeError):
     """A model that cannot be found, assembled or loaded."""
+    code = "model_error"
+
+
+class UnknownModelError(ModelError, InputError):
+    """The model asked for (``--mt ct2:NAME``, ``--asr-model``, a folder) does not exist: bad
+    input (exit code 2), where a damaged or misregistered installed model is a ``ModelError``
+    (exit code 1)."""
     code = "model_error"
 
 

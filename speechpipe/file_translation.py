@@ -44,6 +44,7 @@ __all__ = [
     "translate_audio",
     "translate_file",
     "translate_stream",
+    "utterance_lines",
 ]
 
 log = logging.getLogger("speechpipe.translate")
@@ -67,6 +68,35 @@ class TranslationRun:
     target_text: str
     scores: dict[str, float | None] = field(default_factory=dict)
     vad_seconds: float = 0.0
+
+
+def _clock(seconds: float) -> str:
+    """``m:ss.s`` (``h:mm:ss.s`` from an hour on) of a time in the input."""
+    tenths = round(seconds * 10)
+    minutes, rest = divmod(tenths, 600)
+    hours, minutes = divmod(minutes, 60)
+    head = f"{hours}:{minutes:02d}" if hours else f"{minutes}"
+    return f"{head}:{rest // 10:02d}.{rest % 10}"
+
+
+def utterance_lines(records: Iterable[dict[str, Any]]) -> list[str]:
+    """One line per utterance, in order: where its speech starts in the input, its captions
+    and its translation (``translate``'s summary; a long file reads as a transcript)."""
+    starts: dict[Any, float] = {}
+    lines: list[str] = []
+    for record in records:
+        utterance = record.get("utterance")
+        if record["event"] == "vad.start" and utterance is not None:
+            starts.setdefault(utterance, float(record.get("audio_t") or record["stream_t"]))
+        elif record["event"] == "utterance.end":
+            source = (record.get("source_text") or "").strip()
+            target = (record.get("text") or "").strip()
+            if not source and not target:
+                continue
+            when = _clock(starts.get(utterance, float(record["stream_t"])))
+            lines.append(f"{when}  {source or '(no captions)'}  ->  "
+                         f"{target or '(no translation)'}")
+    return lines
 
 
 def _cpu_seconds() -> float:

@@ -107,7 +107,7 @@ def cmd_models_add(args: argparse.Namespace) -> int:
     if path.name.endswith((".onnx", ".onnx.json")):
         return _add_voice(path, args.name, args.replace)
     if not path.exists():
-        raise ModelError(f"{path} does not exist")
+        raise InputError(f"{path} does not exist")
     if path.is_dir():
         return _add_mt(path, args.name, args.replace)
     raise InputError(
@@ -157,9 +157,9 @@ def _add_voice(path: Path, name: str | None, replace: bool) -> int:
     onnx = path.with_name(path.name.removesuffix(".json"))
     config = onnx.with_name(onnx.name + ".json")
     if not onnx.is_file():
-        raise VoiceError(f"Piper voice model {onnx} does not exist")
+        raise InputError(f"Piper voice model {onnx} does not exist")
     if not config.is_file():
-        raise VoiceError(f"Piper voice {onnx} has no config beside it ({config.name})")
+        raise InputError(f"Piper voice {onnx} has no config beside it ({config.name})")
     name = name or onnx.name.removesuffix(".onnx")
     if not is_voice_name(name):  # the rule start.voice and GET /voices follow
         raise InputError(

@@ -11,8 +11,10 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import logging
 import signal
+import socket
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -20,7 +22,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
 from speechpipe.config import MODEL_ALIASES, Alias, add_aliases, apply_aliases, groups_of
-from speechpipe.errors import SessionError
+from speechpipe.errors import InputError, SessionError
 from speechpipe.machine import describe_cpu
 from speechpipe.server.load_control import LoadControl
 from speechpipe.server.metrics import ServerMetrics
@@ -208,7 +210,10 @@ async def run_server(
         app.tracing = SessionTracing.otlp(
             otlp_endpoint, on_failure=app.metrics.trace_export_failures.inc
         )
-    await app.start()
+    try:
+        await app.start()
+    except (OSError, OverflowError) as exc:  # gaierror is an OSError
+        raise bind_error(host, port, exc) from None
     print(f"speechpipe: listening on http://{host}:{app.server.port}/ (loading models)",
           file=sys.stderr, flush=True)
     node: ClusterNode | None = None
@@ -286,6 +291,37 @@ async def _close_drained(app: ServerApp, node: ClusterNode) -> None:
           file=sys.stderr, flush=True)
 
 
+def _port(text: str) -> int:
+    """``--port``: a TCP port number, 0 (any free port) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65_535:
+        raise argparse.ArgumentTypeError(f"a port is 0 (any free one) to 65535, got {value}")
+    return value
+
+
+def bind_error(host: str, port: int, exc: BaseException) -> InputError:
+    """What failed when the server could not listen on ``host``:``port``, in one line."""
+    where = f"{host}:{port}"
+    if isinstance(exc, socket.gaierror):
+        return InputError(f"--host {host}: not an address or a name this machine can resolve "
+                          f"({exc.strerror}); e.g. 127.0.0.1, or 0.0.0.0 for every interface")
+    errno_ = getattr(exc, "errno", None)
+    if errno_ == errno.EADDRINUSE:
+        return InputError(f"{where}: address already in use (another server is listening "
+                          "there; choose another --port, or --port 0 for any free one)")
+    if errno_ == errno.EADDRNOTAVAIL:
+        return InputError(f"--host {host}: not an address of this machine (e.g. 127.0.0.1, "
+                          "or 0.0.0.0 for every interface)")
+    if errno_ == errno.EACCES:
+        return InputError(f"{where}: permission denied (ports below 1024 need privileges; "
+                          "choose --port 1024 or above)")
+    detail = getattr(exc, "strerror", None) or str(exc)
+    return InputError(f"{where}: cannot listen there ({detail})")
+
+
 def _grace(text: str) -> float:
     value = float(text)
     if not 0 <= value < 3600:  # nan and inf included
@@ -350,7 +386,8 @@ def serve_aliases() -> tuple[Alias, ...]:
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``speechpipe serve``'s arguments to ``parser``."""
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any)")
+    parser.add_argument("--port", type=_port, default=8765,
+                        help="port (default 8765; 0 = any free port)")
     add_aliases(parser, (*MODEL_ALIASES, *LIMITS_ALIASES))
     parser.add_argument("--no-webrtc", action="store_true", help="refuse WebRTC offers")
     parser.add_argument("--otlp-endpoint", default=None, metavar="URL",

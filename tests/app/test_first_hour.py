@@ -1,0 +1,118 @@
+"""What a new user meets after the Quick start (issue 47): one-line errors with exit 2 for bad
+arguments (``serve``'s port and host included), defaults in ``--help``, ``translate``'s
+default pace and its summary, one line per utterance."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from speechpipe.cli import build_parser
+from speechpipe.file_translation import utterance_lines
+from speechpipe.server.serve import bind_error
+
+CLIP = str(Path(__file__).resolve().parents[2] / "samples" / "wav" / "es_gato.wav")
+
+
+def speechpipe(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-P", "-m", "speechpipe", *args],
+                          capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def one_line(result: subprocess.CompletedProcess[str]) -> str:
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_serve_on_a_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = speechpipe("serve", "--port", str(port), cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    line = one_line(result)
+    assert f"127.0.0.1:{port}: address already in use" in line and "--port" in line
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (("--port", "80000"), "a port is 0 (any free one) to 65535, got 80000"),
+    (("--port", "http"), "not a port number: 'http'"),
+    # TEST-NET-1 (RFC 5737) is nobody's own address: bind() fails without a packet sent;
+    # --token keeps the no-auth warning off stderr
+    (("--host", "192.0.2.1", "--token", "t"), "--host 192.0.2.1: not an address of this"),
+])
+def test_serve_bad_port_or_host_is_one_line_and_exit_2(
+    tmp_path: Path, args: tuple[str, ...], needle: str,
+) -> None:
+    result = speechpipe("serve", *args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert needle in one_line(result)
+
+
+def test_a_host_that_does_not_resolve_says_so() -> None:
+    """The resolver's own error (asking it would send a DNS query: built here instead)."""
+    error = bind_error("999.1.1.1", 8765, socket.gaierror(-2, "Name or service not known"))
+    assert str(error).startswith("--host 999.1.1.1: not an address or a name")
+    assert "0.0.0.0" in str(error)
+
+
+@pytest.mark.parametrize("args", [
+    ("translate", CLIP, "--out", "o.wav", "--mt", "ct2:nothing"),
+    ("translate", CLIP, "--out", "o.wav", "--asr-model", "whisper-large"),
+    ("models", "add", "nope.onnx"),
+    ("models", "add", "nope"),
+    ("translate", CLIP, "--out", "o.wav", "--pace", "slow"),
+])
+def test_models_that_are_not_there_are_bad_input(tmp_path: Path, args: tuple[str, ...]) -> None:
+    result = speechpipe(*args, cwd=tmp_path)
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert one_line(result).startswith("speechpipe")
+    assert not (tmp_path / "o.wav").exists()
+
+
+def test_help_shows_the_defaults() -> None:
+    commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    help_text = " ".join(commands["translate"].format_help().split())
+    assert "(default: fast)" in help_text  # --pace
+    assert "(default: auto)" in help_text  # --source-lang
+    assert "(default: 22050)" in help_text  # --output-rate
+    assert "--mode {balanced,fast,quality} CPU against quality" in help_text
+    serve_help = " ".join(commands["serve"].format_help().split())
+    assert "(default True)" not in serve_help  # --no-degrade is a switch: no value to show
+
+
+def test_translate_goes_at_fast_pace_unless_asked_and_eval_stays_realtime() -> None:
+    parser = build_parser()
+    assert parser.parse_args(["translate", "in.wav", "--out", "o.wav"]).pace == "fast"
+    assert parser.parse_args(["translate", "in.wav", "--out", "o.wav",
+                              "--pace", "realtime"]).pace == "realtime"
+    assert parser.parse_args(["eval", "m.jsonl"]).pace == "realtime"
+
+
+def test_the_summary_is_one_line_per_utterance_with_its_time() -> None:
+    records = [
+        {"event": "vad.start", "stream_t": 0.6, "audio_t": 0.48, "utterance": 0},
+        {"event": "utterance.end", "stream_t": 4.1, "utterance": 0,
+         "source_text": "El gato duerme.", "text": "The cat sleeps."},
+        {"event": "vad.start", "stream_t": 75.3, "audio_t": 75.04, "utterance": 1},
+        {"event": "utterance.end", "stream_t": 80.0, "utterance": 1,
+         "source_text": "Hola.", "text": ""},
+        {"event": "vad.start", "stream_t": 90.0, "audio_t": 90.0, "utterance": 2},
+        {"event": "utterance.end", "stream_t": 91.0, "utterance": 2,
+         "source_text": "", "text": ""},  # nothing said: no line
+        {"event": "vad.start", "stream_t": 3725.0, "audio_t": 3723.25, "utterance": 3},
+        {"event": "utterance.end", "stream_t": 3726.0, "utterance": 3,
+         "source_text": "Adiós.", "text": "Goodbye."},
+    ]
+    assert utterance_lines(records) == [
+        "0:00.5  El gato duerme.  ->  The cat sleeps.",
+        "1:15.0  Hola.  ->  (no translation)",
+        "1:02:03.2  Adiós.  ->  Goodbye.",
+    ]
