@@ -29,7 +29,10 @@ class ServerProcess:
         self.port = 0
 
     def __enter__(self) -> ServerProcess:
-        cmd = [sys.executable, "-m", "speechpipe", "serve", "--host", "127.0.0.1",
+        # -P: the working directory is not put on the import path, so a folder there named
+        # speechpipe (the clone's own folder, run from the folder that holds it) cannot
+        # shadow the installed package
+        cmd = [sys.executable, "-P", "-m", "speechpipe", "serve", "--host", "127.0.0.1",
                "--port", "0", "--no-webrtc", *self.extra]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
         deadline = time.monotonic() + 300

@@ -116,3 +116,16 @@ def test_the_summary_is_one_line_per_utterance_with_its_time() -> None:
         "1:15.0  Hola.  ->  (no translation)",
         "1:02:03.2  Adiós.  ->  Goodbye.",
     ]
+
+
+def test_the_bench_server_ignores_a_speechpipe_folder_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Run from the folder that holds the clone, ``python -m`` imported the clone's folder
+    (a namespace package without ``__version__``) instead of the installed speechpipe."""
+    from speechpipe.bench.server_process import ServerProcess
+
+    (tmp_path / "speechpipe").mkdir()  # what the clone's folder looks like from its parent
+    monkeypatch.chdir(tmp_path)
+    with ServerProcess(["--scripted-pipeline", "--capacity", "1"]) as server:
+        assert server.port > 0
