@@ -44,6 +44,11 @@ _EXPORTS: dict[str, str] = {
     "ErrorEvent": "speechpipe.stages.frames",
     "STREAM_RATE": "speechpipe.stages.frames",
     "SpeechpipeError": "speechpipe.errors",
+    "Cue": "speechpipe.stages.cues",
+    "CueOptions": "speechpipe.stages.cues",
+    "cues_from_events": "speechpipe.stages.cues",
+    "cues_from_records": "speechpipe.stages.cues",
+    "write_subtitles": "speechpipe.transport.subtitle_files",
 }
 
 __all__ = [
@@ -64,6 +69,11 @@ __all__ = [
     "ErrorEvent",
     "STREAM_RATE",
     "SpeechpipeError",
+    "Cue",
+    "CueOptions",
+    "cues_from_events",
+    "cues_from_records",
+    "write_subtitles",
 ]
 
 if TYPE_CHECKING:
@@ -71,6 +81,7 @@ if TYPE_CHECKING:
     from speechpipe.errors import SpeechpipeError
     from speechpipe.file_translation import TranslationRun, translate_file
     from speechpipe.session import Pipeline, PipelineSession
+    from speechpipe.stages.cues import Cue, CueOptions, cues_from_events, cues_from_records
     from speechpipe.stages.frames import (
         STREAM_RATE,
         AudioFrame,
@@ -83,6 +94,7 @@ if TYPE_CHECKING:
         VadEvent,
     )
     from speechpipe.stages.request import SessionRequest
+    from speechpipe.transport.subtitle_files import write_subtitles
 
 
 def __getattr__(name: str) -> Any:

@@ -20,6 +20,7 @@ from speechpipe.errors import InputError, SpeechpipeError
 if TYPE_CHECKING:
     from speechpipe.config import PipelineOptions
     from speechpipe.session import Pipeline
+    from speechpipe.stages.cues import Side
     from speechpipe.stages.request import SessionRequest
 
 __all__ = ["main", "build_parser"]
@@ -94,6 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     translate.add_argument("input", help="audio file (anything soundfile reads)")
     translate.add_argument("--out", required=True, help="output WAV of the translated speech")
     translate.add_argument("--trace", default=None, help="write the JSON-lines trace here")
+    translate.add_argument("--subtitles", default=None, metavar="PATH",
+                           help="write the translation as subtitles on the input's timeline "
+                                "(.vtt WebVTT or .srt SubRip, by the suffix)")
+    translate.add_argument("--source-subtitles", default=None, metavar="PATH",
+                           help="write the source captions as subtitles (.vtt or .srt)")
     _add_session_arguments(translate, pace="fast")
 
     evaluate = commands.add_parser("eval", help="evaluate on a manifest of clips")
@@ -211,6 +217,42 @@ def _load_pipeline(args: argparse.Namespace) -> Pipeline:
     return pipeline
 
 
+def _subtitle_paths(args: argparse.Namespace) -> list[tuple[Side, str]]:
+    """``--subtitles`` / ``--source-subtitles``, each checked (suffix, folder) before any audio
+    is processed."""
+    from speechpipe.transport.subtitle_files import check_subtitle_path
+
+    paths: list[tuple[Side, str]] = []
+    wanted: list[tuple[Side, str | None]] = [("target", args.subtitles),
+                                             ("source", args.source_subtitles)]
+    for side, path in wanted:
+        if path:
+            check_subtitle_path(path)
+            paths.append((side, path))
+    return paths
+
+
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether two paths name one file (links and hard links included)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one does not exist (yet)
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def _check_outputs_spare_the_input(source: str, outputs: list[tuple[str, str | None]]) -> None:
+    """``InputError`` when an output would be written over the input (the input would be
+    lost: the output replaces it at the end) or two outputs are one file."""
+    given = [(flag, path) for flag, path in outputs if path]
+    for i, (flag, path) in enumerate(given):
+        if _same_file(path, source):
+            raise InputError(f"{flag} {path}: is the input file; writing there would replace "
+                             "it (choose another file)")
+        for other_flag, other in given[i + 1:]:
+            if _same_file(path, other):
+                raise InputError(f"{flag} and {other_flag} name the same file ({path})")
+
+
 def cmd_translate(args: argparse.Namespace) -> int:
     """``speechpipe translate``: one file in, translated speech (and trace) out."""
     from speechpipe.evaluation.trace import source_languages
@@ -225,6 +267,11 @@ def cmd_translate(args: argparse.Namespace) -> int:
     _check_request(args)
     if args.trace:
         check_output_path(args.trace)
+    subtitles = _subtitle_paths(args)
+    _check_outputs_spare_the_input(args.input, [("--out", args.out), ("--trace", args.trace),
+                                                *(("--subtitles" if side == "target"
+                                                   else "--source-subtitles", path)
+                                                  for side, path in subtitles)])
     out = Path(args.out)
     writer = SpeechFileWriter(out, args.output_rate)  # opens (a temporary file) already
     try:
@@ -233,6 +280,10 @@ def cmd_translate(args: argparse.Namespace) -> int:
                                  trace_path=args.trace)
     finally:
         writer.discard()  # a no-op once committed
+    from speechpipe.transport.subtitle_files import write_subtitles
+
+    for side, path in subtitles:
+        write_subtitles(path, run.cues(side))
     scores = run.scores
 
     def fmt(value: float | None) -> str:
@@ -250,7 +301,9 @@ def cmd_translate(args: argparse.Namespace) -> int:
           f"EndOffset: {fmt(scores.get('end_offset'))}{pace}")
     print(f"audio:       {run.input_seconds:.1f} s in {run.wall_seconds:.1f} s "
           f"({run.cpu_seconds / max(run.input_seconds, 1e-9):.2f} CPU-s per audio s)")
-    print(f"wrote {out}" + (f" and {args.trace}" if args.trace else ""))
+    written = [str(out), *([args.trace] if args.trace else []), *(p for _, p in subtitles)]
+    print(f"wrote {', '.join(written[:-1])} and {written[-1]}" if len(written) > 1
+          else f"wrote {out}")
     return 0
 
 

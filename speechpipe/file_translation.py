@@ -27,6 +27,7 @@ from speechpipe.errors import OutputError
 from speechpipe.evaluation.scores import final_texts, latency_scores
 from speechpipe.evaluation.trace import TraceBuilder, write_trace
 from speechpipe.session import Pipeline
+from speechpipe.stages.cues import Cue, CueOptions, Side, cues_from_records
 from speechpipe.stages.frames import STREAM_RATE
 from speechpipe.stages.request import SessionRequest
 from speechpipe.transport.file_output import SpeechFileWriter
@@ -68,6 +69,12 @@ class TranslationRun:
     target_text: str
     scores: dict[str, float | None] = field(default_factory=dict)
     vad_seconds: float = 0.0
+
+    def cues(self, side: Side = "target", options: CueOptions | None = None) -> list[Cue]:
+        """The committed translation (or, ``side="source"``, captions) as subtitle cues on
+        the input's timeline (``speechpipe.cues_from_records``)."""
+        return cues_from_records(self.records, side, duration_s=self.input_seconds,
+                                 options=options)
 
 
 def _clock(seconds: float) -> str:

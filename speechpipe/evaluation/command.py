@@ -38,6 +38,7 @@ from speechpipe.evaluation.offline import (
 from speechpipe.machine import describe_cpu
 from speechpipe.session import Pipeline, apply_process_limits, check_request
 from speechpipe.stages.request import SessionRequest
+from speechpipe.subtitles import ReportSubtitles
 from speechpipe.transport.file_output import check_output_path
 
 __all__ = ["run_eval"]
@@ -68,6 +69,8 @@ def run_eval(args: argparse.Namespace, options: PipelineOptions, request: Sessio
     if getattr(args, "compare", None):  # a bad variant fails before any model loads
         for text in args.compare:
             with_overrides(options, parse_variant(text)[1])
+    subtitles = (ReportSubtitles(args.report)
+                 if args.report and not getattr(args, "compare", None) else None)
     apply_process_limits(options)
     pipeline = Pipeline.load(options)
     try:
@@ -79,7 +82,8 @@ def run_eval(args: argparse.Namespace, options: PipelineOptions, request: Sessio
         if getattr(args, "compare", None):
             return _run_comparison(args, pipeline, clips, request, offline)
         report = asyncio.run(evaluate_clips(
-            pipeline, clips, request, detect_language=args.detect_language, offline=texts))
+            pipeline, clips, request, detect_language=args.detect_language, offline=texts,
+            on_run=subtitles.write if subtitles is not None else None))
     finally:
         pipeline.close()
     report["settings"] = {"pace": request.pace, "mode": request.mode,
@@ -112,7 +116,8 @@ def _write_report(path: str, report: dict[str, Any]) -> None:
         Path(path).write_text(json.dumps(report, indent=2, ensure_ascii=False))
     except OSError as exc:
         raise OutputError(f"{path}: writing the report failed ({exc.strerror})") from None
-    print(f"\nwrote {path}")
+    print(f"\nwrote {path}" + (f" (subtitles in {Path(path).stem}-subtitles/)"
+                               if "clips" in report else ""))
 
 
 def _run_comparison(args: argparse.Namespace, pipeline: Pipeline, clips: list[dict[str, Any]],

@@ -33,7 +33,7 @@ import json
 import resource
 import statistics
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,7 @@ from speechpipe.evaluation.scores import (
     sentence_bleu,
     wer,
 )
-from speechpipe.file_translation import translate_audio
+from speechpipe.file_translation import TranslationRun, translate_audio
 from speechpipe.session import Pipeline
 from speechpipe.stages.coverage import MIN_RATIO, MIN_SOURCE_WORDS, classify_utterance
 from speechpipe.stages.frames import FRAME_SAMPLES, STREAM_RATE
@@ -253,8 +253,10 @@ async def evaluate_clips(
     pipeline: Pipeline, clips: list[dict[str, Any]], request: SessionRequest,
     detect_language: bool = False, progress: bool = True,
     offline: dict[str, str] | None = None,
+    on_run: Callable[[dict[str, Any], TranslationRun], None] | None = None,
 ) -> dict[str, Any]:
     """Translate each clip and score it; returns per-clip rows and an aggregate.
+    ``on_run(clip, run)`` sees each clip's run (``eval --report``'s subtitle files).
 
     ``offline``: the offline reference's text by clip id (``--offline-reference``), scored
     beside the streamed text."""
@@ -274,6 +276,8 @@ async def evaluate_clips(
             request, source_lang="auto" if detect_language else clip["lang"]
         )
         run = await translate_audio(pipeline, audio, clip_request)
+        if on_run is not None:
+            on_run(clip, run)
         reference = clip.get("translation_en") or ""
         reference_words = len(reference.split()) if reference else None
         scores = latency_scores(run.records, run.input_seconds, reference_words)

@@ -25,6 +25,11 @@ EXPORTED = {
     "ErrorEvent",
     "STREAM_RATE",
     "SpeechpipeError",
+    "Cue",
+    "CueOptions",
+    "cues_from_events",
+    "cues_from_records",
+    "write_subtitles",
 }
 
 
