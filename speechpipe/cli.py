@@ -9,9 +9,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from speechpipe import __version__
@@ -336,14 +339,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = handlers.get(args.command) or getattr(args, "handler", None)
     if handler is None:
         parser.error(f"unknown command {args.command}")
+    terminated = False
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        """SIGTERM (``timeout``, a container stop) ends the run as Ctrl-C does: cleanly, with
+        partly written outputs removed (the default disposition kills the process and leaves
+        them). It calls what SIGINT would call (inside ``asyncio.run``: cancel the main task)."""
+        nonlocal terminated
+        terminated = True
+        on_sigint = signal.getsignal(signal.SIGINT)
+        if callable(on_sigint) and on_sigint is not signal.default_int_handler:
+            on_sigint(signal.SIGINT, frame)
+        else:
+            raise KeyboardInterrupt
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = (signal.signal(signal.SIGTERM, on_sigterm)  # serve sets its own while it runs
+                if main_thread else None)
     try:
         return int(handler(args) or 0)
     except SpeechpipeError as exc:
         print(f"speechpipe: error: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, InputError) else 1
     except KeyboardInterrupt:
+        if terminated:
+            print("speechpipe: terminated", file=sys.stderr)
+            return 128 + signal.SIGTERM
         print("speechpipe: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -129,3 +129,62 @@ def test_the_bench_server_ignores_a_speechpipe_folder_in_the_working_directory(
     monkeypatch.chdir(tmp_path)
     with ServerProcess(["--scripted-pipeline", "--capacity", "1"]) as server:
         assert server.port > 0
+
+
+@pytest.mark.parametrize("flags", [("--out", "in.wav"), ("--out", "./link.wav"),
+                                   ("--out", "o.wav", "--trace", "in.wav"),
+                                   ("--out", "o.wav", "--trace", "o.wav")])
+def test_outputs_that_would_replace_the_input_are_refused(
+    tmp_path: Path, flags: tuple[str, ...],
+) -> None:
+    source = tmp_path / "in.wav"
+    source.write_bytes(Path(CLIP).read_bytes())
+    (tmp_path / "link.wav").symlink_to(source)
+    result = speechpipe("translate", "in.wav", *flags, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    line = one_line(result)
+    assert "is the input file" in line or "name the same file" in line, line
+    assert source.read_bytes() == Path(CLIP).read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.wav", "link.wav"]
+
+
+@pytest.mark.slow
+def test_sigterm_mid_translation_leaves_no_partial_file(tmp_path: Path) -> None:
+    """``timeout`` and container stops send SIGTERM: the run ends as Ctrl-C ends it (exit
+    143, one line) and the temporary ``.o.wav.*.part`` is removed."""
+    import signal
+    import threading
+    import time
+
+    clip = Path(CLIP).with_name("es_hermano.wav")
+    proc = subprocess.Popen(
+        [sys.executable, "-P", "-m", "speechpipe", "-v", "translate", str(clip), "--out",
+         "o.wav", "--pace", "realtime"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    lines: list[str] = []
+    replaying = threading.Event()
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if "replaying" in line:
+                replaying.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert replaying.wait(240), lines
+        time.sleep(1.0)  # into the speech: the .part file is being written
+        assert any(p.name.endswith(".part") for p in tmp_path.iterdir())
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(10)
+    assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, lines)
+    assert "Traceback" not in "".join(lines)
+    assert lines[-1].strip() == "speechpipe: terminated", lines
+    assert not any(tmp_path.iterdir()), list(tmp_path.iterdir())  # no output, no .part
