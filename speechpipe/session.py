@@ -39,6 +39,7 @@ from speechpipe.stages.clock import BasisStreamClock, StreamClock, WallStreamClo
 from speechpipe.stages.faithfulness import SileroSpeech
 from speechpipe.stages.frames import AudioFrame, OutputEvent, TextHypothesis
 from speechpipe.stages.ladder import MODE_FLOOR, DegradeState, SessionLadder
+from speechpipe.stages.language_names import language_hint
 from speechpipe.stages.mt import SpeechTranslationPassthrough
 from speechpipe.stages.request import SessionRequest
 from speechpipe.stages.text_mt import TextMtStage
@@ -73,12 +74,15 @@ def check_request(request: SessionRequest) -> tuple[str, str]:
     (and ``resolve_voice``) before loading models; ``Pipeline.resolve`` calls it first."""
     source = request.source_lang.strip().lower()
     if source != "auto" and source not in WHISPER_LANGUAGES:
-        raise LanguageError(f"unknown source language {source!r}; Whisper knows: "
-                            + " ".join(sorted(WHISPER_LANGUAGES)))
+        hint = language_hint(source)
+        raise LanguageError(f"unknown source language {source!r}: " + (
+            f"{hint}; or auto to detect it" if hint
+            else "Whisper knows " + " ".join(sorted(WHISPER_LANGUAGES)) + ", or auto"))
     target = request.target_lang.strip().lower()
     if target not in WHISPER_LANGUAGES:
-        raise LanguageError(f"unknown target language {target!r}: use an ISO 639-1 code such "
-                            "as en, de or fr")
+        hint = language_hint(target)
+        raise LanguageError(f"unknown target language {target!r}: "
+                            + (hint or "use an ISO 639-1 code such as en, de or fr"))
     if request.mt == "whisper":
         if target != "en":
             raise LanguageError(

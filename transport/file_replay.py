@@ -11,6 +11,10 @@ a header that claims 1 Hz would otherwise turn a few kilobytes into hours of aud
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -61,12 +65,47 @@ class AudioFileInfo:
         return self.frames / self.sample_rate
 
 
+@contextlib.contextmanager
+def _without_decoder_chatter(quiet: bool) -> Iterator[None]:
+    """libmpg123 (inside libsndfile) prints its own warnings ("[src/libmpg123/layer3.c:...]
+    error: part2_3_length ... too large") on the process's stderr for ordinary MP3 files:
+    while an MP3 is read, file descriptor 2 goes to a temporary file and everything else
+    written there meanwhile is passed on."""
+    if not quiet:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            kept = [line for line in caught.read().splitlines(keepends=True)
+                    if not line.startswith(b"[src/libmpg123/")]
+            if kept:
+                os.write(2, b"".join(kept))
+
+
+def _is_mp3(path: Path) -> bool:
+    return path.suffix.lower() in (".mp3", ".mp2", ".mpga")
+
+
 def _blocks(info: AudioFileInfo) -> Iterator[NDArray[np.float32]]:
     """Mono float32 blocks of ``READ_BLOCK_S`` at the file's own rate."""
     block = max(1, int(READ_BLOCK_S * info.sample_rate))
+    quiet = info.subtype.startswith("MPEG") or _is_mp3(info.path)
     try:
         with sf.SoundFile(str(info.path)) as fh:
-            for data in fh.blocks(block, dtype="float32", always_2d=True):
+            while True:
+                with _without_decoder_chatter(quiet):
+                    data = fh.read(block, dtype="float32", always_2d=True)
+                if not len(data):
+                    return
                 yield data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
     except sf.LibsndfileError as exc:
         raise AudioInputError(f"{info.path}: not a readable audio file ({exc})") from exc
@@ -77,10 +116,15 @@ def probe_audio(path: str | Path) -> AudioFileInfo:
     ``MIN_INPUT_RATE``, and (float files) no NaN or infinite sample. Raises
     ``AudioInputError`` with one line saying what is wrong."""
     path = Path(path)
+    if path.is_dir():
+        raise AudioInputError(f"{path}: is a folder, not an audio file")
     if not path.is_file():
         raise AudioInputError(f"{path}: no such file")
+    if path.stat().st_size == 0:
+        raise AudioInputError(f"{path}: is empty (0 bytes)")
     try:
-        raw = sf.info(str(path))
+        with _without_decoder_chatter(_is_mp3(path)):
+            raw = sf.info(str(path))
     except Exception as exc:  # soundfile raises LibsndfileError/RuntimeError/TypeError
         raise AudioInputError(f"{path}: not a readable audio file ({exc})") from exc
     info = AudioFileInfo(path, int(raw.samplerate), int(raw.frames), int(raw.channels),

@@ -188,3 +188,57 @@ def test_sigterm_mid_translation_leaves_no_partial_file(tmp_path: Path) -> None:
     assert "Traceback" not in "".join(lines)
     assert lines[-1].strip() == "speechpipe: terminated", lines
     assert not any(tmp_path.iterdir()), list(tmp_path.iterdir())  # no output, no .part
+
+
+def test_a_folder_or_an_empty_file_as_input_says_what_it_is(tmp_path: Path) -> None:
+    (tmp_path / "clips").mkdir()
+    (tmp_path / "empty.wav").write_bytes(b"")
+    folder = speechpipe("translate", "clips", "--out", "o.wav", cwd=tmp_path)
+    assert folder.returncode == 2
+    assert one_line(folder).endswith("clips: is a folder, not an audio file")
+    empty = speechpipe("translate", "empty.wav", "--out", "o.wav", cwd=tmp_path)
+    assert empty.returncode == 2
+    assert one_line(empty).endswith("empty.wav: is empty (0 bytes)")
+
+
+@pytest.mark.parametrize(("flag", "given", "hint"), [
+    ("--source-lang", "spanish", "use es (spanish)"),
+    ("--source-lang", "Deutsch", "use de (german)"),
+    ("--source-lang", "frnch", "did you mean fr (french)?"),
+    ("--target-lang", "german", "use de (german)"),
+])
+def test_a_language_name_gets_its_code_suggested(
+    tmp_path: Path, flag: str, given: str, hint: str,
+) -> None:
+    result = speechpipe("translate", CLIP, "--out", "o.wav", flag, given, cwd=tmp_path)
+    assert result.returncode == 2
+    line = one_line(result)
+    assert hint in line and len(line) < 200, line  # the hint, not the list of 99 codes
+
+
+def test_every_whisper_language_has_a_name() -> None:
+    from speechpipe.models.ct2_folder import WHISPER_LANGUAGES
+    from speechpipe.stages.language_names import LANGUAGE_NAMES
+
+    assert set(LANGUAGE_NAMES) == set(WHISPER_LANGUAGES)
+
+
+def test_reading_an_mp3_prints_no_decoder_warnings(tmp_path: Path) -> None:
+    """libmpg123 writes its own warnings on fd 2 while decoding (a 30 s file of noise gives
+    several); reading goes through ``stream_audio`` in a fresh process, so stderr is its own."""
+    import numpy as np
+    import soundfile as sf
+
+    if "MP3" not in sf.available_formats():
+        pytest.skip("this libsndfile cannot write MP3")
+    rng = np.random.default_rng(7)
+    sf.write(tmp_path / "noise.mp3", rng.uniform(-0.9, 0.9, 16_000 * 30), 16_000,
+             format="MP3")
+    code = ("import sys; from speechpipe.transport.file_replay import stream_audio; "
+            "n = sum(len(b) for b in stream_audio(sys.argv[1])); "
+            "print('kept', file=sys.stderr); print(n)")
+    result = subprocess.run([sys.executable, "-P", "-c", code, str(tmp_path / "noise.mp3")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) > 16_000 * 29
+    assert result.stderr == "kept\n", result.stderr  # other writes to stderr still get out
