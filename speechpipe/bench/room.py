@@ -279,7 +279,7 @@ async def _room_phase_procs(url: str, audio: np.ndarray, listeners: int, source_
 
 def run_room_bench(listeners: int, clip: Path, source_lang: str,
                    server_args: list[str], stalled: int = 0, repeat: int = 1,
-                   client_procs: int = 1) -> int:
+                   client_procs: int = 1, port: int = 0) -> int:
     """Run both phases and print the figures; 0 when every check held, 1 otherwise."""
     from speechpipe.transport.file_replay import read_audio
 
@@ -287,7 +287,7 @@ def run_room_bench(listeners: int, clip: Path, source_lang: str,
     audio = np.concatenate([np.concatenate([one, np.zeros(16000, np.int16)])] * repeat)
     extra = ["--max-sessions-per-ip", "0", "--max-listeners", "0",
              "--max-listeners-per-room", "0", "--capacity", "4", *server_args]
-    with ServerProcess(extra) as server:
+    with ServerProcess(extra, port=port) as server:
         url = server.url
 
         async def lone() -> None:
@@ -319,8 +319,10 @@ def run_room_bench(listeners: int, clip: Path, source_lang: str,
     identical = len(digests) == 1 and bool(runs) and bool(runs[0].audio)
     within = room_cpu <= (1 + CPU_MARGIN) * lone_cpu + fanout
     p = lambda xs, q: percentile(xs, q) * 1000 if xs else math.nan  # noqa: E731 (ms)
+    plays = f"{repeat} plays, " if repeat > 1 else ""
     print(f"speechpipe bench room: {listeners} listeners, clip {clip.name} "
-          f"({len(audio) / 16000:.1f} s), real time")
+          f"({len(one) / 16000:.1f} s; {plays}{len(audio) / 16000:.1f} s streamed with 1 s of "
+          "silence after each play), real time")
     print(f"  lone session:  server CPU {lone_cpu:.2f} s over {lone_wall:.1f} s")
     print(f"  room:          server CPU {room_cpu:.2f} s over {room_wall:.1f} s "
           f"(speaker close {spoke['close_code']}; {closed_ok}/{listeners} listeners closed "
@@ -369,6 +371,9 @@ def register_room(kinds: Any) -> None:
     room.add_argument("--client-procs", type=int, default=4,
                       help="client processes the listeners are spread over (default 4; 1: "
                            "all in the bench's own event loop)")
+    room.add_argument("--port", type=int, default=0,
+                      help="port of the server the bench starts on 127.0.0.1 (default 0: any "
+                           "free one; the bench always starts its own)")
     room.add_argument("--server-arg", action="append", default=[],
                       help="extra argument for the started server (repeatable)")
     room.set_defaults(handler=_bench_room)
@@ -378,6 +383,8 @@ def _bench_room(args: argparse.Namespace) -> int:
     if not (0 <= args.stalled <= MAX_LISTENERS and 1 <= args.repeat <= 100
             and 1 <= args.client_procs <= 64):
         raise InputError("--stalled must be 0-1000, --repeat 1-100 and --client-procs 1-64")
+    if not 0 <= args.port <= 65_535:
+        raise InputError(f"--port must be 0-65535 (got {args.port})")
     if not 1 <= args.listeners <= MAX_LISTENERS:
         raise InputError(f"--listeners must be 1-{MAX_LISTENERS} (got {args.listeners})")
     clip = Path(args.clip)
@@ -386,7 +393,7 @@ def _bench_room(args: argparse.Namespace) -> int:
     try:
         return run_room_bench(args.listeners, clip, args.source_lang, args.server_arg,
                               stalled=args.stalled, repeat=args.repeat,
-                              client_procs=args.client_procs)
+                              client_procs=args.client_procs, port=args.port)
     except RuntimeError as exc:
         print(f"speechpipe bench room: {exc}", file=sys.stderr)
         return 1

@@ -21,8 +21,9 @@ __all__ = ["ServerProcess", "scrape"]
 class ServerProcess:
     """``speechpipe serve`` in a subprocess on 127.0.0.1 (port chosen by the OS)."""
 
-    def __init__(self, extra: Sequence[str]) -> None:
+    def __init__(self, extra: Sequence[str], port: int = 0) -> None:
         self.extra = list(extra)
+        self.requested_port = port  # 0: any free port
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = tempfile.NamedTemporaryFile(prefix="speechpipe-bench-", suffix=".log",
                                                delete=False)
@@ -33,7 +34,7 @@ class ServerProcess:
         # speechpipe (the clone's own folder, run from the folder that holds it) cannot
         # shadow the installed package
         cmd = [sys.executable, "-P", "-m", "speechpipe", "serve", "--host", "127.0.0.1",
-               "--port", "0", "--no-webrtc", *self.extra]
+               "--port", str(self.requested_port), "--no-webrtc", *self.extra]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
         deadline = time.monotonic() + 300
         text = ""

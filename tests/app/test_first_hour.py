@@ -242,3 +242,17 @@ def test_reading_an_mp3_prints_no_decoder_warnings(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert int(result.stdout) > 16_000 * 29
     assert result.stderr == "kept\n", result.stderr  # other writes to stderr still get out
+
+
+def test_the_bench_server_listens_on_the_port_asked_for(tmp_path: Path) -> None:
+    """``bench room --port N``: the server the bench starts listens there (0: any)."""
+    from speechpipe.bench.server_process import ServerProcess
+
+    with socket.socket() as probe:  # a port that was free a moment ago
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with ServerProcess(["--scripted-pipeline", "--capacity", "1"], port=port) as server:
+        assert server.port == port
+    commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    bench = commands["bench"]._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert bench["room"].parse_args(["--port", str(port)]).port == port
