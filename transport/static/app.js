@@ -38,6 +38,18 @@ function streamSeconds() {
   return s.streamStart === null ? 0 : s.ctx.currentTime - s.streamStart;
 }
 
+// Whether a message measures this page's own speech: the latency figures compare its stream
+// time with this page's clock, so a listener (another's speech, another's clock) shows none,
+// and a participant only those of its own utterances.
+function measuresMe(msg) {
+  if (s.role && s.role.role === "listener") return false;
+  return !msg.speaker || msg.speaker === s.session;
+}
+
+// Error codes that say something about one utterance while the session goes on as it should:
+// shown as a notice, not as an error.
+const NOTICE_CODES = new Set(["translation_incomplete"]);
+
 // -- rooms ----------------------------------------------------------------------------------
 // A room link carries the room in the page's fragment (never sent in a request line):
 // #room=ID&role=listener (hear the room) or #room=ID&role=participant (a conversation).
@@ -87,8 +99,39 @@ function paneOf(msg) {
   return msg.speaker === s.session ? "source" : "target";
 }
 
+// The room's captions: a WebVTT file of what was said so far (fetched with the page's token
+// in a header, never in an address) and the caption overlay's address (/captions).
+function showCaptionLinks(msg) {
+  const lang = $("target-lang").value;
+  const token = msg.role === "listener" ? pageToken() : undefined; // a listener token only
+  $("overlay-link").href = `${location.origin}/captions#room=${encodeURIComponent(msg.room)}` +
+    `&lang=${encodeURIComponent(lang)}` + (token ? `&token=${encodeURIComponent(token)}` : "");
+  $("captions-download").onclick = (e) => {
+    e.preventDefault();
+    downloadCaptions(msg.room, lang, pageToken())
+      .catch((err) => setStatus(`captions download failed: ${err.message || err}`, "warn"));
+  };
+  $("room-captions").hidden = false;
+}
+
+async function downloadCaptions(room, lang, token) {
+  const response = await fetch(
+    `/rooms/${encodeURIComponent(room)}/captions.vtt?lang=${encodeURIComponent(lang)}`,
+    { headers: token ? { Authorization: `Bearer ${token}` } : {}, cache: "no-store" });
+  if (!response.ok) throw new Error(`${response.status} ${(await response.text()).trim()}`);
+  const url = URL.createObjectURL(await response.blob());
+  const link = document.createElement("a");
+  link.href = url;
+  link.download = `captions-${lang}.vtt`;
+  document.body.appendChild(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+}
+
 function showRoom(msg) {
   $("room").hidden = false;
+  showCaptionLinks(msg);
   $("room-role").textContent = `Room ${msg.room.slice(0, 6)}… — you are ${msg.role === "participant"
     ? "a participant" : "the " + msg.role}.`;
   if (msg.role === "listener") return;
@@ -153,6 +196,7 @@ function playPcm(header, data) {
 }
 
 function noteSpeechArrived(header) {
+  if (!measuresMe(header)) return;
   const began = s.speechStarts.get(header.utterance);
   if (began !== undefined && !s.spokenUtterances.has(header.utterance)) {
     s.spokenUtterances.add(header.utterance);
@@ -184,13 +228,13 @@ function onMessage(event) {
       startAudio(msg).catch((err) => fail(`audio failed: ${err.message || err}`));
       break;
     case "vad":
-      if (msg.kind === "start") s.speechStarts.set(msg.utterance, msg.t);
+      if (msg.kind === "start" && measuresMe(msg)) s.speechStarts.set(msg.utterance, msg.t);
       break;
     case "source":
     case "target":
       bump(msg.type);
       renderCaption(paneOf(msg), msg);
-      if (msg.type === "target") {
+      if (msg.type === "target" && measuresMe(msg)) {
         s.captionLag = Math.max(0, streamSeconds() - msg.audio_end);
         showLatency();
       }
@@ -214,6 +258,10 @@ function onMessage(event) {
       }
       break;
     case "error":
+      if (!msg.fatal && NOTICE_CODES.has(msg.code)) {
+        setStatus(`note: ${msg.message}`);
+        break;
+      }
       bump("errors");
       setStatus(`error (${msg.code}): ${msg.message}`, msg.fatal ? "error" : "warn");
       break;

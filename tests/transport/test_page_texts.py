@@ -1,0 +1,109 @@
+"""The demo page's texts (issue 47, item 8), run in Node on ``transport/static/app.js`` itself
+with a stand-in for the few DOM calls it makes (a browser would need Chromium; the page's
+Chromium tests cover the wiring): latency figures only for the person they measure, and a
+``translation_incomplete`` event as a notice, not an error."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+APP_JS = Path(__file__).resolve().parents[2] / "transport" / "static" / "app.js"
+
+HARNESS = r"""
+const vm = require("vm");
+const fs = require("fs");
+const elements = {};
+function element(id) {
+  const el = {
+    id, textContent: "", value: "", hidden: false, disabled: false, href: "", dataset: {},
+    style: {}, innerHTML: "",
+    addEventListener() {}, appendChild() {}, remove() {}, scrollIntoView() {},
+    setAttribute() {}, closest() { return element(id + ":label"); },
+    querySelector(sel) { return elements[id + sel] || (elements[id + sel] = element(id + sel)); },
+  };
+  return el;
+}
+const document = {
+  getElementById: (id) => elements[id] || (elements[id] = element(id)),
+  createElement: () => element("new"),
+};
+const context = vm.createContext({
+  document, location: { hash: "", origin: "http://127.0.0.1", pathname: "/" },
+  URLSearchParams, console, setTimeout, WebSocket: { OPEN: 1 },
+});
+vm.runInContext(fs.readFileSync(process.argv[2], "utf8"), context);
+const scenario = JSON.parse(process.argv[3]);
+context.scenario = scenario;
+vm.runInContext(`
+  s = { role: scenario.role, session: "me", transport: "websocket", samplesSent: 48000 * 3,
+        ctx: { sampleRate: 48000, currentTime: 0 }, speechStarts: new Map(),
+        spokenUtterances: new Set(), lines: { source: new Map(), target: new Map() },
+        captionLag: null, speechOffset: null, pendingAudio: null, playhead: 0 };
+  for (const m of scenario.messages) onMessage({ data: JSON.stringify(m) });
+`, context);
+console.log(JSON.stringify({
+  latency: elements.latency ? elements.latency.textContent : "",
+  status: elements.status ? elements.status.textContent : "",
+  level: elements.status ? elements.status.dataset.level : "",
+  errors: elements.stats ? elements.stats.dataset.errors || "0" : "0",
+}));
+"""
+
+
+def run_page(role: dict[str, str] | None, messages: list[dict[str, object]],
+             tmp_path: Path) -> dict[str, str]:
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("Node.js is not installed (apt-get install -y nodejs)")
+    harness = tmp_path / "harness.js"
+    harness.write_text(HARNESS)
+    result = subprocess.run(
+        [node, str(harness), str(APP_JS), json.dumps({"role": role, "messages": messages})],
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+# another speaker's utterance 7 began 28 s into *their* stream; this page has sent 3 s
+THEIR_SPEECH = [
+    {"type": "vad", "kind": "start", "utterance": 7, "t": 28.0, "speaker": "them"},
+    {"type": "target", "utterance": 7, "revision": 0, "committed": "Hello", "tentative": "",
+     "final": False, "audio_end": 28.4, "speaker": "them"},
+    {"type": "audio", "utterance": 7, "via": "webrtc", "samples": 2400, "sample_rate": 24000,
+     "speaker": "them"},
+]
+
+
+@pytest.mark.parametrize("role", [{"room": "r", "role": "listener"},
+                                  {"room": "r", "role": "participant"}])
+def test_no_latency_figures_from_someone_elses_speech(role: dict[str, str],
+                                                      tmp_path: Path) -> None:
+    shown = run_page(role, THEIR_SPEECH, tmp_path)
+    assert shown["latency"] == "", shown  # was "speech began -25.00 s after you started..."
+
+
+def test_the_speaker_sees_its_own_latency(tmp_path: Path) -> None:
+    mine = [{**m, "speaker": "me", "t": 1.0} if m["type"] == "vad" else {**m, "speaker": "me"}
+            for m in THEIR_SPEECH]
+    mine[1]["audio_end"] = 2.5
+    shown = run_page({"room": "r", "role": "speaker"}, mine, tmp_path)
+    assert "caption lag 0.50 s" in shown["latency"], shown
+    assert "speech began 2.00 s after you started talking" in shown["latency"], shown
+
+
+def test_an_incomplete_translation_is_a_notice_and_other_errors_stay_errors(
+    tmp_path: Path,
+) -> None:
+    incomplete = {"type": "error", "code": "translation_incomplete", "fatal": False,
+                  "message": "the translation covers 3 words of 12 heard", "utterance": 2}
+    shown = run_page(None, [incomplete], tmp_path)
+    assert shown["status"] == "note: the translation covers 3 words of 12 heard", shown
+    assert shown["level"] == "info" and shown["errors"] == "0", shown
+    other = {"type": "error", "code": "worker_error", "fatal": False, "message": "TTS failed"}
+    shown = run_page(None, [other], tmp_path)
+    assert shown["status"] == "error (worker_error): TTS failed" and shown["level"] == "warn"
