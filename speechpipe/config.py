@@ -467,6 +467,7 @@ RANGES: dict[str, Range] = {
     "rooms.max_listeners_per_room": NON_NEGATIVE,  # 0: no limit
     "rooms.max_listeners": NON_NEGATIVE,  # 0: no limit
     "rooms.echo_tail_s": NON_NEGATIVE,
+    "rooms.captions_kept": NON_NEGATIVE,  # 0: a room keeps no captions (captions.vtt empty)
     "admission.capacity": AT_LEAST_ONE,
     "admission.max_queue": NON_NEGATIVE,  # 0: no waiting line
     "admission.max_wait_s": NON_NEGATIVE,

@@ -1,5 +1,6 @@
-"""The plain HTTP side of the server's one port: the demo page and static files,
-``/metrics``, ``/healthz``, ``/readyz``, ``/voices``, and the checks on a ``/ws`` upgrade
+"""The plain HTTP side of the server's one port: the demo page and static files (the caption
+overlay at ``/captions``), ``/metrics``, ``/healthz``, ``/readyz``, ``/voices``, a room's
+``/rooms/ID/captions.vtt``, and the checks on a ``/ws`` upgrade
 (Host, readiness, origin, per-address limits) before any WebSocket exists.
 
 A thin layer like websockets' ``asyncio/router.py``: request in, response (or ``None``: go on
@@ -50,6 +51,8 @@ def _load_static() -> dict[str, tuple[str, bytes]]:
         log.warning("no static files found: the demo page is unavailable")
     if "/index.html" in files:
         files["/"] = files["/index.html"]
+    if "/captions.html" in files:  # the caption overlay: /captions#room=ID&lang=xx
+        files["/captions"] = files["/captions.html"]
     return files
 
 
@@ -77,6 +80,7 @@ class HttpRoutes:
         gate: AccessGate,
         hosts: HostPolicy,
         observer: Callable[[], Any],
+        captions: Callable[[Request], Response | None] | None = None,
     ) -> None:
         self.is_ready = is_ready
         self.metrics_text = metrics_text
@@ -85,6 +89,7 @@ class HttpRoutes:
         self.hosts = hosts
         self.observer = observer  # the server's observer, read when a request comes
         self.static = _load_static()
+        self.captions = captions  # GET /rooms/ID/captions.vtt (transport.caption_routes)
 
     def __call__(self, connection: ServerConnection, request: Request) -> Response | None:
         """websockets' ``process_request``: a response, or None to go on with the upgrade."""
@@ -114,6 +119,10 @@ class HttpRoutes:
         if path == "/voices":
             body = json.dumps({"voices": self.voices()}, separators=(",", ":")).encode()
             return _response(200, "application/json", body)
+        if self.captions is not None and path.startswith("/rooms/"):
+            answer = self.captions(request)
+            if answer is not None:
+                return answer
         static = self.static.get(path)
         if static is not None:
             return _response(200, static[0], static[1])

@@ -29,6 +29,7 @@ class RoomOptions:
     echo_guard: bool = True  # hold a participant's input while its received speech plays
     echo_tail_s: float = 0.5  # ... and this long after (room reverb, the device's latency)
     mt: str = ""  # "ct2:MODEL": room pipelines into languages other than English use it
+    captions_kept: int = 600  # utterances of captions per feed for captions.vtt; 0: none kept
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from speechpipe.transport.room import (
     RoomRegistry,
     Subscriber,
 )
+from speechpipe.transport.room_captions import RoomCaptions
 from speechpipe.transport.session_api import LiveSession, SessionFactory
 
 __all__ = ["RoomHub", "SpeakerFeeds", "Presence", "encode_outgoing", "RoomObserver",
@@ -201,7 +202,7 @@ class SpeakerFeeds:
                 async for event in session.events():
                     if self.extras.get(target) is extra:  # retired: nobody listens
                         self.hub.publish(self.room, self.key(target), encode_outgoing(
-                            event, self.member, resampler, time.monotonic()))
+                            event, self.member, resampler, time.monotonic()), event)
         finally:
             if extra is not None and self.extras.get(target) is extra:
                 del self.extras[target]
@@ -279,8 +280,10 @@ class RoomHub:
 
     def __init__(self, registry: RoomRegistry | None = None, *, outbox_capacity: int = 256,
                  observer: RoomObserver | None = None,
-                 clock: Callable[[], float] = time.monotonic, mt: str = "") -> None:
+                 clock: Callable[[], float] = time.monotonic, mt: str = "",
+                 captions: RoomCaptions | None = None) -> None:
         self.registry = registry or RoomRegistry()
+        self.captions = captions or RoomCaptions(clock=clock)  # GET /rooms/ID/captions.vtt
         self.outbox_capacity = outbox_capacity
         self.mt = mt  # the text-MT model for room pipelines into languages other than English
         self.observer: RoomObserver = observer or _NoMetrics()
@@ -383,7 +386,11 @@ class RoomHub:
             await self.attach(presence, feeds)
 
     # -- publishing ----------------------------------------------------------------------
-    def publish(self, room: Room, key: FeedKey, item: Outgoing) -> None:
+    def publish(self, room: Room, key: FeedKey, item: Outgoing,
+                event: OutputEvent | None = None) -> None:
+        """``item`` to the feed's listeners; ``event`` (what it encodes) to the captions."""
+        if event is not None:
+            self.captions.observe(room, key, event)
         feed = room.feeds.get(key)
         if feed is None:
             feed = room.feed(key)  # nobody yet: keep the history for late joiners

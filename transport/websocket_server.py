@@ -24,6 +24,7 @@ from websockets.asyncio.server import serve as ws_serve
 from websockets.exceptions import ConnectionClosed
 
 from speechpipe.transport.auth import OriginPolicy, StaticToken
+from speechpipe.transport.caption_routes import CaptionRoutes
 from speechpipe.transport.frame_guard import (
     FrameLimits,
     guarded_connection_class,
@@ -40,6 +41,7 @@ from speechpipe.transport.protocol import (
     dumps,
 )
 from speechpipe.transport.room import RoomRegistry
+from speechpipe.transport.room_captions import RoomCaptions
 from speechpipe.transport.room_shell import RoomHub
 from speechpipe.transport.session_api import SessionFactory
 from speechpipe.transport.ws_connection import (
@@ -89,7 +91,8 @@ class SpeechServer:
             max_listeners_per_room=rooms.max_listeners_per_room or None,
             max_listeners=rooms.max_listeners or None,
             history_s=rooms.history_s, history_items=rooms.history_items,
-        ), outbox_capacity=rooms.outbox_capacity, observer=self.observer, mt=rooms.mt)
+        ), outbox_capacity=rooms.outbox_capacity, observer=self.observer, mt=rooms.mt,
+            captions=RoomCaptions(rooms.captions_kept))
         self._server: Server | None = None
         verifier = self.limits.auth or (
             StaticToken(self.limits.token) if self.limits.token else None
@@ -104,7 +107,7 @@ class SpeechServer:
         self.routes = HttpRoutes(
             is_ready=lambda: self.is_ready(), metrics_text=lambda: self.metrics_text(),
             voices=lambda: self.voices(), gate=self.gate, hosts=self.hosts,
-            observer=lambda: self.observer,
+            observer=lambda: self.observer, captions=CaptionRoutes(self.rooms, verifier),
         )
         guard_library_logs(self.limits.log_content)
 

@@ -595,7 +595,7 @@ class WsConnection:
         feeds = self.feeds
         assert feeds is not None and self.presence is not None
         item = encode_outgoing(event, self.id, resampler, time.monotonic())
-        self.server.rooms.publish(feeds.room, feeds.key(feeds.base_target), item)
+        self.server.rooms.publish(feeds.room, feeds.key(feeds.base_target), item, event)
         if self.presence.member.role is Role.SPEAKER:
             if item.kind == "audio" and self.peer is not None:
                 self.peer.play(event)  # type: ignore[arg-type]

@@ -1,0 +1,144 @@
+"""A room's captions (``transport.room_captions``) and ``GET /rooms/ID/captions.vtt``: the
+store on scripted events through the hub, then the route over a real server on loopback
+(a scripted session: no models), its answers read back with ``webvtt-py``."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import io
+import json
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import webvtt
+from websockets.asyncio.client import connect
+
+from speechpipe.stages.frames import STREAM_RATE, TextHypothesis, VadEvent
+from speechpipe.transport.audio_io import OutputResampler
+from speechpipe.transport.auth import TokenAuthority
+from speechpipe.transport.limits import ServerLimits
+from speechpipe.transport.room_captions import RoomCaptions
+from speechpipe.transport.room_shell import RoomHub, encode_outgoing
+from speechpipe.transport.websocket_server import SpeechServer
+from tests.helpers import FAKE_TARGET, SECRET, TickFactory, pcm, recv_json, wait_for
+
+AUTH = TokenAuthority(SECRET)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def said(hub: RoomHub, room: Any, key: tuple[str, str], utterance: int, start: float,
+         end: float, source: str, target: str, language: str = "es") -> None:
+    """One utterance of a feed, published as a pipeline would (stream seconds)."""
+    resampler = OutputResampler(16000)
+
+    def publish(event: Any) -> None:
+        hub.publish(room, key, encode_outgoing(event, key[0], resampler, 0.0), event)
+
+    s, e = round(start * STREAM_RATE), round(end * STREAM_RATE)
+    publish(VadEvent("start", utterance, s, s + 1600))
+    publish(TextHypothesis("source", utterance, 1, "", source, language, s, e, e))
+    publish(VadEvent("end", utterance, e, e + 4800))
+    publish(TextHypothesis("source", utterance, 2, source, "", language, s, e, e, final=True))
+    publish(TextHypothesis("target", utterance, 3, target, "", key[1], s, e, e, final=True))
+
+
+def test_captions_per_language_on_the_room_clock_bounded_and_gone_with_the_room() -> None:
+    clock = Clock()
+    hub = RoomHub(clock=clock, captions=RoomCaptions(max_utterances=2, clock=clock))
+    room = hub.new_room()
+    clock.now = 110.1  # the speaker's first event (VAD's, decided at 1.1 s of its stream)
+    said(hub, room, ("alice", "en"), 0, 1.0, 3.0, "Hola a todos.", "Hello everyone.")
+    said(hub, room, ("alice", "en"), 1, 4.0, 6.0, "Bienvenidos.", "Welcome.")
+    clock.now = 115.0  # a French listener came: a second pipeline on its own stream clock
+    said(hub, room, ("alice", "fr"), 0, 0.0, 1.0, "Bienvenidos.", "Bienvenue.")
+    en = hub.captions.cues(room, "en")
+    assert [c.text for c in en] == ["Hello everyone.", "Welcome."]
+    assert en[0].start == pytest.approx(10.0, abs=0.01)  # stream 1.0 s is room 10.0 s
+    assert [c.text for c in hub.captions.cues(room, "fr")] == ["Bienvenue."]
+    assert hub.captions.cues(room, "fr")[0].start == pytest.approx(15.0 - 0.1, abs=0.01)
+    # Spanish: nobody translates into it, the speaker's own captions are in it
+    assert [c.text for c in hub.captions.cues(room, "es")] == ["Hola a todos.", "Bienvenidos."]
+    assert hub.captions.cues(room, "de") == []
+    assert hub.captions.languages(room) == ["en", "es", "fr"]
+    said(hub, room, ("alice", "en"), 2, 7.0, 8.0, "Gracias.", "Thank you.")
+    assert [c.text for c in hub.captions.cues(room, "en")] == ["Welcome.", "Thank you."]
+    vtt = webvtt.from_buffer(io.StringIO(hub.captions.vtt(room, "en")))
+    assert [c.text for c in vtt] == ["Welcome.", "Thank you."]
+    del vtt
+    hub.registry.rooms.clear()  # the room ended: nothing else holds it
+    del room
+    gc.collect()
+    assert len(hub.captions._rooms) == 0
+
+
+def test_tentative_words_never_reach_the_file() -> None:
+    hub = RoomHub()
+    room = hub.new_room()
+    resampler = OutputResampler(16000)
+    event = TextHypothesis("target", 0, 1, "", "maybe these words", "en", 0, 16000, 16000)
+    hub.publish(room, ("a", "en"), encode_outgoing(event, "a", resampler, 0.0), event)
+    assert hub.captions.vtt(room, "en").strip() == "WEBVTT"
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def server() -> AsyncIterator[SpeechServer]:
+    async with SpeechServer(TickFactory(), limits=ServerLimits(auth=AUTH)) as srv:
+        yield srv
+
+
+def get(srv: SpeechServer, path: str, token: str | None = None) -> tuple[int, str, str]:
+    request = urllib.request.Request(f"http://127.0.0.1:{srv.port}{path}")
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.headers["Content-Type"], response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["Content-Type"], exc.read().decode()
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_the_route_gives_a_live_rooms_captions_to_its_listeners(
+    server: SpeechServer,
+) -> None:
+    speaker = await connect(f"ws://127.0.0.1:{server.port}/ws")
+    await speaker.send(json.dumps({"type": "start", "role": "speaker",
+                                   "token": AUTH.issue(ttl_s=60)}))
+    room = (await recv_json(speaker))["room"]
+    await speaker.send(pcm(1.0))  # the scripted session captions each second of audio
+    await wait_for(lambda: server.rooms.captions.cues(server.rooms.room_of(room), "en"))
+    path = f"/rooms/{room}/captions.vtt?lang=en"
+    listener = AUTH.issue(ttl_s=60, role="listener", room=room)
+    status, kind, body = await asyncio.to_thread(get, server, path, listener)
+    assert status == 200 and kind.startswith("text/vtt"), body
+    cues = list(webvtt.from_buffer(io.StringIO(body)))
+    assert [c.text for c in cues] == [FAKE_TARGET]
+    # the query's token works too (a link), a token for another room does not
+    assert (await asyncio.to_thread(get, server, f"{path}&token={listener}"))[0] == 200
+    other = AUTH.issue(ttl_s=60, role="listener", room="another-room")
+    assert (await asyncio.to_thread(get, server, path, other))[0] == 403
+    assert (await asyncio.to_thread(get, server, path))[0] == 401
+    assert (await asyncio.to_thread(get, server, path, "not-a-token"))[0] == 401
+    general = AUTH.issue(ttl_s=60)
+    assert (await asyncio.to_thread(get, server, f"/rooms/{room}/captions.vtt", general))[0] == 400
+    assert (await asyncio.to_thread(get, server, f"/rooms/{room}/captions.vtt?lang=e%0a",
+                                    general))[0] == 400
+    missing = await asyncio.to_thread(get, server, "/rooms/no-such-room/captions.vtt?lang=en",
+                                      general)
+    assert missing[0] == 404 and "no such room" in missing[2]
+    await speaker.send(json.dumps({"type": "stop"}))
+    await speaker.wait_closed()
+    await wait_for(lambda: not server.rooms.registry.rooms)
+    assert (await asyncio.to_thread(get, server, path, listener))[0] == 404  # it ended
