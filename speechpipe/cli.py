@@ -83,6 +83,10 @@ def _add_session_arguments(parser: argparse.ArgumentParser, pace: str) -> None:
                         metavar="GROUP.FIELD=VALUE",
                         help="override an option (repeatable), e.g. asr.step_s=1.0; groups: "
                              f"{groups_of('pipeline')}; `speechpipe config` lists every option")
+    parser.add_argument("--config", default=None, metavar="FILE",
+                        help="read options from this TOML file, in the shape `speechpipe "
+                             "config` prints (flags and --set override it; server groups are "
+                             "ignored here)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -190,7 +194,12 @@ def _request(args: argparse.Namespace) -> SessionRequest:
 def _options(args: argparse.Namespace) -> PipelineOptions:
     from speechpipe.config import MODEL_ALIASES, Config, apply_aliases, with_overrides
 
-    options = apply_aliases(Config(), args, MODEL_ALIASES).pipeline
+    base = Config()
+    if getattr(args, "config", None):
+        from speechpipe.config_file import load_config_file
+
+        base = load_config_file(args.config, base, server=False)  # its pipeline groups
+    options = apply_aliases(base, args, MODEL_ALIASES).pipeline
     return with_overrides(options, args.overrides)
 
 

@@ -263,15 +263,18 @@ def _toml_value(value: Any) -> str:
     return json.dumps(str(value), ensure_ascii=False)
 
 
-def _toml_table(prefix: str, tree: dict[str, Any], lines: list[str]) -> None:
+def _toml_table(prefix: str, tree: dict[str, Any], lines: list[str],
+                notes: dict[str, str] | None = None) -> None:
     leaves = {k: v for k, v in tree.items() if not isinstance(v, dict)}
     if prefix:
         lines.append(f"\n[{prefix}]")
     for key, value in leaves.items():
-        lines.append(f"# {key} = none" if value is None else f"{key} = {_toml_value(value)}")
+        line = f"# {key} = none" if value is None else f"{key} = {_toml_value(value)}"
+        note = (notes or {}).get(f"{prefix}.{key}")
+        lines.append(f"{line}  # {note}" if note else line)
     for key, value in tree.items():
         if isinstance(value, dict):
-            _toml_table(f"{prefix}.{key}" if prefix else key, value, lines)
+            _toml_table(f"{prefix}.{key}" if prefix else key, value, lines, notes)
 
 
 def render_config(config: Config, fmt: str = "toml") -> str:
@@ -279,9 +282,14 @@ def render_config(config: Config, fmt: str = "toml") -> str:
     tree = config_dict(config)
     if fmt == "json":
         return json.dumps(tree, indent=2, ensure_ascii=False)
-    lines: list[str] = ["# speechpipe configuration; set a leaf with --set GROUP.FIELD=VALUE",
+    from speechpipe.config_file import describe_leaves  # reads the option modules' source
+
+    notes = {".".join((*GROUPS[leaf.split(".")[0]], leaf.split(".", 1)[1])): text
+             for leaf, text in describe_leaves(config).items()}
+    lines: list[str] = ["# speechpipe configuration; set a leaf with --set GROUP.FIELD=VALUE,",
+                        "# or save this output and pass it back with --config FILE",
                         "# groups: " + ", ".join(f"{g} = {'.'.join(p)}" for g, p in GROUPS.items())]
-    _toml_table("", tree, lines)
+    _toml_table("", tree, lines, notes)
     return "\n".join(lines).strip() + "\n"
 
 

@@ -399,6 +399,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override an option (repeatable), e.g. asr.step_s=1.5 or "
                              f"admission.max_queue=8; groups: {groups_of('pipeline')}, "
                              f"{groups_of('server')}; `speechpipe config` lists every option")
+    parser.add_argument("--config", default=None, metavar="FILE",
+                        help="read options from this TOML file, in the shape `speechpipe "
+                             "config` prints (flags and --set override it)")
     from speechpipe.server.security import add_security_arguments
 
     add_security_arguments(parser)  # auth, origins, quotas, keepalive, --log-content
@@ -417,7 +420,12 @@ def serve_config(args: argparse.Namespace) -> Config:
     from speechpipe.config import Config, apply_overrides
     from speechpipe.server.security import security_limits
 
-    config = apply_aliases(Config(), args, serve_aliases())
+    config = Config()
+    if getattr(args, "config", None):
+        from speechpipe.config_file import load_config_file
+
+        config = load_config_file(args.config, config)
+    config = apply_aliases(config, args, serve_aliases())
     config = apply_overrides(config, getattr(args, "overrides", ()) or ())
     server = config.server
     return dataclasses.replace(

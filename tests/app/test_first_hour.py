@@ -256,3 +256,58 @@ def test_the_bench_server_listens_on_the_port_asked_for(tmp_path: Path) -> None:
     commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     bench = commands["bench"]._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     assert bench["room"].parse_args(["--port", str(port)]).port == port
+
+
+def test_config_describes_every_option_in_one_line() -> None:
+    import re
+
+    from speechpipe.config import Config, render_config
+
+    text = render_config(Config())
+    leaves = [line for line in text.splitlines() if re.match(r"^(# )?[a-z_0-9]+ = ", line)]
+    assert len(leaves) > 150
+    bare = [line for line in leaves if "  # " not in line]
+    assert not bare, bare  # every option has its description on its own line
+    assert "aggressiveness = 2  # webrtcvad 0 (lenient) .. 3 (strict)" in text
+    assert all(len(line.split("  # ", 1)[1]) <= 120 for line in leaves)
+
+
+def test_config_file_reads_back_what_config_prints(tmp_path: Path) -> None:
+    """``speechpipe config ... > FILE`` then ``--config FILE``: the same tree, for serve's
+    command line and translate's (which reads the pipeline groups of the same file)."""
+    import tomllib
+
+    from speechpipe.cli import _options
+    from speechpipe.config import Config, render_config
+    from speechpipe.server.serve import serve_config
+
+    parser = build_parser()
+    printed = render_config(serve_config(parser.parse_args(
+        ["config", "--set", "asr.step_s=0.7", "--capacity", "3", "--set", "vad.hush_ms=0",
+         "--set", "catch_up.speeds=1.1,1.2", "--no-degrade"])))
+    (tmp_path / "mine.toml").write_text(printed)
+    again = serve_config(parser.parse_args(["config", "--config", str(tmp_path / "mine.toml")]))
+    assert render_config(again) == printed
+    assert again.server.load.admission.capacity == 3 and not again.server.load.degrade_enabled
+    assert tomllib.loads(printed) != tomllib.loads(render_config(Config()))
+    options = _options(parser.parse_args(["translate", "in.wav", "--out", "o.wav", "--config",
+                                          str(tmp_path / "mine.toml"), "--set", "asr.step_s=2"]))
+    assert options.asr.step_s == 2.0  # --set wins over the file
+    assert options.catch_up.speeds == (1.1, 1.2)  # the file over the defaults
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("[pipeline.asr]\nstep_s = -1\n", "step_s must be > 0"),
+    ("[pipeline.asrx]\nstep_s = 1\n", "no option group [pipeline.asrx]"),
+    ("[pipeline.asr]\nnope = 1\n", "asr has no option 'nope'"),
+    ("step_s = 1\n", "step_s is not an option"),
+    ("x = [", "not valid TOML"),
+])
+def test_a_bad_config_file_is_one_line_and_exit_2(tmp_path: Path, text: str,
+                                                  needle: str) -> None:
+    (tmp_path / "bad.toml").write_text(text)
+    result = speechpipe("translate", CLIP, "--out", "o.wav", "--config", "bad.toml",
+                        cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    line = one_line(result)
+    assert line.startswith("speechpipe: error: --config bad.toml: ") and needle in line, line
