@@ -67,8 +67,9 @@ def _add_session_arguments(parser: argparse.ArgumentParser, pace: str) -> None:
                         help="spoken language (Whisper code, e.g. es) or auto")
     parser.add_argument("--target-lang", default="en", help="language to speak (default en)")
     parser.add_argument("--voice", default=None, help="Piper voice name (default: by language)")
-    parser.add_argument("--mt", default="whisper",
-                        help="whisper (default, to English) or ct2:NAME_OR_PATH")
+    parser.add_argument("--mt", default="auto",
+                        help="auto (default: an installed pair, Whisper to English, or a pivot "
+                             "through English), whisper (to English) or ct2:NAME_OR_PATH")
     parser.add_argument("--mode", choices=("balanced", "fast", "quality"), default="balanced",
                         help="CPU against quality: fast decodes at most once a second and "
                              "ends utterances greedily (least CPU), quality searches partials "

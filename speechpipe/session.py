@@ -20,7 +20,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -30,6 +30,8 @@ from speechpipe.models.batching import PRIORITY_LIVE, PRIORITY_REPLAY, AsrBatche
 from speechpipe.models.ct2_folder import WHISPER_LANGUAGES
 from speechpipe.models.ct2_translator import Ct2TextTranslator
 from speechpipe.models.ct2_worker import Ct2TranslationWorker
+from speechpipe.models.mt_routes import MtRoute, choose_route, pull_hint
+from speechpipe.models.pivot import PivotTranslation
 from speechpipe.models.whisper_engine import WhisperEngine
 from speechpipe.models.whisper_weights import resolve_whisper_model
 from speechpipe.stages.asr import AsrOptions, AsrStage
@@ -86,13 +88,32 @@ def check_request(request: SessionRequest) -> tuple[str, str]:
     if request.mt == "whisper":
         if target != "en":
             raise LanguageError(
-                f"target language {target!r} needs a text MT model: the embedded default "
-                "translates to English only (bring one with --mt ct2:MODEL)"
+                f"target language {target!r} needs a text MT model: --mt whisper translates "
+                f"to English only; {pull_hint(target)}, then use --mt auto"
             )
+    elif request.mt == "auto":
+        mt_route(source, target)  # one clear line naming `models pull` when no route exists
     elif not request.mt.startswith("ct2:"):
-        raise InputError(f"unknown MT backend {request.mt!r} (use whisper or ct2:MODEL)")
+        raise InputError(f"unknown MT backend {request.mt!r} (use auto, whisper or ct2:MODEL)")
     check_output_rate(request.output_sample_rate)
     return source, target
+
+
+def mt_route(source: str, target: str) -> MtRoute:
+    """``--mt auto``'s route for a normalized pair, from the installed models
+    (``speechpipe.models.mt_routes``)."""
+    from speechpipe.models.mt_registry import registered_mt_models
+
+    return choose_route(source, target, registered_mt_models())
+
+
+def request_route(request: SessionRequest, source: str, target: str) -> MtRoute:
+    """The route a checked request runs: ``--mt whisper`` and ``--mt ct2:X`` name theirs."""
+    if request.mt == "whisper":
+        return MtRoute("whisper")
+    if request.mt.startswith("ct2:"):
+        return MtRoute("text", (request.mt.removeprefix("ct2:"),))
+    return mt_route(source, target)
 
 
 def _merge_frames(first: AudioFrame, second: AudioFrame) -> AudioFrame:
@@ -106,7 +127,8 @@ class ResolvedRequest:
     source_lang: str | None  # None: detect per utterance
     voice: VoiceInfo | None  # None: captions only (``SessionRequest.speech`` off)
     asr: AsrOptions
-    text_mt: Ct2TranslationWorker | None = None  # None: Whisper speech translation
+    text_mt: Ct2TranslationWorker | PivotTranslation | None = None  # None: Whisper's only
+    route: MtRoute = MtRoute("whisper")
 
 
 def limit_blas_threads(threads: int = 1) -> None:
@@ -231,10 +253,21 @@ class Pipeline:
         source, target = check_request(request)
         if source != "auto":
             self.engine.check_language(source)  # the loaded model's own languages
-        text_mt = None
-        if request.mt.startswith("ct2:"):
-            text_mt = self.text_mt_worker(request.mt)
+        route = request_route(request, source, target)
+        text_mt: Ct2TranslationWorker | PivotTranslation | None = None
+        if route.kind == "text":
+            text_mt = self.text_mt_worker(route.hops[0])
             text_mt.check_languages(source, target)
+        elif route.kind == "whisper+text":
+            text_mt = self.text_mt_worker(route.hops[0])
+            text_mt.check_languages("en", target)
+        elif route.kind == "text+text":
+            first, second = (self.text_mt_worker(hop) for hop in route.hops)
+            first.check_languages(source, "en")
+            second.check_languages("en", target)
+            text_mt = PivotTranslation(first, second)
+        if route.kind != "whisper" or request.mt == "auto":
+            log.info("MT route: %s", route.describe(source, target))
         voice = (resolve_voice(request.voice, target, self.options.voice_dirs)
                  if request.speech else None)
         asr = self.options.asr
@@ -242,7 +275,8 @@ class Pipeline:
             asr = _replace(asr, step_s=max(asr.step_s, 1.0), final_beam_size=1)
         elif request.mode == "quality":
             asr = _replace(asr, beam_size=max(asr.beam_size, 2))
-        return ResolvedRequest(request, None if source == "auto" else source, voice, asr, text_mt)
+        return ResolvedRequest(request, None if source == "auto" else source, voice, asr,
+                               text_mt, route)
 
     def text_mt_worker(self, spec: str) -> Ct2TranslationWorker:
         """The shared worker for a CTranslate2 MT model (loaded once; blocking)."""
@@ -297,6 +331,19 @@ async def _captions_only(inbox: Channel[TextHypothesis], events: Channel[OutputE
                 return
     finally:
         events.close()
+
+
+class _WithoutTargetText:
+    """The events channel as the ASR stage sees it under the pivot: Whisper's English
+    (target-side hypotheses) is dropped there, the rest goes through. The ASR only ``put``s."""
+
+    def __init__(self, events: Channel[OutputEvent]) -> None:
+        self._events = events
+
+    async def put(self, event: OutputEvent) -> None:
+        if isinstance(event, TextHypothesis) and event.side == "target":
+            return
+        await self._events.put(event)
 
 
 def _replace(options: Any, **changes: Any) -> Any:
@@ -368,6 +415,10 @@ class PipelineSession:
         asr_client = pipeline.whisper.client(
             PRIORITY_LIVE if self.request.priority == "live" else PRIORITY_REPLAY
         )
+        pivot = resolved.route.kind == "whisper+text"
+        # with the pivot, Whisper's English is not the client's target: it stays off events
+        asr_events = (cast("Channel[OutputEvent]", _WithoutTargetText(self._events)) if pivot
+                      else self._events)
         self.ladder = SessionLadder(resolved.asr, pipeline.degrade,
                                     floor=MODE_FLOOR.get(self.request.mode, 0))
         self.asr = asr = AsrStage(
@@ -375,8 +426,9 @@ class PipelineSession:
             self.clock,
             options=self.ladder,
             language=resolved.source_lang,
-            translate=resolved.text_mt is None,
-            target_language=self.request.target_lang,
+            translate=resolved.route.whisper_translates,
+            # the pivot: Whisper's English is the text MT's source
+            target_language="en" if pivot else self.request.target_lang,
             queue=asr_client if live else None,  # live: stale partials are superseded
             faithfulness=options.faithful,
             speech=pipeline.speech,
@@ -388,13 +440,14 @@ class PipelineSession:
         else:
             mt = TextMtStage(
                 resolved.text_mt.translate,
-                source_lang=resolved.source_lang or "auto",
+                source_lang="en" if pivot else resolved.source_lang or "auto",
                 target_lang=self.request.target_lang,
                 clock=self.clock,
                 memory=pipeline.mt_memory,
                 forward_source=True,
                 options=options.text_mt,
                 events=self._events,
+                translate_side="target" if pivot else "source",
             )
         # The pipeline, in order: every stage runs ``run(inbox, outbox)`` and closes its
         # outbox when its inbox is drained, so closing the input drains the whole chain. The
@@ -403,7 +456,7 @@ class PipelineSession:
         # commit code is rewritten (issue 22).
         stages: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = [
             ("vad", lambda: vad.run(self.input, labeled)),
-            ("asr", lambda: asr.run(labeled, source, self._events)),
+            ("asr", lambda: asr.run(labeled, source, asr_events)),
             ("mt", lambda: mt.run(source, target)),
             ("tts", lambda: tts.run(target, self._events) if voice is not None
              else _captions_only(target, self._events)),

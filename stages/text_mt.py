@@ -294,6 +294,9 @@ class TextMtStage:
     With ``forward_source`` the source hypotheses are passed on too (ahead of the target ones
     they produce), for a downstream stage that wants both sides, e.g. TTS pairing the final
     source text with the translation in ``UtteranceEnd``.
+
+    ``translate_side="target"`` is the pivot through English: the ASR's target-side
+    hypotheses (Whisper's English) are what gets translated, and they are not passed on.
     """
 
     def __init__(
@@ -309,6 +312,7 @@ class TextMtStage:
         on_error: Callable[[SpeechpipeError, int], Awaitable[None] | None] | None = None,
         forward_source: bool = False,
         events: Channel[OutputEvent] | None = None,
+        translate_side: Literal["source", "target"] = "source",
     ) -> None:
         if model_id is None:
             model_id = str(getattr(getattr(translate, "__self__", None), "model_id", ""))
@@ -319,6 +323,7 @@ class TextMtStage:
         self.on_error = on_error
         self.forward_source = forward_source
         self.events = events
+        self.translate_side = translate_side
         self.policy = IncrementalTextTranslation(
             source_lang, target_lang, memory=memory, model_id=model_id, options=options
         )
@@ -346,7 +351,7 @@ class TextMtStage:
                     for hyp in batch:
                         if hyp.side == "source":
                             await outbox.put(hyp)
-                for hyp in _newest_per_utterance(batch):
+                for hyp in _newest_per_utterance(batch, self.translate_side):
                     await self._handle(hyp, outbox)
             if self._last_source is not None and not self.policy.final:
                 await self._step(_as_final(self._last_source), outbox)
@@ -414,11 +419,13 @@ class TextMtStage:
             raise exc
 
 
-def _newest_per_utterance(batch: list[TextHypothesis]) -> list[TextHypothesis]:
-    """Source hypotheses worth translating: the newest of each utterance, in order."""
+def _newest_per_utterance(
+    batch: list[TextHypothesis], side: str = "source"
+) -> list[TextHypothesis]:
+    """Hypotheses of ``side`` worth translating: the newest of each utterance, in order."""
     out: list[TextHypothesis] = []
     for hyp in batch:
-        if hyp.side != "source":
+        if hyp.side != side:
             continue
         if out and out[-1].utterance == hyp.utterance and not out[-1].final:
             out[-1] = hyp

@@ -175,7 +175,7 @@ class SpeakerFeeds:
         """One extra pipeline: a slot, the session, its events to the feed, until it is
         finished (its speaker stopped) or retired (its last listener left)."""
         request = dataclasses.replace(self.request, target_lang=target, output_sample_rate=rate)
-        if self.hub.mt and target != "en" and request.mt == "whisper":
+        if self.hub.mt and target != "en" and request.mt in ("whisper", "auto"):
             request = dataclasses.replace(request, mt=self.hub.mt)
         extra: _Extra | None = None
         try:

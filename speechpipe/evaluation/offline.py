@@ -84,7 +84,7 @@ def offline_beam(args: argparse.Namespace) -> int | None:
 def check_offline_request(target_lang: str, mt: str) -> None:
     """``--offline-reference`` is x-to-English with Whisper's translation; ``InputError``
     otherwise (before any model loads)."""
-    if mt != "whisper" or target_lang.strip().lower() != "en":
+    if mt not in ("whisper", "auto") or target_lang.strip().lower() != "en":
         raise InputError("--offline-reference supports x-to-English with Whisper's own "
                          f"translation only (--mt whisper --target-lang en), not --mt {mt} "
                          f"--target-lang {target_lang}")
