@@ -128,7 +128,10 @@ class Ct2TextTranslator:
         _check_coverage(tgt_path, target_pieces, self._target_vocab, "target")
         self._target_pieces = frozenset(target_pieces)
         config = _read_json(path / "config.json")
-        self._append_eos = not config.get("add_source_eos", False)
+        # CTranslate2 adds it itself (add_source_eos), or the model never saw one
+        # (speechpipe.json "source_eos": false, e.g. an Argos Translate / OpenNMT model)
+        self._append_eos = not config.get("add_source_eos", False) and _read_json(
+            path / "speechpipe.json").get("source_eos", True) is not False
         self._eos = str(config.get("eos_token") or "</s>")
         try:
             import ctranslate2

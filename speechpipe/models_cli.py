@@ -7,6 +7,8 @@
   which records the folder's path (models can be gigabytes; they are not copied); or install a
   Piper ``.onnx`` + ``.onnx.json`` pair (checked by loading it) into
   ``$SPEECHPIPE_HOME/voices/``.
+- ``models add FILE.argosmodel``: an Argos Translate package, unpacked into
+  ``$SPEECHPIPE_HOME/mt/NAME`` (``speechpipe.models.argos_package``) and registered.
 - ``models convert HF_MODEL_DIR --out DIR``: ctranslate2's Transformers converter, copying the
   tokenizer files the translator needs. Needs the optional ``speechpipe[convert]`` extra.
 
@@ -17,6 +19,7 @@ bad input leaves nothing half-registered. The registry itself is ``speechpipe.mo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from speechpipe.errors import InputError, ModelError, SpeechpipeError, VoiceError
+from speechpipe.models.ct2_folder import MtModelInfo
 from speechpipe.models.home import speechpipe_home
 from speechpipe.models.mt_registry import (
     locked_registry,
@@ -63,8 +67,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_aliases(listing, [a for a in MODEL_ALIASES if a.flag == "--voices-dir"])
     listing.set_defaults(handler=cmd_models_list)
 
-    add = sub.add_parser("add", help="register a CTranslate2 MT folder or a Piper .onnx voice")
-    add.add_argument("path", help="CTranslate2 model folder, or a Piper .onnx (with .onnx.json)")
+    add = sub.add_parser("add", help="register a CTranslate2 MT folder, an Argos Translate "
+                         "package or a Piper .onnx voice")
+    add.add_argument("path", help="CTranslate2 model folder, FILE.argosmodel, or a Piper .onnx "
+                                  "(with .onnx.json)")
     add.add_argument("--name", default=None, help="name to use with --mt ct2:NAME / --voice")
     add.add_argument("--replace", action="store_true", help="overwrite an entry of that name")
     add.set_defaults(handler=cmd_models_add)
@@ -108,6 +114,8 @@ def cmd_models_add(args: argparse.Namespace) -> int:
         return _add_voice(path, args.name, args.replace)
     if not path.exists():
         raise InputError(f"{path} does not exist")
+    if path.is_file() and path.name.endswith(".argosmodel"):
+        return _add_argos(path, args.name, args.replace)
     if path.is_dir():
         return _add_mt(path, args.name, args.replace)
     raise InputError(
@@ -125,6 +133,12 @@ def _add_mt(path: Path, name: str | None, replace: bool) -> int:
     translator = Ct2TextTranslator(path, intra_threads=1)  # loads it: weights and tokenizer
     info = translator.info
     del translator
+    _register_mt(name, path, info, replace)
+    return 0
+
+
+def _register_mt(name: str, path: Path, info: MtModelInfo, replace: bool,
+                 origin: str | None = None) -> None:
     entry = {
         "path": str(path),
         "family": info.family.value,
@@ -132,6 +146,8 @@ def _add_mt(path: Path, name: str | None, replace: bool) -> int:
         "target_langs": sorted(info.target_langs) if info.target_langs is not None else None,
         "size_bytes": info.size_bytes,
     }
+    if origin:
+        entry["origin"] = origin
     with locked_registry() as registry:
         old = registry["mt"].get(name)
         if old is not None and old.get("path") != entry["path"] and not replace:
@@ -141,7 +157,32 @@ def _add_mt(path: Path, name: str | None, replace: bool) -> int:
             )
         registry["mt"][name] = entry
     print(f"registered MT model {name!r} ({info.family}, {_langs(info.source_langs)} -> "
-          f"{_langs(info.target_langs)}); use it with --mt ct2:{name}")
+          f"{_langs(info.target_langs)}); --mt auto (the default) uses it for that pair, "
+          f"or name it with --mt ct2:{name}")
+
+
+def _add_argos(path: Path, name: str | None, replace: bool) -> int:
+    """An Argos Translate package: unpacked into ``$SPEECHPIPE_HOME/mt/NAME`` and registered."""
+    from speechpipe.models.argos_package import install_argos_package, read_argos_package
+    from speechpipe.models.ct2_translator import Ct2TextTranslator
+
+    package = read_argos_package(path)
+    name = name or package.default_name
+    if not _NAME.match(name):
+        raise InputError(f"cannot use {name!r} as a model name; pass --name")
+    existing = registered_mt_models().get(name)
+    if existing is not None and not replace:
+        raise InputError(f"an MT model named {name!r} is already registered "
+                         f"({existing.get('path')}); choose another --name or pass --replace")
+    dest = speechpipe_home() / "mt" / name
+
+    def load(folder: Path) -> MtModelInfo:
+        return Ct2TextTranslator(folder, intra_threads=1).info  # weights and tokenizer
+
+    info = install_argos_package(package, dest, replace=True, check=load)
+    assert info is not None
+    _register_mt(name, dest, dataclasses.replace(info, path=dest), True,
+                 origin=f"argos:{path.name}")
     return 0
 
 

@@ -34,6 +34,8 @@ __all__ = [
     "train_tiny_spm",
     "generated_sentences",
     "make_whisper_like_folder",
+    "build_tiny_pair",
+    "build_tiny_argos",
 ]
 
 FAMILIES = ("nllb", "m2m100", "marian", "marian-multi")
@@ -218,3 +220,35 @@ def make_whisper_like_folder(out_dir: Path) -> Path:
     (out_dir / "vocabulary.json").write_text(json.dumps(["<|en|>", "a"]), encoding="utf-8")
     (out_dir / "tokenizer.json").write_text("{}", encoding="utf-8")
     return out_dir
+
+
+def build_tiny_pair(out_dir: Path, source: str, target: str, *, seed: int = 0,
+                    spm_cache: Path | None = None) -> Path:
+    """A tiny Marian (OPUS-MT layout) folder for the pair ``source`` -> ``target``."""
+    folder = build_tiny_mt(out_dir, "marian", seed=seed, spm_cache=spm_cache)
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"source_lang": source, "target_lang": target}), encoding="utf-8")
+    return folder
+
+
+def build_tiny_argos(out_zip: Path, source: str, target: str, *, seed: int = 0,
+                     spm_cache: Path | None = None) -> Path:
+    """A tiny Argos Translate package (``.argosmodel``): ``metadata.json``, ``model/`` (the
+    CTranslate2 folder) and one ``sentencepiece.model`` for both sides, in one top folder."""
+    import tempfile
+    import zipfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = build_tiny_mt(Path(tmp) / "m", "marian", seed=seed, spm_cache=spm_cache)
+        top = f"translate-{source}_{target}-1_0"
+        out_zip = Path(out_zip)
+        out_zip.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(out_zip, "w", zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr(f"{top}/metadata.json", json.dumps({
+                "package_version": "1.0", "argos_version": "1.0", "from_code": source,
+                "to_code": target, "from_name": source, "to_name": target}))
+            for item in sorted(folder.iterdir()):
+                if item.name in ("model.bin", "config.json") or "vocabulary" in item.name:
+                    archive.write(item, f"{top}/model/{item.name}")
+            archive.write(folder / "source.spm", f"{top}/sentencepiece.model")
+    return out_zip
