@@ -78,11 +78,10 @@ def run_eval(args: argparse.Namespace, options: PipelineOptions, request: Sessio
         pipeline.warm_up()
         # before the streamed clips: no offline decode loads the machine while they are timed
         offline = None if beam is None else _offline(pipeline, clips, beam, request)
-        texts = None if offline is None else offline.texts
         if getattr(args, "compare", None):
             return _run_comparison(args, pipeline, clips, request, offline)
         report = asyncio.run(evaluate_clips(
-            pipeline, clips, request, detect_language=args.detect_language, offline=texts,
+            pipeline, clips, request, detect_language=args.detect_language, offline=offline,
             on_run=subtitles.write if subtitles is not None else None))
     finally:
         pipeline.close()
@@ -126,7 +125,7 @@ def _run_comparison(args: argparse.Namespace, pipeline: Pipeline, clips: list[di
     pipelines = variant_pipelines(pipeline, args.compare)
     report = asyncio.run(compare_variants(
         pipelines, clips, request, detect_language=args.detect_language,
-        offline=None if offline is None else offline.texts))
+        offline=offline))
     report["settings"] = {"pace": request.pace, "mode": request.mode,
                           "detect_language": args.detect_language, "compare": args.compare,
                           "machine": describe_cpu()}

@@ -23,6 +23,7 @@ from speechpipe.evaluation.evaluate import (
     print_categories,
     print_report,
 )
+from speechpipe.evaluation.offline import OfflineRun
 from speechpipe.session import Pipeline
 from speechpipe.stages.request import SessionRequest
 
@@ -37,7 +38,9 @@ SUMMARY = (
     ("ASR-BLEU", "asr_bleu"), ("WER", "wer"), ("CPU/s", "cpu_per_audio_s"),
     ("nonspeech", "words_in_non_speech"), ("repeated", "utterances_repeated"),
 )
-OFFLINE_SUMMARY = (("offBLEU", "offline_bleu"), ("gap", "bleu_gap"))
+OFFLINE_SUMMARY = (("offBLEU", "offline_bleu"), ("gap", "bleu_gap"),
+                   ("regretS", "regret_source"), ("regretT", "regret_target"),
+                   ("extra.", "clips_with_extra_sentence_ends"))
 
 
 # option groups read when sessions start; ``pipeline.*`` and ``batching.*`` shape the loaded
@@ -76,11 +79,11 @@ def variant_pipelines(
 async def compare_variants(
     pipelines: list[tuple[str, Pipeline]], clips: list[dict[str, Any]],
     request: SessionRequest, detect_language: bool = False,
-    offline: dict[str, str] | None = None,
+    offline: OfflineRun | None = None,
 ) -> dict[str, Any]:
     """Interleaved runs; per variant the report ``evaluate_clips`` gives (without the
     per-stage breakdown, which is pooled per run there). ``offline``: the offline
-    reference's texts (one for all variants: the same weights)."""
+    reference (one for all variants: the same weights)."""
     rows: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in pipelines}
     totals: dict[str, list[float]] = {label: [0.0, 0.0, 0.0] for label, _ in pipelines}
     for number, clip in enumerate(clips, 1):

@@ -22,7 +22,10 @@ translation also ends with, while the captions do not repeat themselves there
 
 "Offline reference" (``--offline-reference``, ``speechpipe.evaluation.offline``): each whole
 clip decoded at once by the same weights; ``offline_bleu`` per clip, per category and in
-total, scored exactly like ``bleu``, and ``bleu_gap`` = ``bleu`` - ``offline_bleu``.
+total, scored exactly like ``bleu``, and ``bleu_gap`` = ``bleu`` - ``offline_bleu``; with it
+the commit regret per side, extra sentence ends and, on clips of several utterances, the
+utterances short of their span's offline translation (``speechpipe.evaluation.regret``).
+Wrong-language pieces and ``translation_incomplete`` events are counted on every run.
 """
 
 from __future__ import annotations
@@ -41,6 +44,14 @@ from typing import Any
 import numpy as np
 
 from speechpipe.errors import InputError
+from speechpipe.evaluation.offline import OfflineRun
+from speechpipe.evaluation.regret import (
+    commit_aggregate,
+    commit_fields,
+    print_commit_figures,
+    short_of_offline,
+    utterance_spans,
+)
 from speechpipe.evaluation.scores import (
     corpus_bleu,
     end_offset_split,
@@ -252,14 +263,14 @@ def _stage_samples(records: list[dict[str, Any]]) -> dict[str, list[float]]:
 async def evaluate_clips(
     pipeline: Pipeline, clips: list[dict[str, Any]], request: SessionRequest,
     detect_language: bool = False, progress: bool = True,
-    offline: dict[str, str] | None = None,
+    offline: OfflineRun | None = None,
     on_run: Callable[[dict[str, Any], TranslationRun], None] | None = None,
 ) -> dict[str, Any]:
     """Translate each clip and score it; returns per-clip rows and an aggregate.
     ``on_run(clip, run)`` sees each clip's run (``eval --report``'s subtitle files).
 
-    ``offline``: the offline reference's text by clip id (``--offline-reference``), scored
-    beside the streamed text."""
+    ``offline``: the offline reference (``--offline-reference``): its texts scored beside
+    the streamed text, and the spans of a clip's utterances decoded after its run."""
     rows: list[dict[str, Any]] = []
     stage_values: dict[str, list[float]] = {}
     total_cpu = total_audio = total_wall = 0.0
@@ -298,9 +309,17 @@ async def evaluate_clips(
             row["wer"] = wer(clip["transcript"], run.source_text)
         if reference:
             row["bleu"] = round(sentence_bleu(run.target_text, reference), 2)
+        target = request.target_lang.strip().lower()
         if offline is not None:
-            row.update(offline_scores(offline[clip["id"]], row["bleu"], reference))
+            row.update(offline_scores(offline.texts[clip["id"]], row["bleu"], reference))
+        row.update(commit_fields(
+            run.records, run.source_text, run.target_text, target, clip["lang"],
+            None if offline is None else offline.source_texts.get(clip["id"]),
+            None if offline is None else offline.texts.get(clip["id"])))
         row.update(await listener_figures(pipeline, run, reference))
+        if offline is not None:
+            row.update(await span_coverage(offline, clip, audio, run.records,
+                                           run.input_seconds, target))
         rows.append(row)
         total_cpu += run.cpu_seconds
         total_audio += run.input_seconds
@@ -312,6 +331,26 @@ async def evaluate_clips(
         bar.close()
     return {"clips": rows, "aggregate": _aggregate(rows, clips, stage_values, total_cpu,
                                                    total_audio, total_wall)}
+
+
+async def span_coverage(offline: OfflineRun, clip: dict[str, Any], audio: np.ndarray,
+                        records: list[dict[str, Any]], seconds: float, target: str
+                        ) -> dict[str, Any]:
+    """For a clip of several utterances: how many (``utterances_spanned``) were held
+    against the offline translation of their own audio span, and how many
+    (``utterances_short_of_offline``) have under half its words. After the clip's run, on
+    the loaded model (costs the run's figures nothing); nothing for a single utterance."""
+    spans = utterance_spans(records, seconds)
+    texts = {r["utterance"]: r.get("text") or "" for r in records
+             if r["event"] == "utterance.end"}
+    numbers = [u for u in sorted(spans) if u in texts]
+    if len(numbers) < 2:
+        return {}
+    offline_texts = await asyncio.to_thread(offline.span_texts, clip, audio,
+                                            [spans[u] for u in numbers], target)
+    short = sum(1 for u, text in zip(numbers, offline_texts, strict=True)
+                if short_of_offline(texts[u], text))
+    return {"utterances_spanned": len(numbers), "utterances_short_of_offline": short}
 
 
 def offline_scores(offline_text: str, bleu: float | None, reference: str) -> dict[str, Any]:
@@ -391,6 +430,7 @@ def _aggregate(rows, clips, stage_values, total_cpu, total_audio, total_wall) ->
             [r["target_text"] for r in with_ref],
             [by_id[r["id"]]["translation_en"] for r in with_ref]) or 0.0, 2)),
         **_offline_aggregate(with_ref, by_id),
+        **commit_aggregate(rows),
         **_listener_aggregate(rows, by_id),
         "wer": None if corpus_wer is None else round(corpus_wer, 4),
         "cpu_per_audio_s": round(total_cpu / total_audio, 4) if total_audio else None,
@@ -532,6 +572,7 @@ def print_report(report: dict[str, Any], out=sys.stdout) -> None:
                         (a.get("by_category") or {}).items())
               + f" ({offline.get('decoded', 0)} decoded, {offline.get('cached', 0)} "
                 "from the cache)", file=out)
+    print_commit_figures(report, out)
     print_categories(a, out)
     print(f"\n{'stage':<12}{'p50':>8}{'p95':>8}{'p99':>8}{'n':>6}{'share':>8}", file=out)
     for stage, f in a["stages"].items():

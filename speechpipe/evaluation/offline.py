@@ -3,9 +3,15 @@
 For each selected clip the pipeline's own loaded Whisper (``Pipeline.engine.model``: the
 weights ``--asr-model`` resolves to, int8, ``pipeline.asr_threads`` threads) decodes the whole
 clip at once: ``WhisperModel.transcribe(audio, task="translate", language=<the clip's lang>,
-beam_size=--offline-beam, condition_on_previous_text=False)``. The audio is the same 16 kHz
-mono samples the streamed run is fed (``transport.file_replay.read_audio``), so the gap
-between the two figures is the streaming policy's, not the resampler's.
+beam_size=--offline-beam, condition_on_previous_text=False)``, and once more with
+``task="transcribe"`` for the captions (commit regret needs both sides; a clip already in the
+target language has one decode, the transcription). After each streamed clip of several
+utterances, each utterance's own audio span (``vad.start`` to ``vad.end`` of the trace, padded
+by ``SPAN_PAD_S``) is translated offline the same way (``OfflineRun.span_texts``), so a
+long recording's utterances are each held against what the model says for that span. The
+audio is the same 16 kHz mono samples the streamed run is fed
+(``transport.file_replay.read_audio``), so the gap between the two figures is the
+streaming policy's, not the resampler's.
 
 x-to-English with Whisper's own translation only (``--mt whisper``, ``--target-lang en``):
 the eval scores translations against the manifest's ``translation_en`` only, so an en-to-x
@@ -14,9 +20,10 @@ offline figure would have no reference to be scored against.
 Results are cached under ``$SPEECHPIPE_HOME/eval-offline/`` (one JSON file per key) keyed by
 the clip file's SHA-256, the model's identity (the SHA-256 of its ``model.bin`` as pinned
 when the bundled model was assembled, else the folder, size and mtime of ``model.bin``; plus
-the faster-whisper and CTranslate2 versions), the beam size, the language and the task, so a
-repeated eval decodes nothing again. The decode runs before the streamed clips, never
-while one is paced in real time.
+the faster-whisper and CTranslate2 versions), the beam size, the language and the task (and,
+for an utterance's span, the span), so a repeated eval decodes nothing again. The decode
+runs before the streamed clips, never while one is paced in real time (span decodes: after
+a clip's run, before the next).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +55,7 @@ MAX_BEAM = 20
 CACHE_FOLDER = "eval-offline"
 _KEY_VERSION = 1  # bump when what a cached entry means changes
 _CHUNK = 1 << 20
+SPAN_PAD_S = 0.2  # audio kept either side of an utterance's VAD span (its edges are tight)
 
 
 def add_offline_arguments(parser: argparse.ArgumentParser) -> None:
@@ -119,10 +128,14 @@ def model_identity(model_dir: str | Path) -> str:
             f"ctranslate2 {ctranslate2.__version__} int8")
 
 
-def cache_key(audio_sha256: str, model: str, beam: int, language: str, task: str) -> str:
-    """The cache key of one offline decode (hex SHA-256 of its inputs)."""
-    fields = {"v": _KEY_VERSION, "audio": audio_sha256, "model": model, "beam": beam,
-              "language": language, "task": task}
+def cache_key(audio_sha256: str, model: str, beam: int, language: str, task: str,
+              span: tuple[float, float] | None = None) -> str:
+    """The cache key of one offline decode (hex SHA-256 of its inputs); ``span``: the
+    seconds of the clip decoded (None: all of it)."""
+    fields: dict[str, Any] = {"v": _KEY_VERSION, "audio": audio_sha256, "model": model,
+                              "beam": beam, "language": language, "task": task}
+    if span is not None:
+        fields["span"] = [round(span[0], 3), round(span[1], 3)]
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
@@ -169,17 +182,76 @@ class OfflineCache:
 
 @dataclass
 class OfflineRun:
-    """Offline texts by clip id, and how many were decoded now or read from the cache."""
+    """Offline texts by clip id (``texts``: the target side, translation or, for a clip in
+    the target language, transcription; ``source_texts``: the transcription), and how many
+    decodes ran now or were read from the cache. With ``whisper`` (the loaded model) it
+    also decodes utterance spans (``span_texts``)."""
     beam: int
     model: str
     texts: dict[str, str] = field(default_factory=dict)
+    source_texts: dict[str, str] = field(default_factory=dict)
     decoded: int = 0
     cached: int = 0
     decode_seconds: float = 0.0
+    spans_decoded: int = 0
+    spans_cached: int = 0
+    audio_sha256: dict[str, str] = field(default_factory=dict)
+    whisper: Any = field(default=None, repr=False)
+    cache: OfflineCache | None = field(default=None, repr=False)
+    decode: Callable[[Any, Any, str, str, int], str] | None = field(default=None, repr=False)
 
     def summary(self) -> dict[str, Any]:
         return {"beam": self.beam, "model": self.model, "decoded": self.decoded,
-                "cached": self.cached, "decode_s": round(self.decode_seconds, 3)}
+                "cached": self.cached, "decode_s": round(self.decode_seconds, 3),
+                "spans_decoded": self.spans_decoded, "spans_cached": self.spans_cached}
+
+    def _text(self, key: str, fields: dict[str, Any], decode: Callable[[], str]
+              ) -> tuple[str, bool]:
+        """(text, decoded now) of one key: from the cache, else decoded and stored."""
+        cache = self.cache or OfflineCache()
+        text = cache.get(key)
+        if text is not None:
+            return text, False
+        started = time.perf_counter()
+        text = decode()
+        self.decode_seconds += time.perf_counter() - started
+        cache.put(key, text, fields)
+        return text, True
+
+    def span_texts(self, clip: dict[str, Any], audio: Any, spans: list[tuple[float, float]],
+                   target: str) -> list[str]:
+        """The offline target text of each span (seconds) of ``clip``'s 16 kHz int16
+        ``audio``, padded by ``SPAN_PAD_S``; cached by the clip's audio, the task and the
+        span. Blocking (run it between clips, never while one is timed)."""
+        import numpy as np
+
+        if self.whisper is None and self.decode is None:
+            raise RuntimeError("span_texts needs the loaded model")
+        task = "transcribe" if clip["lang"] == target else "translate"
+        audio_sha = self.audio_sha256.get(clip["id"]) or file_sha256(clip["path"])
+        decode = self.decode or decode_whole
+        rate = 16000
+        out = []
+        for start, end in spans:
+            span = (round(start, 3), round(end, 3))
+            fields = {"audio": audio_sha, "model": self.model, "beam": self.beam,
+                      "language": clip["lang"], "task": task, "span": list(span)}
+            key = cache_key(audio_sha, self.model, self.beam, clip["lang"], task, span)
+            a = max(0, int((start - SPAN_PAD_S) * rate))
+            b = min(len(audio), int((end + SPAN_PAD_S) * rate))
+            piece = np.asarray(audio[a:b]).astype(np.float32) / 32768.0
+            def run(piece: Any = piece) -> str:
+                if not len(piece):
+                    return ""
+                return decode(self.whisper, piece, clip["lang"], task, self.beam)
+
+            text, decoded = self._text(key, fields, run)
+            if decoded:
+                self.spans_decoded += 1
+            else:
+                self.spans_cached += 1
+            out.append(text)
+        return out
 
 
 def decode_whole(model: Any, audio: Any, language: str, task: str, beam: int) -> str:
@@ -201,7 +273,8 @@ def offline_references(
     from speechpipe.transport.file_replay import read_audio
 
     cache = cache or OfflineCache()
-    run = OfflineRun(beam=beam, model=model_identity(model_dir))
+    run = OfflineRun(beam=beam, model=model_identity(model_dir), whisper=model, cache=cache,
+                     decode=decode)
     iterator: Any = clips
     bar = None
     if progress:
@@ -210,21 +283,28 @@ def offline_references(
         bar = tqdm(clips, desc="offline reference", unit="clip", file=sys.stderr, leave=False)
         iterator = bar
     for clip in iterator:
-        task = "transcribe" if clip["lang"] == target else "translate"
-        fields = {"audio": file_sha256(clip["path"]), "model": run.model, "beam": beam,
-                  "language": clip["lang"], "task": task}
-        key = cache_key(fields["audio"], run.model, beam, clip["lang"], task)
-        text = cache.get(key)
-        if text is None:
-            audio = read_audio(clip["path"]).astype(np.float32) / 32768.0
-            started = time.perf_counter()
-            text = decode(model, audio, clip["lang"], task, beam)
-            run.decode_seconds += time.perf_counter() - started
-            run.decoded += 1
-            cache.put(key, text, fields)
-        else:
-            run.cached += 1
-        run.texts[clip["id"]] = text
+        audio_sha = run.audio_sha256[clip["id"]] = file_sha256(clip["path"])
+        samples: list[Any] = []  # read once, only when a decode needs it
+
+        def whole(task: str, clip: dict[str, Any] = clip, samples: list[Any] = samples) -> str:
+            if not samples:
+                samples.append(read_audio(clip["path"]).astype(np.float32) / 32768.0)
+            return decode(model, samples[0], clip["lang"], task, beam)
+
+        target_task = "transcribe" if clip["lang"] == target else "translate"
+        for task in dict.fromkeys((target_task, "transcribe")):  # target side first
+            fields = {"audio": audio_sha, "model": run.model, "beam": beam,
+                      "language": clip["lang"], "task": task}
+            key = cache_key(audio_sha, run.model, beam, clip["lang"], task)
+            text, decoded = run._text(key, fields, partial(whole, task))
+            if decoded:
+                run.decoded += 1
+            else:
+                run.cached += 1
+            if task == target_task:
+                run.texts[clip["id"]] = text
+            if task == "transcribe":
+                run.source_texts[clip["id"]] = text
     if bar is not None:
         bar.close()
     return run

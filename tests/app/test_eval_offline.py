@@ -14,6 +14,7 @@ import pytest
 
 from speechpipe.evaluation.evaluate import _aggregate, offline_scores, print_categories
 from speechpipe.evaluation.offline import OfflineCache, cache_key
+from speechpipe.evaluation.regret import regret
 from speechpipe.evaluation.scores import corpus_bleu, sentence_bleu
 from tests.app.test_cli_bad_input import assert_one_line_error, speechpipe
 from tests.app.test_eval_bad_input import GOOD, _manifest
@@ -147,7 +148,7 @@ def test_offline_reference_on_a_real_clip_is_scored_and_cached(tmp_path: Path):
         return written
 
     first = run("first.json")
-    assert first["offline_reference"]["decoded"] == 1
+    assert first["offline_reference"]["decoded"] == 2  # the translation and the captions
     assert first["offline_reference"]["cached"] == 0
     row = first["clips"][0]
     assert row["offline_text"].strip(), "the offline decode said something"
@@ -156,16 +157,21 @@ def test_offline_reference_on_a_real_clip_is_scored_and_cached(tmp_path: Path):
     assert first["aggregate"]["offline_bleu"] is not None
     assert first["aggregate"]["bleu_gap"] == pytest.approx(
         first["aggregate"]["bleu"] - first["aggregate"]["offline_bleu"], abs=0.01)
-    entries = list((home / "eval-offline").glob("*.json"))
-    assert len(entries) == 1
+    committed = regret(row["target_text"], row["offline_text"])
+    assert row["regret_target"] == (None if committed is None else round(committed, 4))
+    assert "regret_source" in row and "regret_target" in first["aggregate"]
+    entries = sorted((home / "eval-offline").glob("*.json"),
+                     key=lambda p: json.loads(p.read_text())["task"], reverse=True)
+    assert len(entries) == 2  # one utterance: no span decodes
     stored = json.loads(entries[0].read_text())
     assert stored["text"] == row["offline_text"] and stored["beam"] == 5
     assert stored["language"] == "es" and stored["task"] == "translate"
+    assert json.loads(entries[1].read_text())["task"] == "transcribe"
     before = entries[0].stat()
 
     second = run("second.json")
     assert second["offline_reference"]["decoded"] == 0, "the second run decoded again"
-    assert second["offline_reference"]["cached"] == 1
+    assert second["offline_reference"]["cached"] == 2
     assert second["clips"][0]["offline_text"] == row["offline_text"]
     after = entries[0].stat()
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)

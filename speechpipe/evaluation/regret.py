@@ -1,0 +1,242 @@
+"""What the streaming policy committed that the same model would not have said (pure
+functions over a trace and the offline reference's texts).
+
+- **Commit regret** (per side: captions, translation): the share of committed words that
+  the same weights' offline decode of the whole clip does not contain. Words are normalized
+  like the scorer (``scores.normalize_text``); the two word lists are aligned with
+  ``difflib.SequenceMatcher`` (its matching blocks, junk heuristic off) and
+  ``regret = 1 - matched / committed`` (None when nothing was committed). A category's
+  regret weighs its clips by their committed words (unmatched sum / committed sum). It needs
+  no reference translation: the model's own unhurried answer is the yardstick, so it cannot
+  be tuned to a reference (docs/design.md, "Commit regret").
+- **Extra sentence ends**: sentence ends (a word ending in ``. ? ! …``, abbreviations such
+  as "Mr." and initials not counted) in the streamed translation minus those in the offline
+  one; a clip "has extra" when that is above 0.
+- **Pieces in the wrong language**: utterances whose committed translation (4 words or more)
+  reads as the source language rather than the target (``stages.target_language``).
+- **Utterance coverage** on speech of several utterances: utterances whose committed
+  translation has fewer than half the words of the offline translation of their own audio
+  span, and the ``translation_incomplete`` error events of the run.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any, TextIO
+
+from speechpipe.evaluation.scores import normalize_text
+from speechpipe.stages.target_language import in_language
+
+__all__ = ["regret_counts", "regret", "sentence_ends", "extra_sentence_ends",
+           "wrong_language_utterances", "utterance_spans", "short_of_offline",
+           "incomplete_events", "commit_fields", "commit_aggregate", "print_commit_figures",
+           "SPAN_COVERAGE", "WORST_CLIPS"]
+
+SPAN_COVERAGE = 0.5  # an utterance's translation under this share of the offline one's words
+WORST_CLIPS = 10
+
+# words ending in a full stop that do not end a sentence (lowercased, without the stop)
+ABBREVIATIONS = frozenset({
+    "mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "etc", "e.g", "i.e", "no",
+    "mt", "ft", "fig", "gen", "gov", "sgt", "capt", "col", "lt", "rev", "hon", "inc", "ltd",
+    "co", "corp", "approx", "dept", "est", "vol", "jan", "feb", "mar", "apr", "jun", "jul",
+    "aug", "sep", "sept", "oct", "nov", "dec", "a.m", "p.m", "u.s", "u.k", "mme", "mlle", "m",
+})
+_END = re.compile(r"(?:[.!?\u2026\u3002\uff01\uff1f]+)[\"'\u201d\u2019\u00bb)\]]*$")
+_INITIAL = re.compile(r"^(?:[^\W\d_]\.)+$", re.UNICODE)  # "J." "U.S." (initials)
+
+
+def regret_counts(committed: str, offline: str) -> tuple[int, int]:
+    """(unmatched, committed) normalized words of ``committed`` against ``offline``."""
+    words = normalize_text(committed).split()
+    if not words:
+        return 0, 0
+    matcher = difflib.SequenceMatcher(None, words, normalize_text(offline).split(),
+                                      autojunk=False)
+    matched = sum(block.size for block in matcher.get_matching_blocks())
+    return len(words) - matched, len(words)
+
+
+def regret(committed: str, offline: str) -> float | None:
+    """The share of ``committed``'s words the offline text does not contain (None when
+    nothing was committed)."""
+    unmatched, total = regret_counts(committed, offline)
+    return None if not total else unmatched / total
+
+
+def sentence_ends(text: str) -> int:
+    """Words of ``text`` that end a sentence: ending in ``. ? ! …`` (closing quotes and
+    brackets after it allowed), except a full stop after an abbreviation ("Mr.", "etc.")
+    or initials ("J.", "U.S."). A decimal point inside a number ("3.5") ends nothing."""
+    count = 0
+    for token in text.split():
+        match = _END.search(token)
+        if match is None:
+            continue
+        stem = token[: match.start()]
+        mark = match.group(0)
+        if mark.startswith(".") and not mark.startswith(".."):
+            bare = stem.strip("\"'(\u201c\u2018\u00ab[").lower()
+            if bare in ABBREVIATIONS or _INITIAL.match(bare + "."):
+                continue
+        if not any(ch.isalnum() for ch in stem):
+            continue  # punctuation on its own ("...") is not a word
+        count += 1
+    return count
+
+
+def extra_sentence_ends(streamed: str, offline: str) -> int:
+    """Sentence ends streamed minus offline (negative: fewer than offline)."""
+    return sentence_ends(streamed) - sentence_ends(offline)
+
+
+def wrong_language_utterances(texts: Iterable[tuple[str, str]], target: str) -> int:
+    """Of (translation, source language) per utterance, those that read as the source
+    language instead of ``target`` (``stages.target_language.in_language`` False)."""
+    return sum(1 for text, source in texts
+               if source and source != target and in_language(text, target, [source]) is False)
+
+
+def utterance_spans(records: Sequence[dict[str, Any]], audio_seconds: float
+                    ) -> dict[int, tuple[float, float]]:
+    """Each utterance's audio span (seconds), from its ``vad.start`` and ``vad.end``
+    (``audio_t``: where the boundary lies in the input); an utterance the input ended in
+    runs to the end of the audio."""
+    starts: dict[int, float] = {}
+    ends: dict[int, float] = {}
+    for r in records:
+        utterance = r.get("utterance")
+        if utterance is None:
+            continue
+        t = r.get("audio_t", r["stream_t"])
+        if r["event"] == "vad.start":
+            starts.setdefault(utterance, float(t))
+        elif r["event"] == "vad.end":
+            ends[utterance] = float(t)
+    return {u: (start, max(start, ends.get(u, audio_seconds))) for u, start in starts.items()}
+
+
+def short_of_offline(committed: str, offline: str, share: float = SPAN_COVERAGE) -> bool:
+    """True when ``committed`` has fewer than ``share`` times the words of ``offline``."""
+    return len(normalize_text(committed).split()) < share * len(normalize_text(offline).split())
+
+
+def incomplete_events(records: Iterable[dict[str, Any]]) -> int:
+    """``translation_incomplete`` error events of a trace."""
+    return sum(1 for r in records
+               if r["event"] == "error" and r.get("code") == "translation_incomplete")
+
+
+def commit_fields(
+    records: Sequence[dict[str, Any]], source_text: str, target_text: str, target: str,
+    source: str, offline_source: str | None = None, offline_target: str | None = None,
+) -> dict[str, Any]:
+    """A clip's row fields: wrong-language utterances and ``translation_incomplete`` events
+    always; with the offline texts, commit regret per side (with the word counts behind it)
+    and the extra sentence ends. ``source``: the clip's language (an utterance's detected
+    language, when the trace has one, takes its place)."""
+    texts = [(r.get("text") or "", r.get("language") or source)
+             for r in records if r["event"] == "utterance.end"]
+    row: dict[str, Any] = {"wrong_language_utterances": wrong_language_utterances(texts, target),
+                           "translation_incomplete": incomplete_events(records)}
+    for side, committed, offline in (("source", source_text, offline_source),
+                                     ("target", target_text, offline_target)):
+        if offline is None:
+            continue
+        unmatched, total = regret_counts(committed, offline)
+        row[f"regret_{side}"] = None if not total else round(unmatched / total, 4)
+        row[f"unmatched_words_{side}"] = unmatched
+        row[f"committed_words_{side}"] = total
+    if offline_target is not None:
+        row["extra_sentence_ends"] = extra_sentence_ends(target_text, offline_target)
+    return row
+
+
+def commit_aggregate(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Word-weighted regret per side, clips with extra sentence ends (count and share),
+    clips and utterances in the wrong language, utterances short of their span's offline
+    translation, ``translation_incomplete`` events; each only where the rows carry it."""
+    out: dict[str, Any] = {}
+    for side in ("source", "target"):
+        counted = [r for r in rows if f"committed_words_{side}" in r]
+        if counted:
+            total = sum(r[f"committed_words_{side}"] for r in counted)
+            unmatched = sum(r[f"unmatched_words_{side}"] for r in counted)
+            out[f"regret_{side}"] = round(unmatched / total, 4) if total else None
+    judged = [r for r in rows if "extra_sentence_ends" in r]
+    if judged:
+        extra = sum(1 for r in judged if r["extra_sentence_ends"] > 0)
+        out["clips_with_extra_sentence_ends"] = extra
+        out["share_extra_sentence_ends"] = round(extra / len(judged), 4)
+    if any("wrong_language_utterances" in r for r in rows):
+        out["wrong_language_utterances"] = sum(r.get("wrong_language_utterances", 0)
+                                               for r in rows)
+        out["clips_wrong_language"] = sum(1 for r in rows
+                                          if r.get("wrong_language_utterances", 0))
+        out["translation_incomplete"] = sum(r.get("translation_incomplete", 0) for r in rows)
+    spanned = [r for r in rows if "utterances_spanned" in r]
+    if spanned:
+        out["utterances_spanned"] = sum(r["utterances_spanned"] for r in spanned)
+        out["utterances_short_of_offline"] = sum(r["utterances_short_of_offline"]
+                                                 for r in spanned)
+    return out
+
+
+def _pct(value: Any) -> str:
+    return "-" if value is None else f"{value * 100:.1f} %"
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def print_commit_figures(report: dict[str, Any], out: TextIO | None = None) -> None:
+    """The regret section: totals, per category, the worst clips (translation regret) with
+    their streamed - offline BLEU, extra sentence ends, wrong-language pieces and, for
+    clips of several utterances, those short of their span's offline translation."""
+    out = out or sys.stdout
+    a = report["aggregate"]
+    rows = report["clips"]
+    if "wrong_language_utterances" in a:
+        print(f"wrong-language pieces: {a['wrong_language_utterances']} utterances in "
+              f"{a['clips_wrong_language']} clips"
+              + "".join(f"; {r['id']}: {r['wrong_language_utterances']}" for r in rows
+                        if r.get("wrong_language_utterances")), file=out)
+        print(f"translation_incomplete events: {a['translation_incomplete']}", file=out)
+    if "regret_target" not in a and "regret_source" not in a:
+        return
+    judged = [r for r in rows if "extra_sentence_ends" in r]
+    print(f"\ncommit regret (committed words the same model's offline decode lacks): captions "
+          f"{_pct(a.get('regret_source'))}, translation {_pct(a.get('regret_target'))}; "
+          f"extra sentence ends on {a.get('clips_with_extra_sentence_ends', 0)} of "
+          f"{len(judged)} clips ({_pct(a.get('share_extra_sentence_ends'))})", file=out)
+    categories = a.get("by_category") or {}
+    if categories:
+        print(f"{'category':<28}{'regret capt':>12}{'regret transl':>14}{'extra ends':>12}"
+              f"{'wrong lang':>12}", file=out)
+        for name, figures in categories.items():
+            print(f"{name[:27]:<28}{_pct(figures.get('regret_source')):>12}"
+                  f"{_pct(figures.get('regret_target')):>14}"
+                  f"{_pct(figures.get('share_extra_sentence_ends')):>12}"
+                  f"{_num(figures.get('clips_wrong_language')):>12}", file=out)
+    worst = sorted((r for r in rows if r.get("regret_target") is not None),
+                   key=lambda r: -r["regret_target"])[:WORST_CLIPS]
+    if worst:
+        print(f"worst clips (translation regret)\n{'clip':<28}{'capt':>9}{'transl':>9}"
+              f"{'BLEU-off':>10}{'extra .':>9}", file=out)
+        for r in worst:
+            print(f"{r['id'][:27]:<28}{_pct(r.get('regret_source')):>9}"
+                  f"{_pct(r['regret_target']):>9}{_num(r.get('bleu_gap')):>10}"
+                  f"{_num(r.get('extra_sentence_ends')):>9}", file=out)
+    spanned = [r for r in rows if r.get("utterances_spanned")]
+    if spanned:
+        print(f"utterances under {SPAN_COVERAGE:.0%} of the offline translation of their span: "
+              f"{a.get('utterances_short_of_offline', 0)} of {a.get('utterances_spanned', 0)}"
+              + "".join(f"; {r['id']}: {r['utterances_short_of_offline']} of "
+                        f"{r['utterances_spanned']}, translation_incomplete "
+                        f"{r.get('translation_incomplete', 0)}" for r in spanned), file=out)

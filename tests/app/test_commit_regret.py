@@ -1,0 +1,238 @@
+"""Issues 40 and 45, the measurement side of ``speechpipe eval --offline-reference``: commit
+regret (committed words the same model's offline decode lacks), extra sentence ends, pieces
+in the wrong language, and utterances short of their span's offline translation."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from speechpipe.evaluation.evaluate import _aggregate, span_coverage
+from speechpipe.evaluation.offline import OfflineCache, cache_key, offline_references
+from speechpipe.evaluation.regret import (
+    commit_fields,
+    extra_sentence_ends,
+    print_commit_figures,
+    regret,
+    regret_counts,
+    sentence_ends,
+    short_of_offline,
+    utterance_spans,
+)
+from speechpipe.evaluation.scores import final_texts
+from speechpipe.stages.target_language import in_language
+
+# --- commit regret ---------------------------------------------------------------------------
+
+
+def test_regret_is_the_share_of_committed_words_offline_lacks():
+    # the half-heard first word of issue 40: "bat" where offline says "building"
+    assert regret_counts("The bat is heated by the sun.", "the building is heated by the sun") \
+        == (1, 7)
+    assert regret("the bat is heated", "The building is heated.") == pytest.approx(0.25)
+    # case and punctuation are the scorer's normalization, not regret
+    assert regret("Hello, World!", "hello world") == 0.0
+    # words offline has and the stream has not yet said cost nothing: regret is on commits
+    assert regret("we went", "we went to the beach") == 0.0
+    # a word said in another place counts once, not twice
+    assert regret("to the beach we went", "we went to the beach") == pytest.approx(0.4)
+    assert regret("", "we went") is None and regret("  ", "") is None
+    assert regret("so so so", "") == 1.0
+
+
+# --- sentence ends ---------------------------------------------------------------------------
+
+
+def test_sentence_ends_skip_abbreviations_initials_and_numbers():
+    assert sentence_ends("subject to certain limitations. And exemptions.") == 2
+    assert sentence_ends("Mr. Smith met Dr. Jones at 3.5 p.m. today.") == 1
+    assert sentence_ends("J. R. R. Tolkien wrote it, etc. in 1937.") == 1
+    assert sentence_ends("Really? Yes! Well\u2026 \"Fine.\"") == 4
+    assert sentence_ends("wait ... what") == 0
+    assert sentence_ends("") == 0
+    # issue 45's clip: the stream ends a sentence the speaker did not
+    streamed = "chemistry that biological. is a key position."
+    assert extra_sentence_ends(streamed, "chemistry that biology is a key position.") == 1
+    assert extra_sentence_ends("One. Two.", "One. Two.") == 0
+
+
+# --- the language check ----------------------------------------------------------------------
+
+
+def test_a_french_piece_in_an_english_slot_is_the_wrong_language():
+    french = "La parole a monsieur la langue ramadière. Pour soutenir la mandemo numéro 7."
+    assert in_language(french, "en", ["fr"]) is False
+    assert in_language("The building is heated by the sun every day.", "en", ["fr"]) is True
+    assert in_language("Hello there friend", "en", ["fr"]) is None  # 3 words: not judged
+    # no alternative to tell it from (a clip already in the target language)
+    assert in_language("The building is heated by the sun.", "en", ["en"]) is None
+    assert in_language("Die Katze schläft im ganzen Haus.", "en", ["de"]) is False
+
+
+# --- the eval path on a scripted trace -------------------------------------------------------
+
+
+def _text(event, utt, committed, t):
+    return {"event": event, "stream_t": t, "utterance": utt, "revision": 1,
+            "committed": committed, "tentative": ""}
+
+
+def _trace(first: str, second: str) -> list[dict]:
+    return [
+        {"event": "vad.start", "stream_t": 0.7, "utterance": 0, "audio_t": 0.5},
+        _text("asr.commit", 0, "le bâtiment est chauffé", 1.5),
+        _text("mt.commit", 0, first, 1.6),
+        {"event": "vad.end", "stream_t": 3.5, "utterance": 0, "audio_t": 3.0},
+        {"event": "utterance.end", "stream_t": 3.6, "utterance": 0, "text": first,
+         "source_text": "le bâtiment est chauffé", "language": "fr"},
+        {"event": "vad.start", "stream_t": 4.2, "utterance": 1, "audio_t": 4.0},
+        _text("asr.commit", 1, "très très finement", 5.0),
+        _text("mt.commit", 1, second, 5.1),
+        {"event": "error", "stream_t": 5.5, "utterance": 1, "code": "translation_incomplete",
+         "message": "the translation covers 2 words of 3 heard"},
+        {"event": "utterance.end", "stream_t": 5.6, "utterance": 1, "text": second,
+         "source_text": "très très finement", "language": "fr"},
+    ]
+
+
+def _row(clip_id: str, records: list[dict], offline_source: str, offline_target: str,
+         bleu_gap: float) -> dict:
+    source, target = final_texts(records)
+    return {"id": clip_id, "target_text": target, "source_text": source, "bleu": None,
+            "wer": None, "duration_s": 6.0, "cpu_per_audio_s": 0.5, "rtf": 1.0,
+            "words_in_non_speech": 0, "utterances_invented": 0, "utterances_dropped": 0,
+            "utterances_repeated": 0, "bleu_gap": bleu_gap,
+            **commit_fields(records, source, target, "en", "fr", offline_source,
+                            offline_target)}
+
+
+def test_commit_figures_from_a_scripted_trace_per_clip_and_category():
+    offline_source = "le bâtiment est chauffé très très finement"
+    offline_target = "The building is heated. Very, very finely."
+    bad = _trace("The bat is heated.", "Very. Finely.")
+    french = "Le bâtiment est chauffé par le soleil chaque jour."
+    good = _trace("The building is heated.", french)
+    rows = [_row("bad", bad, offline_source, offline_target, -12.5),
+            _row("good", good, offline_source, offline_target, 0.0)]
+    bad_row, good_row = rows
+    # captions match offline; the translation's "bat" is not in it
+    assert bad_row["regret_source"] == 0.0
+    assert bad_row["regret_target"] == pytest.approx(1 / 6, abs=1e-4)
+    assert (bad_row["unmatched_words_target"], bad_row["committed_words_target"]) == (1, 6)
+    assert bad_row["extra_sentence_ends"] == 1  # "Very." ends a sentence offline does not
+    assert bad_row["wrong_language_utterances"] == 0
+    assert bad_row["translation_incomplete"] == 1
+    assert good_row["wrong_language_utterances"] == 1  # French in the English voice
+    assert good_row["extra_sentence_ends"] == 0
+
+    clips = [{"id": "bad", "category": "read"}, {"id": "good", "category": "phone"}]
+    aggregate = _aggregate(rows, clips, {}, 6.0, 12.0, 12.0)
+    # word-weighted over the clips: 1 of 6 words + 9 of 13 (the French piece)
+    assert aggregate["regret_target"] == pytest.approx((1 + 9) / (6 + 13), abs=1e-4)
+    assert aggregate["regret_source"] == 0.0
+    assert aggregate["clips_with_extra_sentence_ends"] == 1
+    assert aggregate["share_extra_sentence_ends"] == 0.5
+    assert aggregate["clips_wrong_language"] == 1
+    assert aggregate["translation_incomplete"] == 2
+    assert aggregate["by_category"]["read"]["regret_target"] == bad_row["regret_target"]
+    assert aggregate["by_category"]["phone"]["clips_wrong_language"] == 1
+
+    out = io.StringIO()
+    print_commit_figures({"clips": rows, "aggregate": aggregate}, out)
+    text = out.getvalue()
+    assert "commit regret" in text and "extra sentence ends on 1 of 2 clips" in text
+    assert "wrong-language pieces: 1 utterances in 1 clips; good: 1" in text
+    worst = text[text.index("worst clips"):].splitlines()[2:]
+    assert [line.split()[0] for line in worst] == ["good", "bad"]  # worst first
+    assert "-12.50" in worst[1]  # its streamed - offline BLEU beside it
+
+
+def test_no_regret_without_the_offline_reference():
+    records = _trace("The building is heated.", "Very finely.")
+    row = commit_fields(records, *final_texts(records), "en", "fr")
+    assert "regret_target" not in row and "extra_sentence_ends" not in row
+    assert row["translation_incomplete"] == 1
+
+
+# --- offline decodes: both sides, and utterance spans, cached -------------------------------
+
+RATE = 16000
+
+
+class ScriptedDecoder:
+    """Stands in for Whisper's decode (seconds per call here; the real model's decode is
+    covered by test_eval_offline's slow test): says the task and the audio's length."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, float]] = []
+
+    def __call__(self, model, audio, language, task, beam) -> str:
+        self.calls.append((language, task, round(len(audio) / RATE, 2)))
+        words = "one two three four five six seven eight" if task == "translate" else "un deux"
+        return words if len(audio) > 2 * RATE else "one"
+
+
+def _clip(tmp_path: Path, lang: str = "fr") -> dict:
+    path = tmp_path / f"{lang}.wav"
+    sf.write(path, np.zeros(6 * RATE, np.int16), RATE, subtype="PCM_16")
+    return {"id": f"clip-{lang}", "lang": lang, "path": str(path)}
+
+
+def _model_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "model.bin").write_bytes(b"weights")
+    return folder
+
+
+def test_offline_references_decode_both_sides_once_each(tmp_path: Path):
+    clips = [_clip(tmp_path, "fr"), _clip(tmp_path, "en")]
+    cache = OfflineCache(tmp_path / "cache")
+    decode = ScriptedDecoder()
+    model_dir = _model_dir(tmp_path)
+    run = offline_references(None, model_dir, clips, 5, "en", cache=cache,
+                             progress=False, decode=decode)
+    # French: the translation and the captions; English: one transcription for both sides
+    assert [(lang, task) for lang, task, _ in decode.calls] == [
+        ("fr", "translate"), ("fr", "transcribe"), ("en", "transcribe")]
+    assert run.texts["clip-fr"].startswith("one two") and run.source_texts["clip-fr"] == "un deux"
+    assert run.texts["clip-en"] == run.source_texts["clip-en"] == "un deux"
+    assert (run.decoded, run.cached) == (3, 0)
+    again = offline_references(None, model_dir, clips, 5, "en", cache=cache,
+                               progress=False, decode=decode)
+    assert (again.decoded, again.cached) == (0, 3) and len(decode.calls) == 3
+    assert again.source_texts == run.source_texts
+
+
+async def test_utterances_are_held_against_their_own_spans_offline(tmp_path: Path):
+    clip = _clip(tmp_path)
+    decode = ScriptedDecoder()
+    run = offline_references(None, _model_dir(tmp_path), [clip], 5, "en",
+                             cache=OfflineCache(tmp_path / "cache"), progress=False,
+                             decode=decode)
+    decode.calls.clear()
+    records = _trace("The building is heated by the sun today.", "Very.")
+    assert utterance_spans(records, 6.0) == {0: (0.5, 3.0), 1: (4.0, 6.0)}  # runs to the end
+    audio = np.zeros(6 * RATE, np.int16)
+    figures = await span_coverage(run, clip, audio, records, 6.0, "en")
+    # each span padded by 0.2 s (the second stops at the end of the audio)
+    assert decode.calls == [("fr", "translate", 2.9), ("fr", "translate", 2.2)]
+    # 1 word against the 8 its span gives offline; 8 against 8 is fine
+    assert figures == {"utterances_spanned": 2, "utterances_short_of_offline": 1}
+    assert (run.spans_decoded, run.spans_cached) == (2, 0)
+    assert await span_coverage(run, clip, audio, records, 6.0, "en") == figures
+    assert run.spans_cached == 2 and len(decode.calls) == 2  # from the cache
+    # a single utterance is the whole clip: nothing to hold it against
+    assert await span_coverage(run, clip, audio, records[:5], 6.0, "en") == {}
+    assert short_of_offline("a b", "a b c d e") and not short_of_offline("a b c", "a b c d e")
+
+
+def test_a_span_is_part_of_the_cache_key():
+    base = ("a" * 64, "m", 5, "fr", "translate")
+    assert len({cache_key(*base), cache_key(*base, (0.5, 3.0)), cache_key(*base, (0.5, 3.1))}) \
+        == 3
+    assert cache_key(*base, None) == cache_key(*base)  # whole-clip keys are unchanged
