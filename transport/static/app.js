@@ -72,6 +72,7 @@ function setupRoomView() {
   $("room-mode").disabled = true;
   $("room").hidden = false;
   if (joined.role === "listener") {
+    showCaptionLinks(joined.room, "listener");
     for (const id of ["source-lang", "mode", "transport", "room-mode"]) {
       $(id).closest("label").hidden = true;
     }
@@ -100,15 +101,20 @@ function paneOf(msg) {
 }
 
 // The room's captions: a WebVTT file of what was said so far (fetched with the page's token
-// in a header, never in an address) and the caption overlay's address (/captions).
-function showCaptionLinks(msg) {
-  const lang = $("target-lang").value;
-  const token = msg.role === "listener" ? pageToken() : undefined; // a listener token only
-  $("overlay-link").href = `${location.origin}/captions#room=${encodeURIComponent(msg.room)}` +
-    `&lang=${encodeURIComponent(lang)}` + (token ? `&token=${encodeURIComponent(token)}` : "");
+// in a header, never in an address) and the caption overlay's address (/captions), both in
+// the language chosen under "Translate to".
+function showCaptionLinks(room, role) {
+  const update = () => {
+    const lang = $("target-lang").value;
+    const token = role === "listener" ? pageToken() : undefined; // a listener token only
+    $("overlay-link").href = `${location.origin}/captions#room=${encodeURIComponent(room)}` +
+      `&lang=${encodeURIComponent(lang)}` + (token ? `&token=${encodeURIComponent(token)}` : "");
+  };
+  update();
+  $("target-lang").addEventListener("change", update);
   $("captions-download").onclick = (e) => {
     e.preventDefault();
-    downloadCaptions(msg.room, lang, pageToken())
+    downloadCaptions(room, $("target-lang").value, pageToken())
       .catch((err) => setStatus(`captions download failed: ${err.message || err}`, "warn"));
   };
   $("room-captions").hidden = false;
@@ -131,7 +137,7 @@ async function downloadCaptions(room, lang, token) {
 
 function showRoom(msg) {
   $("room").hidden = false;
-  showCaptionLinks(msg);
+  if (msg.role !== "listener") showCaptionLinks(msg.room, msg.role);
   $("room-role").textContent = `Room ${msg.room.slice(0, 6)}… — you are ${msg.role === "participant"
     ? "a participant" : "the " + msg.role}.`;
   if (msg.role === "listener") return;
