@@ -28,6 +28,13 @@
   requests still wait is decoded greedy (``greedy_partials`` counts them); decodes that
   commit everything keep their beam.
 - **Errors** fail only the requests that caused them (``WorkerError``); the thread goes on.
+- **Deadlines and a breaker** (``models.worker_guard``): each engine call has a deadline from
+  the measured p99 of recent calls; a call past it fails its requests with ``WorkerTimeout``
+  and a new thread takes the stuck one's place (the stuck one exits when, if ever, its call
+  returns). Repeated failures open the breaker: new requests fail at once with
+  ``WorkerUnavailable`` until a probe succeeds, and ``/readyz`` says unready meanwhile.
+  A hang *inside* CTranslate2 also holds one of its ``workers`` inter-threads: the
+  replacement thread runs on the others (one worker: it waits for that one).
 - ``BatchOptions(enabled=False)`` runs one request per engine call: the no-batching baseline.
 - ``workers`` threads take calls concurrently (one CTranslate2 thread each), so a batch never
   waits for another session's long one to finish.
@@ -50,9 +57,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from speechpipe.errors import SpeechpipeError, Superseded, WorkerError
+from speechpipe.errors import SpeechpipeError, Superseded, WorkerError, WorkerUnavailable
+from speechpipe.models import faults
 from speechpipe.models.batch_options import BatchOptions
 from speechpipe.models.whisper_engine import WhisperEngine, WhisperRequest, WhisperResult
+from speechpipe.models.worker_guard import LatencyBudget, WorkerGuard
 
 __all__ = [
     "AsrBatcher",
@@ -69,6 +78,7 @@ log = logging.getLogger("speechpipe.batching")
 PRIORITY_LIVE = 0
 PRIORITY_REPLAY = 1
 JOIN_TIMEOUT_S = 60.0  # longest an engine call in progress may delay close()
+MAX_STUCK_THREADS = 4  # stuck threads replaced at most; beyond, the breaker stays open
 
 
 class BatchObserver(Protocol):
@@ -132,8 +142,11 @@ class AsrBatcher:
         *,
         observer: BatchObserver | None = None,
         clock: Callable[[], float] = time.monotonic,
+        guard: WorkerGuard | None = None,
     ) -> None:
         self.engine = engine
+        self.guard = guard or WorkerGuard(
+            "asr", required=True, budget=LatencyBudget(floor_s=3.0, ceiling_s=30.0))
         self.options = options or BatchOptions()
         self.observer = observer
         self.stats = BatchStats()
@@ -144,6 +157,7 @@ class AsrBatcher:
         self._seq = itertools.count()
         self._closed = False
         self._idle = 0  # worker threads waiting for work
+        self._retired: set[threading.Thread] = set()  # stuck past a deadline, replaced
         self._threads = [
             threading.Thread(target=self._serve, name=f"asr-batcher-{i}", daemon=True)
             for i in range(self.options.workers)
@@ -159,6 +173,11 @@ class AsrBatcher:
         """Queue a request from any thread; returns its future."""
         now = self._clock()
         entry = self._entry(request, priority, deadline_s, now, now, next(self._seq))
+        try:
+            self.guard.admit()  # the breaker: refused at once while the worker is down
+        except WorkerUnavailable as exc:
+            entry.future.set_exception(exc)
+            return entry.future
         with self._cond:
             if self._closed:
                 entry.future.set_exception(WorkerError("the ASR worker is shut down"))
@@ -308,11 +327,37 @@ class AsrBatcher:
         self._queued.pop(id(entry.request), None)
 
     def _serve(self) -> None:
+        me = threading.current_thread()
         while True:
             batch = self._next_batch()
             if batch is None:
                 return
             self._run(batch)
+            with self._cond:
+                if me in self._retired:  # replaced while its call was stuck: leave
+                    self._retired.discard(me)
+                    return
+
+    def _abandon(self, batch: list[_Entry], thread: threading.Thread, error: WorkerError) -> None:
+        """The watchdog: ``thread``'s call passed its deadline. Fail its requests and start a
+        thread in its place (the other queued requests go on at once)."""
+        for entry in batch:
+            _fail(entry.future, error)
+        if self.observer is not None:
+            self.observer.dropped("abandoned")
+        with self._cond:
+            if self._closed:
+                return
+            stuck = sum(t.is_alive() for t in self._retired)
+            if stuck >= MAX_STUCK_THREADS:
+                log.error("ASR worker: %d threads stuck already; not starting another", stuck)
+                return
+            self._retired.add(thread)
+            replacement = threading.Thread(target=self._serve, daemon=True,
+                                           name=f"asr-batcher-{len(self._threads)}")
+            self._threads.append(replacement)
+            replacement.start()
+        self.guard.replaced()
 
     def _next_batch(self) -> list[_Entry] | None:
         options = self.options
@@ -382,11 +427,19 @@ class AsrBatcher:
         start = self._clock()
         waits = [max(0.0, start - e.arrival) for e in batch]
         requests = [e.request for e in batch]
+        me = threading.current_thread()
+        call = self.guard.start_call(lambda error: self._abandon(batch, me, error))
         try:
+            faults.hit("asr")  # a test seam: a no-op unless a test arms it
             outcomes: list[WhisperResult | Exception] = self.engine.run_batch(requests)
         except Exception as exc:  # the whole call failed: find the culprit, request by request
             outcomes = [exc] if len(batch) == 1 else [self._run_alone(r) for r in requests]
         seconds = self._clock() - start
+        worker_ok = not any(isinstance(o, Exception) and not isinstance(o, SpeechpipeError)
+                            for o in outcomes)
+        if not self.guard.end_call(call, worker_ok):
+            self.stats.failed += len(batch)  # abandoned: the watchdog failed its futures
+            return
         stats = self.stats
         stats.engine_calls += 1
         stats.batched_requests += len(batch)

@@ -1,7 +1,10 @@
 """The async front of a ``Ct2TextTranslator`` that many sessions share.
 
 ``Ct2TranslationWorker`` micro-batches requests that arrive together into one
-``translate_batch`` on a dedicated thread.
+``translate_batch`` on a dedicated thread. Each batch has a deadline from the worker's
+measured p99, and the worker a circuit breaker (``models.worker_guard``): a batch past its
+deadline fails with ``WorkerTimeout`` for its requests and a new thread serves the queue;
+while the breaker is open, requests are refused at once (``WorkerUnavailable``).
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from speechpipe.errors import WorkerError
+from speechpipe.errors import InputError, WorkerError
+from speechpipe.models import faults
 from speechpipe.models.ct2_translator import Ct2TextTranslator, TextMtRequest, TextMtResult
+from speechpipe.models.worker_guard import GuardedExecutor, LatencyBudget, WorkerGuard
 
 __all__ = ["Ct2TranslationWorker"]
 
@@ -54,6 +59,7 @@ class Ct2TranslationWorker:
         max_batch: int = 16,
         window_s: float = 0.010,
         max_pending: int = 256,
+        guard: WorkerGuard | None = None,
     ) -> None:
         if max_batch < 1 or max_pending < 1:
             raise ValueError("max_batch and max_pending must be >= 1")
@@ -63,7 +69,11 @@ class Ct2TranslationWorker:
         self.max_pending = max_pending
         self.batches = 0
         self.requests = 0
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ct2-mt")
+        # a pair's model is not the whole server: one that is down leaves /readyz alone
+        self.guard = guard or WorkerGuard(
+            f"mt:{translator.model_id.rsplit('/', 1)[-1]}", required=False,
+            budget=LatencyBudget(floor_s=2.0, ceiling_s=20.0))
+        self._executor: concurrent.futures.Executor = GuardedExecutor(self.guard, "ct2-mt")
         self._pending: collections.deque[_Queued] = collections.deque()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
@@ -97,6 +107,7 @@ class Ct2TranslationWorker:
         """Translate one request in the next micro-batch and await it."""
         if self._closed:
             raise WorkerError("the translation worker is closed")
+        self.guard.admit()
         self._ensure_running()
         assert self._room is not None and self._wakeup is not None and self._loop is not None
         async with self._room:
@@ -124,9 +135,7 @@ class Ct2TranslationWorker:
                 self._wakeup.clear()
             if not batch:
                 continue
-            call = partial(
-                self.translator.translate_batch, [r for r, _ in batch], return_exceptions=True
-            )
+            call = partial(self._run_batch, [r for r, _ in batch])
             outcomes: Sequence[TextMtResult | BaseException]
             try:
                 outcomes = await self._loop.run_in_executor(self._executor, call)
@@ -135,8 +144,10 @@ class Ct2TranslationWorker:
                     if not future.done():
                         future.set_exception(WorkerError("the translation worker was stopped"))
                 raise
-            except Exception as exc:  # a bug in the worker: fail this batch, keep serving
-                outcomes = [WorkerError(f"text MT failed: {exc}")] * len(batch)
+            except Exception as exc:  # a failed or abandoned batch: fail it, keep serving
+                error = exc if isinstance(exc, WorkerError) else WorkerError(
+                    f"text MT failed: {type(exc).__name__}: {exc}")
+                outcomes = [error] * len(batch)
             self.batches += 1
             self.requests += len(batch)
             for (_, future), outcome in zip(batch, outcomes, strict=True):
@@ -146,6 +157,16 @@ class Ct2TranslationWorker:
                     future.set_exception(outcome)
                 else:
                     future.set_result(outcome)
+
+    def _run_batch(self, requests: list[TextMtRequest]) -> Sequence[TextMtResult | BaseException]:
+        """On the worker's thread: one ``translate_batch``. A request the model failed on
+        (not bad input) counts as a failure for the breaker."""
+        faults.hit("mt")  # a test seam: a no-op unless a test arms it
+        outcomes = self.translator.translate_batch(requests, return_exceptions=True)
+        if any(isinstance(o, BaseException) and not isinstance(o, InputError)
+               for o in outcomes):
+            self.guard.failed()
+        return outcomes
 
     async def aclose(self) -> None:
         """Stop serving: queued requests fail with ``WorkerError``; the thread is released."""

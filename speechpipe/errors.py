@@ -15,6 +15,9 @@
     │   └── AdmissionError          over capacity (carries a retry hint)
     │       └── SessionRedirect     cluster: admitted on another node (URL + ticket)
     ├── WorkerError                 a model worker failed on one request (recoverable)
+    │   ├── WorkerTimeout           its call passed the worker's deadline: abandoned
+    │   └── WorkerUnavailable       the worker's breaker is open: refused at once
+    │                               (also an AdmissionError: at ``start``, close 1013)
     ├── OutputError                 an output file could not be written (disk full, device)
     └── Superseded                  a queued partial decode was replaced by a newer request
                                     for the same utterance: not an error, the caller skips it
@@ -39,6 +42,8 @@ __all__ = [
     "AdmissionError",
     "SessionRedirect",
     "WorkerError",
+    "WorkerTimeout",
+    "WorkerUnavailable",
     "OutputError",
     "Superseded",
 ]
@@ -122,6 +127,22 @@ class SessionRedirect(AdmissionError):
 class WorkerError(SpeechpipeError):
     """A shared model worker failed a request (only that request fails)."""
     code = "worker_error"
+
+
+class WorkerTimeout(WorkerError):
+    """A worker call passed its deadline (``models.worker_guard``) and was abandoned for its
+    caller; the session goes on with the next utterance."""
+    code = "worker_timeout"
+
+
+class WorkerUnavailable(WorkerError, AdmissionError):
+    """A shared worker's circuit breaker is open: new work is refused at once instead of
+    queueing behind a broken worker (carries ``retry_after_s``). Mid-session: an error event,
+    the session goes on; at ``start``: close 1013, as over capacity."""
+    code = "worker_unavailable"
+
+    def __init__(self, message: str, *, retry_after_s: float) -> None:
+        AdmissionError.__init__(self, message, retry_after_s=retry_after_s)
 
 
 class OutputError(SpeechpipeError):

@@ -34,6 +34,7 @@ from speechpipe.models.mt_routes import MtRoute, choose_route, pull_hint
 from speechpipe.models.pivot import PivotTranslation
 from speechpipe.models.whisper_engine import WhisperEngine
 from speechpipe.models.whisper_weights import resolve_whisper_model
+from speechpipe.models.worker_guard import WorkerHealth
 from speechpipe.stages.asr import AsrOptions, AsrStage
 from speechpipe.stages.cache import LruCache
 from speechpipe.stages.channels import Channel, ChannelClosed, Overflow
@@ -253,6 +254,7 @@ class Pipeline:
         source, target = check_request(request)
         if source != "auto":
             self.engine.check_language(source)  # the loaded model's own languages
+        self.whisper.guard.refuse_if_down()  # WorkerUnavailable: close 1013, retry later
         route = request_route(request, source, target)
         text_mt: Ct2TranslationWorker | PivotTranslation | None = None
         if route.kind == "text":
@@ -277,6 +279,16 @@ class Pipeline:
             asr = _replace(asr, beam_size=max(asr.beam_size, 2))
         return ResolvedRequest(request, None if source == "auto" else source, voice, asr,
                                text_mt, route)
+
+    def worker_health(self) -> list[WorkerHealth]:
+        """Every shared worker's breaker, deadline and counters (``models.worker_guard``):
+        ``/readyz`` and the metrics read it."""
+        with self._tts_lock:
+            tts = list(self._tts.values())
+        with self._text_mt_lock:
+            mt = list(self._text_mt.values())
+        return [self.whisper.guard.health(), *(w.guard.health() for w in tts),
+                *(w.guard.health() for w in mt)]
 
     def text_mt_worker(self, spec: str) -> Ct2TranslationWorker:
         """The shared worker for a CTranslate2 MT model (loaded once; blocking)."""

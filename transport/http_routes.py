@@ -71,6 +71,10 @@ def _response(status: int, content_type: str, body: bytes) -> Response:
 class HttpRoutes:
     """The port's HTTP answers (see the module docs)."""
 
+    # the required shared workers that are down now (breaker open: models.worker_guard);
+    # /readyz and /ws answer 503 while any is. Set by the app (ServerApp); none by default.
+    down_workers: Callable[[], list[str]] = staticmethod(lambda: [])
+
     def __init__(
         self,
         *,
@@ -104,6 +108,10 @@ class HttpRoutes:
             if not self.is_ready():
                 self.observer().upgrade_refused(503)
                 return _response(503, "text/plain; charset=utf-8", b"models are loading\n")
+            if down := self.down_workers():
+                self.observer().upgrade_refused(503)
+                return _response(503, "text/plain; charset=utf-8",
+                                 f"worker down: {' '.join(down)}; retry shortly\n".encode())
             refusal = self.gate.check_upgrade(connection.remote_address, request)
             if refusal is not None:
                 self.observer().upgrade_refused(refusal.status_code)
@@ -111,6 +119,9 @@ class HttpRoutes:
         if path == "/healthz":
             return _response(200, "text/plain; charset=utf-8", b"ok\n")
         if path == "/readyz":
+            if self.is_ready() and (down := self.down_workers()):
+                return _response(503, "text/plain; charset=utf-8",
+                                 f"worker down: {' '.join(down)}\n".encode())
             if self.is_ready():
                 return _response(200, "text/plain; charset=utf-8", b"ready\n")
             return _response(503, "text/plain; charset=utf-8", b"loading\n")

@@ -1,16 +1,22 @@
-"""The shared TTS worker: one voice's synthesis (any engine) plus resampling, on its own thread."""
+"""The shared TTS worker: one voice's synthesis (any engine) plus resampling, on its own thread.
+
+Each synthesis has a deadline from the voice's measured p99 and the voice has a circuit
+breaker (``models.worker_guard``): a synthesis past its deadline fails with ``WorkerTimeout``
+for its phrase and a new thread serves the voice; while the breaker is open, phrases are
+refused at once (``WorkerUnavailable``)."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import soxr
 from numpy.typing import NDArray
 
 from speechpipe.errors import SpeechpipeError, WorkerError
+from speechpipe.models import faults
+from speechpipe.models.worker_guard import GuardedExecutor, LatencyBudget, WorkerGuard
 from speechpipe.voices.engines import Synthesizer
 
 __all__ = ["TtsWorker", "resample_int16", "trim_silence"]
@@ -42,10 +48,14 @@ class TtsWorker:
 
     Close with ``aclose()`` (or ``async with``); ``close()`` is the same for sync callers."""
 
-    def __init__(self, synthesizer: Synthesizer, name: str) -> None:
+    def __init__(self, synthesizer: Synthesizer, name: str,
+                 guard: WorkerGuard | None = None) -> None:
         self.synthesizer = synthesizer
         self.name = name
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tts-{name}")
+        # one voice is not the whole server: a voice that is down does not make it unready
+        self.guard = guard or WorkerGuard(f"tts:{name}", required=False,
+                                          budget=LatencyBudget(floor_s=2.0, ceiling_s=20.0))
+        self._executor = GuardedExecutor(self.guard, f"tts-{name}")
 
     @property
     def sample_rate(self) -> int:
@@ -53,11 +63,13 @@ class TtsWorker:
         return self.synthesizer.sample_rate
 
     def _synthesize(self, text: str, rate: int, speed: float) -> NDArray[np.int16]:
+        faults.hit(f"tts:{self.name}")  # a test seam: a no-op unless a test arms it
         speech = trim_silence(self.synthesizer.synthesize(text, speed), self.sample_rate)
         return resample_int16(speech, self.sample_rate, rate)
 
     async def synthesize(self, text: str, rate: int, speed: float = 1.0) -> NDArray[np.int16]:
         """Speak ``text`` at ``rate`` Hz and ``speed`` on the worker's thread."""
+        self.guard.admit()
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(
@@ -69,8 +81,9 @@ class TtsWorker:
             raise WorkerError(f"tts {self.name} failed: {type(exc).__name__}: {exc}") from exc
 
     def warm_up(self) -> None:
-        """Synthesize one short phrase (blocking)."""
-        self._synthesize("Hello.", self.sample_rate, 1.0)
+        """Synthesize one short phrase on the worker's thread (blocking): its time is the
+        deadline's first measurement."""
+        self._executor.submit(self._synthesize, "Hello.", self.sample_rate, 1.0).result()
 
     def close(self) -> None:
         """Cancel queued syntheses and join the thread (one in progress finishes first)."""

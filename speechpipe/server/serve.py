@@ -84,6 +84,15 @@ class ServerApp:
             capacity=None if self.load_control is None else self.load_control.gate,
             voices=self.voices,
         )
+        self.server.routes.down_workers = self.down_workers
+        self._worker_metrics = False
+
+    def down_workers(self) -> list[str]:
+        """The required shared workers whose breaker is open (``/readyz`` is 503 meanwhile;
+        ``/healthz`` stays a liveness check)."""
+        if self.pipeline is None or not self._ready:
+            return []
+        return [w.name for w in self.pipeline.worker_health() if w.required and w.down]
 
     @property
     def ready(self) -> bool:
@@ -129,6 +138,11 @@ class ServerApp:
             await self.load_control.start(self.pipeline)  # capacity (maybe calibrated)
         else:
             self.pipeline.whisper.observer = self.metrics.load
+        if not self._worker_metrics:  # the workers' breakers and deadlines on /metrics
+            from speechpipe.server.worker_metrics import WorkerCollector
+
+            self.metrics.registry.register(WorkerCollector(self.pipeline.worker_health))
+            self._worker_metrics = True
         self._ready = True
         self.metrics.set_ready(True)
         log.info("models ready in %.1f s", time.monotonic() - started)
