@@ -145,6 +145,13 @@ def test_offline_reference_on_a_real_clip_is_scored_and_cached(tmp_path: Path):
         assert lines[1].startswith(f"machine: {describe_cpu()}; load average at the end ")
         written = json.loads((tmp_path / report).read_text())
         assert written["settings"]["machine"] == describe_cpu()
+        # each clip's subtitles beside the report, read back by a real WebVTT parser
+        import webvtt
+
+        folder = tmp_path / f"{Path(report).stem}-subtitles"
+        for side, text in (("target", "target_text"), ("source", "source_text")):
+            cues = webvtt.read(str(folder / f"{CLIP}.{side}.vtt"))
+            assert " ".join(c.text for c in cues).split() == written["clips"][0][text].split()
         return written
 
     first = run("first.json")
