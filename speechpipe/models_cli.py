@@ -75,6 +75,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add.add_argument("--replace", action="store_true", help="overwrite an entry of that name")
     add.set_defaults(handler=cmd_models_add)
 
+    pull = sub.add_parser("pull", help="download an MT pair and/or a Piper voice from the "
+                          "Hugging Face hub (HF_ENDPOINT, HF_HUB_OFFLINE apply)")
+    pull.add_argument("names", nargs="*", metavar="NAME",
+                      help="a pair (en-es), nllb-600m, a Piper voice (es_ES-davefx-medium) or "
+                           "a Hugging Face repo (owner/name)")
+    pull.add_argument("--list", action="store_true", help="the short names it knows")
+    pull.add_argument("--name", default=None, help="registry name for a single MT model")
+    pull.add_argument("--no-voice", action="store_true",
+                      help="a pair without its default voice")
+    pull.add_argument("--replace", action="store_true", help="overwrite an entry of that name")
+    pull.set_defaults(handler=cmd_models_pull)
+
     convert = sub.add_parser("convert", help="convert a Hugging Face MT model to CTranslate2")
     convert.add_argument("hf_model_dir", help="local Hugging Face model folder")
     convert.add_argument("--out", required=True, help="output folder")
@@ -281,6 +293,80 @@ def _asr_models() -> list[dict[str, Any]]:
         "size_bytes": sum(_size(p) for p in folder.iterdir()) if ready else None,
         "path": str(folder) if ready else None,
     }]
+
+
+@_handles_errors
+def cmd_models_pull(args: argparse.Namespace) -> int:
+    """``speechpipe models pull``: MT pairs and voices through huggingface_hub."""
+    from speechpipe.models import hub_pull
+
+    if args.list:
+        print("speechpipe models pull NAME, where NAME is:")
+        print("\n".join(hub_pull.catalogue_lines()))
+        return 0
+    if not args.names:
+        raise InputError("models pull needs a NAME (see `speechpipe models pull --list`)")
+    if args.name is not None and not _NAME.match(args.name):
+        raise InputError(f"bad name {args.name!r}: use letters, digits, '.', '_' and '-'")
+    items = [item for name in args.names
+             for item in hub_pull.resolve_pull(name, with_voice=not args.no_voice)]
+    if args.name is not None and sum(1 for i in items if i.kind == "mt") != 1:
+        raise InputError("--name needs exactly one MT model to pull")
+    for item in items:
+        if item.kind == "voice":
+            _pull_voice(item, args.replace)
+        else:
+            _pull_mt(item, args.name or item.name, args.replace)
+    return 0
+
+
+def _pull_voice(item: Any, replace: bool) -> None:
+    from speechpipe.models import hub_pull
+    from speechpipe.voices.registry import voices_home
+
+    if (voices_home() / f"{item.name}.onnx").exists() and not replace:
+        print(f"voice {item.name!r} is already installed")
+        return
+    _add_voice(hub_pull.download_voice(item.name), item.name, replace)
+
+
+def _pull_mt(item: Any, name: str, replace: bool) -> None:
+    from speechpipe.models import hub_pull
+    from speechpipe.models.ct2_translator import Ct2TextTranslator
+
+    if not _NAME.match(name):
+        raise InputError(f"cannot use {name!r} as a model name; pass --name")
+    existing = registered_mt_models().get(name)
+    if existing is not None and not replace and str(existing.get("origin", "")).split("@")[0] \
+            != f"hf:{item.repo}":
+        raise InputError(f"an MT model named {name!r} is already registered "
+                         f"({existing.get('path')}); choose another --name or pass --replace")
+    snapshot = hub_pull.download_repo(item.repo)
+    folder = hub_pull.prepare_mt_folder(snapshot, speechpipe_home() / "mt" / name, item.pair,
+                                        _convert_into)
+    info = Ct2TextTranslator(folder, intra_threads=1).info  # loads it: weights and tokenizer
+    if item.pair is not None:
+        source, target = item.pair
+        if (info.source_langs is not None and source not in info.source_langs) or (
+                info.target_langs is not None and target not in info.target_langs):
+            raise ModelError(f"{item.repo} does not translate {source} -> {target} "
+                             f"(it says {_langs(info.source_langs)} -> "
+                             f"{_langs(info.target_langs)})")
+    _register_mt(name, folder, info, True, origin=f"hf:{item.repo}@{snapshot.name}")
+
+
+def _convert_into(src: Path, out: Path) -> None:
+    """``models convert`` for a downloaded repo (int8), as ``models pull`` needs it."""
+    import importlib.util
+
+    missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ModelError(f"{src.name} is a Hugging Face model: converting it needs "
+                         f"{' and '.join(missing)}: pip install 'speechpipe[convert]'")
+    code = cmd_models_convert(argparse.Namespace(
+        hf_model_dir=str(src), out=str(out), quantization="int8", force=True))
+    if code != 0:
+        raise ModelError(f"cannot convert the downloaded model into {out} (see above)")
 
 
 @_handles_errors
