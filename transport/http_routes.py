@@ -1,6 +1,6 @@
 """The plain HTTP side of the server's one port: the demo page and static files (the caption
-overlay at ``/captions``), ``/metrics``, ``/healthz``, ``/readyz``, ``/voices``, a room's
-``/rooms/ID/captions.vtt``, and the checks on a ``/ws`` upgrade
+overlay at ``/captions``), ``/metrics``, ``/healthz``, ``/readyz``, ``/voices``, ``/models``,
+a room's ``/rooms/ID/captions.vtt``, and the checks on a ``/ws`` upgrade
 (Host, readiness, origin, per-address limits) before any WebSocket exists.
 
 A thin layer like websockets' ``asyncio/router.py``: request in, response (or ``None``: go on
@@ -74,6 +74,10 @@ class HttpRoutes:
     # the required shared workers that are down now (breaker open: models.worker_guard);
     # /readyz and /ws answer 503 while any is. Set by the app (ServerApp); none by default.
     down_workers: Callable[[], list[str]] = staticmethod(lambda: [])
+    # GET /models: which languages a session can reach and the MT pairs installed (names and
+    # languages only). Set by the app; by default Whisper's English only.
+    models: Callable[[], dict[str, Any]] = staticmethod(
+        lambda: {"targets": {"en": {"sources": ["*"], "route": "whisper"}}, "pairs": []})
 
     def __init__(
         self,
@@ -127,6 +131,9 @@ class HttpRoutes:
             return _response(503, "text/plain; charset=utf-8", b"loading\n")
         if path == "/metrics":
             return _response(200, METRICS_CONTENT_TYPE, self.metrics_text())
+        if path == "/models":
+            body = json.dumps(self.models(), separators=(",", ":")).encode()
+            return _response(200, "application/json", body)
         if path == "/voices":
             body = json.dumps({"voices": self.voices()}, separators=(",", ":")).encode()
             return _response(200, "application/json", body)

@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from speechpipe.config import MODEL_ALIASES, Alias, add_aliases, apply_aliases, groups_of
 from speechpipe.errors import InputError, SessionError
@@ -85,6 +85,8 @@ class ServerApp:
             voices=self.voices,
         )
         self.server.routes.down_workers = self.down_workers
+        self.server.routes.models = self.models
+        self._models: tuple[float, dict[str, Any]] | None = None  # GET /models, like voices
         self._worker_metrics = False
 
     def down_workers(self) -> list[str]:
@@ -116,6 +118,33 @@ class ServerApp:
                 for v in list_voices(dirs)
             ])
         return self._voices[1]
+
+    def models(self) -> dict[str, Any]:
+        """``GET /models``: the target languages ``--mt auto`` reaches (``sources``: the
+        spoken languages, ``*`` for any of Whisper's) and the installed MT pairs, by name and
+        languages only; read at most every ``VOICES_TTL_S``."""
+        from speechpipe.errors import SpeechpipeError
+        from speechpipe.models.mt_registry import registered_mt_models
+        from speechpipe.models.mt_routes import installed_pairs
+
+        now = time.monotonic()
+        if self._models is None or now - self._models[0] >= VOICES_TTL_S:
+            try:
+                entries = registered_mt_models()
+            except SpeechpipeError:
+                entries = {}
+            targets: dict[str, Any] = {"en": {"sources": ["*"], "route": "whisper"}}
+            for target, sources in installed_pairs(entries).items():
+                if target == "en":
+                    continue
+                pivot = "*" in sources or "en" in sources  # Whisper's English, then the pair
+                targets[target] = {"sources": ["*"] if pivot else sources,
+                                   "route": "pivot" if pivot else "text"}
+            pairs = [{"name": name, "family": e.get("family"),
+                      "source_langs": e.get("source_langs"), "target_langs": e.get("target_langs")}
+                     for name, e in sorted(entries.items())]
+            self._models = (now, {"targets": targets, "pairs": pairs})
+        return self._models[1]
 
     def session(self, request: SessionRequest) -> AbstractAsyncContextManager[LiveSession]:
         """A session for ``request`` (refused while the models load)."""

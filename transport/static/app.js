@@ -494,3 +494,38 @@ $("start").addEventListener("click", () => {
 });
 $("stop").addEventListener("click", stop);
 setupRoomView();
+showInstalledLanguages();
+
+// "Translate to" lists what the server can reach (GET /models): English always, and each
+// language an installed MT pair leads to; the others stay listed, marked, and cannot be chosen.
+async function showInstalledLanguages() {
+  let models;
+  try {
+    const response = await fetch("/models");
+    if (!response.ok) return;
+    models = await response.json();
+  } catch (err) {
+    return; // an older server: keep the list as it is
+  }
+  const targets = models.targets || {};
+  const select = $("target-lang");
+  const names = typeof Intl.DisplayNames === "function"
+    ? new Intl.DisplayNames(["en"], { type: "language" }) : null;
+  const listed = new Set([...select.options].map((o) => o.value));
+  for (const code of Object.keys(targets)) {
+    if (listed.has(code)) continue;
+    const option = document.createElement("option");
+    option.value = code;
+    option.textContent = (names && names.of(code)) || code;
+    select.appendChild(option);
+  }
+  for (const option of select.options) {
+    const ok = option.value in targets;
+    option.disabled = !ok;
+    option.title = ok ? "" : `not installed on this server: speechpipe models pull en-${option.value}`;
+    if (!ok && !option.textContent.endsWith(" (not installed)")) {
+      option.textContent += " (not installed)";
+    }
+  }
+  if (select.selectedOptions[0] && select.selectedOptions[0].disabled) select.value = "en";
+}
