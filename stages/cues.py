@@ -263,28 +263,67 @@ class CueBuilder:
             times.append((cursor, t1))
             cursor = t1
         breaks = {_nearest_boundary(times, p) for p in u.pauses if start < p < end}
-        cues: list[Cue] = []
+        groups: list[list[int]] = []
         group: list[int] = []
-
-        def close() -> None:
-            if group:
-                lines = layout_lines([tokens[i] for i in group], options) or [
-                    _join([tokens[i] for i in group])]
-                cues.append(Cue(times[group[0]][0], times[group[-1]][1], "\n".join(lines),
-                                number, s.language))
-                group.clear()
-
         for i, token in enumerate(tokens):
             if group:
-                candidate = [tokens[j] for j in [*group, i]]
                 too_long = times[i][1] - times[group[0]][0] > options.max_cue_s
-                if too_long or layout_lines(candidate, options) is None:
-                    close()
+                if too_long or not self._fits(tokens, [*group, i]):
+                    groups.append(group)
+                    group = []
             group.append(i)
             if _SENTENCE_END.search(token.text) or i in breaks:
-                close()
-        close()
+                groups.append(group)
+                group = []
+        if group:
+            groups.append(group)
+        groups = self._merge_short(groups, tokens, times)
+        cues: list[Cue] = []
+        for g in groups:
+            lines = layout_lines([tokens[i] for i in g], options) or [_join([tokens[i] for i in g])]
+            cues.append(Cue(times[g[0]][0], times[g[-1]][1], "\n".join(lines), number,
+                            s.language))
         return cues
+
+    def _fits(self, tokens: list[_Token], group: list[int]) -> bool:
+        return layout_lines([tokens[i] for i in group], self.options) is not None
+
+    def _merge_short(self, groups: list[list[int]], tokens: list[_Token],
+                     times: list[tuple[float, float]]) -> list[list[int]]:
+        """A cue too short to read (under ``min_cue_s`` of speech, or under three words: a
+        pause or a line limit cut it off) joins its neighbour where the two fit in one cue:
+        the one before unless that ended a sentence, else the one after unless it ends one
+        itself, else the one before anyway."""
+        def short(g: list[int]) -> bool:
+            words = sum(1 for i in g if not tokens[i].glued)
+            return times[g[-1]][1] - times[g[0]][0] < self.options.min_cue_s or words < 3
+
+        def ends_sentence(g: list[int]) -> bool:
+            return bool(_SENTENCE_END.search(tokens[g[-1]].text))
+
+        def fits(a: list[int], b: list[int]) -> bool:
+            return (self._fits(tokens, a + b)
+                    and times[b[-1]][1] - times[a[0]][0] <= self.options.max_cue_s)
+
+        changed = True
+        while changed and len(groups) > 1:
+            changed = False
+            for i, g in enumerate(groups):
+                if not short(g):
+                    continue
+                before = groups[i - 1] if i > 0 else None
+                after = groups[i + 1] if i + 1 < len(groups) else None
+                if before is not None and not ends_sentence(before) and fits(before, g):
+                    groups[i - 1 : i + 1] = [before + g]
+                elif after is not None and not ends_sentence(g) and fits(g, after):
+                    groups[i : i + 2] = [g + after]
+                elif before is not None and fits(before, g):
+                    groups[i - 1 : i + 1] = [before + g]
+                else:
+                    continue
+                changed = True
+                break
+        return groups
 
 
 def _nearest_boundary(times: list[tuple[float, float]], pause: float) -> int:

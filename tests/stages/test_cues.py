@@ -97,6 +97,13 @@ def test_a_pause_cuts_a_cue() -> None:
     assert cues[0].text.split()[-1] in ("now", "and", "then")
 
 
+def test_a_pause_never_leaves_a_cue_too_short_to_read() -> None:
+    words = "from the outside to the back we have a table here.".split()
+    # a pause right before the last two words: they join the cue before them
+    cues = cues_from_events(utterance(0, 0.0, 4.0, words, pauses=(3.3,)), duration_s=5.0)
+    assert [c.text.replace("\n", " ") for c in cues] == [" ".join(words)]
+
+
 def test_a_word_ends_no_later_than_the_audio_heard_when_it_was_committed() -> None:
     # the first four words were committed once 1.5 s had been heard, in a 10 s utterance:
     # spread evenly they would end at ~2.7 s; they cannot have been spoken after 1.5 s
