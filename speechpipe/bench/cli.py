@@ -29,6 +29,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     from speechpipe.bench.room import register_room
 
     register_room(kinds)  # bench room: one speaker, N listeners
+    from speechpipe.bench.cascade import register_cascade
+
+    register_cascade(kinds)  # bench cascade: text-MT cost and added latency
 
 
 def _bench_mt(args: argparse.Namespace) -> int:

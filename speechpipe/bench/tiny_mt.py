@@ -36,6 +36,7 @@ __all__ = [
     "make_whisper_like_folder",
     "build_tiny_pair",
     "build_tiny_argos",
+    "build_opus_size_pair",
 ]
 
 FAMILIES = ("nllb", "m2m100", "marian", "marian-multi")
@@ -252,3 +253,36 @@ def build_tiny_argos(out_zip: Path, source: str, target: str, *, seed: int = 0,
                     archive.write(item, f"{top}/model/{item.name}")
             archive.write(folder / "source.spm", f"{top}/sentencepiece.model")
     return out_zip
+
+
+OPUS_BASE = {"d_model": 512, "heads": 8, "ffn": 2048, "layers": 6, "vocab": 58_101}
+"""OPUS-MT base (Marian transformer-base): 6+6 layers, d=512, 8 heads, FFN 2048, ~58k vocab."""
+
+
+def build_opus_size_pair(out_dir: Path, source: str = "en", target: str = "es", *,
+                         seed: int = 0, quantization: str = "int8") -> Path:
+    """A random-weight Marian folder of OPUS-MT base size for ``source -> target``, for cost
+    figures (the words mean nothing). The tokenizer is the tiny one; the vocabulary is padded
+    to OPUS-MT's size so the output projection costs what a real one does. Embeddings are not
+    tied (CTranslate2 stores them apart), so the file is larger than OPUS-MT's ~74 M
+    parameters; the work per token is the same."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    src_spm, tgt_spm = out_dir / "source.spm", out_dir / "target.spm"
+    train_tiny_spm(src_spm, seed=1)
+    train_tiny_spm(tgt_spm, seed=2, vocab_size=150)
+    shared = _SPECIALS[2:] + _dedupe(_spm_pieces(src_spm) + _spm_pieces(tgt_spm))
+    shared += [f"<unused{i}>" for i in range(OPUS_BASE["vocab"] - len(shared))]
+    spec = _random_spec(len(shared), shared, seed, d_model=OPUS_BASE["d_model"],
+                        heads=OPUS_BASE["heads"], ffn=OPUS_BASE["ffn"],
+                        layers=OPUS_BASE["layers"])
+    spec.config.decoder_start_token = "</s>"
+    spec.decoder.start_from_zero_embedding = True
+    spec.register_source_vocabulary(shared)
+    spec.register_target_vocabulary(shared)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    spec.save(str(out_dir))
+    (out_dir / "tokenizer_config.json").write_text(
+        json.dumps({"source_lang": source, "target_lang": target}), encoding="utf-8")
+    return out_dir
