@@ -571,7 +571,11 @@ def print_report(report: dict[str, Any], out=sys.stdout) -> None:
               + "".join(f"; {name} {_fmt(figures.get('bleu_gap'))}" for name, figures in
                         (a.get("by_category") or {}).items())
               + f" ({offline.get('decoded', 0)} decoded, {offline.get('cached', 0)} "
-                "from the cache)", file=out)
+                "from the cache"
+              + (f"; utterance spans {offline.get('spans_decoded', 0)} decoded, "
+                 f"{offline.get('spans_cached', 0)} from the cache"
+                 if offline.get("spans_decoded") or offline.get("spans_cached") else "")
+              + ")", file=out)
     print_commit_figures(report, out)
     print_categories(a, out)
     print(f"\n{'stage':<12}{'p50':>8}{'p95':>8}{'p99':>8}{'n':>6}{'share':>8}", file=out)

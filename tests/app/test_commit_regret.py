@@ -146,6 +146,11 @@ def test_commit_figures_from_a_scripted_trace_per_clip_and_category():
     text = out.getvalue()
     assert "commit regret" in text and "extra sentence ends on 1 of 2 clips" in text
     assert "wrong-language pieces: 1 utterances in 1 clips; good: 1" in text
+    categories = {line.split()[0]: line.split()[1:] for line in
+                  text[text.index("regret capt"):text.index("worst clips")].splitlines()[1:]}
+    # captions, translation, share of clips with extra sentence ends, clips in another language
+    assert categories["read"] == ["0.0", "%", "16.7", "%", "100.0", "%", "0"]
+    assert categories["phone"] == ["0.0", "%", "69.2", "%", "0.0", "%", "1"]
     worst = text[text.index("worst clips"):].splitlines()[2:]
     assert [line.split()[0] for line in worst] == ["good", "bad"]  # worst first
     assert "-12.50" in worst[1]  # its streamed - offline BLEU beside it
