@@ -43,6 +43,9 @@ class PiperOptions:
     noise_scale: float | None = None
     noise_w_scale: float | None = None
     volume: float = 1.0
+    seed: int | None = 0
+    """Seed of the voice's random noise, so a run speaks the same way each time (none:
+    onnxruntime's own, different per process)."""
 
 
 class PiperSynthesizer:
@@ -120,6 +123,12 @@ def _load(voice: VoiceInfo, options: PiperOptions) -> PiperVoice:
     spin = "1" if options.allow_spinning else "0"
     session_options.add_session_config_entry("session.intra_op.allow_spinning", spin)
     session_options.add_session_config_entry("session.inter_op.allow_spinning", spin)
+    if options.seed is not None:
+        # Piper's graph draws its noise with RandomNormalLike, whose generator is seeded from
+        # onnxruntime's process-wide seed when the session is made: set just before, it makes
+        # the speech of a run reproducible (the same calls in the same order sound the same).
+        # Piper's are the only random ops speechpipe runs, so nothing else depends on it.
+        onnxruntime.set_seed(options.seed)
     try:
         session = onnxruntime.InferenceSession(
             str(voice.model_path),
