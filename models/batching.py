@@ -158,6 +158,7 @@ class AsrBatcher:
         self._closed = False
         self._idle = 0  # worker threads waiting for work
         self._retired: set[threading.Thread] = set()  # stuck past a deadline, replaced
+        self.last_dispatch = 0.0  # clock time the latest engine call began (drills: recovery)
         self._threads = [
             threading.Thread(target=self._serve, name=f"asr-batcher-{i}", daemon=True)
             for i in range(self.options.workers)
@@ -427,6 +428,7 @@ class AsrBatcher:
         start = self._clock()
         waits = [max(0.0, start - e.arrival) for e in batch]
         requests = [e.request for e in batch]
+        self.last_dispatch = start
         me = threading.current_thread()
         call = self.guard.start_call(lambda error: self._abandon(batch, me, error))
         try:
