@@ -164,16 +164,28 @@ def final_text(events: list[dict[str, Any]]) -> str:
     return " ".join(last[k] for k in sorted(last))
 
 
-@pytest.mark.parametrize(("echo_guard", "tiny_mt"), [(True, False), (False, False), (True, True)],
-                         ids=["guard", "no-guard", "guard-tiny-mt"])
+@pytest.mark.parametrize(("echo_guard", "tiny_mt"),
+                         [(True, ""), (False, ""), (True, "flag"), (True, "installed")],
+                         ids=["guard", "no-guard", "guard-tiny-mt", "guard-installed-pair"])
 async def test_a_conversation_translates_each_way_and_the_echo_makes_nothing(
-    pipeline: Any, echo_guard: bool, tiny_mt: bool, tmp_path: Any,
+    pipeline: Any, echo_guard: bool, tiny_mt: str, tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     mt = ""
     if tiny_mt:  # the tests' own tiny en<->es model (random weights: the words mean nothing)
         from speechpipe.bench.tiny_mt import build_tiny_mt
 
-        mt = f"ct2:{build_tiny_mt(tmp_path / 'tiny-nllb', 'nllb')}"
+        model = build_tiny_mt(tmp_path / 'tiny-nllb', 'nllb')
+        if tiny_mt == "flag":  # the server's --mt for rooms
+            mt = f"ct2:{model}"
+        else:  # an en->es pair installed in a fresh home: --mt auto (the default) uses it
+            # for the English speaker, Whisper's English stays for the Spanish one
+            from speechpipe.bench.tiny_mt import build_tiny_pair
+            from speechpipe.cli import main
+
+            monkeypatch.setenv("SPEECHPIPE_HOME", str(tmp_path / "home"))
+            pair = build_tiny_pair(tmp_path / "tiny-en-es", "en", "es")
+            assert main(["models", "add", str(pair), "--name", "tiny-en-es"]) == 0
     spanish, english, refs = await converse(pipeline, echo_guard=echo_guard, mt=mt)
     es_id, en_id = spanish.started["session"], english.started["session"]
     assert spanish.close_code == english.close_code == CloseCode.NORMAL
