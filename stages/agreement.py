@@ -52,8 +52,10 @@ class LocalAgreement:
         """The not yet committed words as text."""
         return " ".join(self.tentative)
 
-    def update(self, continuation: Sequence[str]) -> list[str]:
-        """Record a new continuation of the committed text; return the newly committed words."""
+    def update(self, continuation: Sequence[str], limit: int | None = None) -> list[str]:
+        """Record a new continuation of the committed text; return the newly committed words.
+        ``limit``: commit at most this many of the agreed words (the rest stay tentative and
+        may commit later), e.g. only the words the audio has settled (``stages.commit``)."""
         words = [w for w in continuation if w]
         self._history.append(words)
         newly: list[str] = []
@@ -63,6 +65,8 @@ class LocalAgreement:
                 agreed = max(_common_prefix_length([old, words]) for old in history[:-1])
             else:
                 agreed = _common_prefix_length(history[-self.n :])
+            if limit is not None:
+                agreed = max(0, min(agreed, limit))
             newly = words[:agreed]
             if newly:
                 self.committed.extend(newly)

@@ -64,6 +64,17 @@ class AsrOptions:
     # far before its audio end)
     commit_policy: CommitPolicyName = "agreement"
     align_margin_s: float = 1.0
+    # nothing at a window's edge is final (stages.commit, docs/design.md): between pauses a
+    # word commits only when its decode's alignment puts its end at least this far before
+    # the end of the audio that decode heard, never the last word of a partial; 0: agreement
+    # alone (the policy before issue 40)
+    settle_margin_s: float = 0.4
+    # the translation commits no word that ends after the committed captions' end (it may
+    # not run ahead of what was heard); needs settle_margin_s > 0 and caption partials
+    target_rests_on_captions: bool = True
+    # a sentence end on the last committed word is held back until the next committed
+    # words or the utterance's end confirm it (issue 45)
+    hold_sentence_end: bool = True
     # bounded windows (docs/design.md, "Bounded windows"): after a pause or a cut has
     # committed everything, later decodes hear only the audio after it, with the committed
     # text as <|startofprev|> context; False: every decode hears the whole utterance
@@ -87,6 +98,8 @@ class AsrOptions:
         if self.commit_policy not in ("agreement", "align"):
             raise ValueError(
                 f"asr.commit_policy must be agreement or align, not {self.commit_policy!r}")
+        if self.settle_margin_s < 0:
+            raise ValueError("asr.settle_margin_s must be >= 0")
         if self.shown_tentative_words < 0:
             raise ValueError("asr.shown_tentative_words must be >= 0")
         if self.windowing and not (self.max_window_s > 0 and self.cut_grace_s >= 0):

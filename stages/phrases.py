@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from speechpipe.stages.agreement import normalize_word
 
 __all__ = ["PhraseOptions", "PhraseSegmenter", "JustInTimeSegmenter", "make_segmenter",
-           "joins", "may_go_on"]
+           "joins", "may_go_on", "voice_text"]
 
 _CLAUSE_END = (",", ".", ";", ":", "?", "!", "…")
 _SENTENCE_END = (".", "?", "!", "…")
@@ -40,6 +40,18 @@ _MAGNITUDES = frozenset(("hundred", "thousand", "million", "billion", "trillion"
 _NUMBER_TAIL = _NUMBER_WORDS | {"percent"}  # continues a number: "3.5 million", "10 percent"
 _NAME_PARTICLES = frozenset("de da di del della der van von du dos das la le bin ibn".split())
 _TITLES = frozenset("mr mrs ms dr prof st mt".split())  # "Mr." ends no clause: "Mr. Smith"
+
+
+def voice_text(phrase: str, ends_utterance: bool) -> str:
+    """What the voice is given for ``phrase``: a phrase in the middle of a sentence is spoken
+    as a continuation. A voice reads the end of its text as a sentence end (falling pitch, the
+    pause after it), so a phrase that neither closes a sentence nor ends the utterance gets a
+    comma instead (level pitch, no sentence silence). Committed sentence ends are confirmed
+    ones (``stages.utterance``, issue 45), so they keep their full stop."""
+    text = phrase.strip()
+    if not text or ends_utterance or _ends_sentence(text.split()[-1]):
+        return text
+    return text.rstrip(",;:") + ","
 
 
 # -- names and numbers (``keep_units``) --------------------------------------------------------

@@ -31,6 +31,7 @@ from speechpipe.stages.phrases import (
     PhraseOptions,
     PhraseSegmenter,
     make_segmenter,
+    voice_text,
 )
 
 __all__ = ["TtsStage", "Speak", "CatchUpOptions", "catch_up_speed", "span_speed",
@@ -213,7 +214,8 @@ class TtsStage:
         finishing = hyp.final or (caught_up and self.catch_up.finish_when_caught_up)
         phrases = segmenter.feed(hyp.committed, final=flush, now_s=now_s,
                                  queued_until_s=self._queued_until)
-        for phrase in phrases:
+        for index, phrase in enumerate(phrases):
+            ends_utterance = hyp.final and index == len(phrases) - 1
             queued = time.monotonic() - emitted_at
             t0 = time.perf_counter()
             now = self.clock.stamp(hyp.stream_pts) / STREAM_RATE
@@ -223,7 +225,7 @@ class TtsStage:
                 self.catch_up, now_s=now, queued_until_s=self._queued_until,
                 source_s=words_source_time(hyp, first_word, self.catch_up), finishing=finishing)
             try:
-                samples = await self.speak(phrase, speed)
+                samples = await self.speak(voice_text(phrase, ends_utterance), speed)
             except SpeechpipeError as exc:
                 await events.put(ErrorEvent(exc.code, str(exc), self.clock.stamp(hyp.stream_pts),
                                             hyp.utterance))

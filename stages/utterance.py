@@ -30,6 +30,14 @@ from speechpipe.stages.window import quiet_tail
 
 __all__ = ["UtteranceDecoder"]
 
+_I_FORMS = frozenset(("i", "i'm", "i'll", "i've", "i'd"))
+
+
+def _starts_sentence(word: str) -> bool:
+    """A capitalized word (not "I"): what may follow a sentence end."""
+    bare = word.lstrip("\"'“‘«¿¡(")
+    return bool(bare) and bare[0].isupper() and bare.casefold().rstrip(".,;:!?") not in _I_FORMS
+
 
 @dataclass
 class UtteranceDecoder:
@@ -76,12 +84,24 @@ class UtteranceDecoder:
     speech: SpeechClassifier | None = None  # speech probability per 32 ms window
     evidence: SpeechEvidence | None = None  # made at the first audio (start_pts is final)
 
+    # punctuation waiting right after each side's committed words (``docs/design.md``,
+    # "Nothing at a window's edge is final"): a sentence end held back from a commit, or what
+    # the newest decode put after the committed prefix. It is committed with the next
+    # committed words, or by the utterance's end; the newest decode replaces it
+    edge: dict[str, str] = field(default_factory=dict)
+    # stream position up to which the captions are committed (the end of their last
+    # committed word): the translation commits no word that ends after it
+    source_settled_pts: int = 0
+
     def __post_init__(self) -> None:
         options = self.options
-        self.source = CommitPolicy("agreement", options.agreement, options.agreement_lookback)
+        self.source = CommitPolicy("agreement", options.agreement, options.agreement_lookback,
+                                   settle_margin_s=options.settle_margin_s)
         self.target = CommitPolicy(options.commit_policy, options.target_agreement,
-                                   options.agreement_lookback, options.align_margin_s)
+                                   options.agreement_lookback, options.align_margin_s,
+                                   settle_margin_s=options.settle_margin_s)
         self.language_locked = self.language is not None
+        self.source_settled_pts = self.start_pts
 
     @property
     def window_start(self) -> int:
@@ -244,19 +264,23 @@ class UtteranceDecoder:
         commit_all = kind in ("final", "pause", "cut")
         heard_s = (basis_pts - self.window_start) / STREAM_RATE
         changed = []
-        for decode in result.decodes:
+        # captions first: the translation commits only what the committed captions cover
+        for decode in sorted(result.decodes, key=lambda d: d.task != "transcribe"):
             side = "source" if decode.task == "transcribe" else "target"
             policy = self.source if side == "source" else self.target
             before = (self.text(side), self._shown(policy.tentative))
             words = decode.continuation.split()
-            if decode.glued and (commit_all or self.language_locked):
-                self._glue(side, decode.glued)
             target_by_agreement = (
                 kind == "pause" and decode.task == "translate"
                 and not self.options.commit_target_on_pause
             )
             if commit_all and not target_by_agreement:
+                self._set_edge(side, policy, decode.glued)
+                self._glue_edge(side, policy, 0, words)
                 policy.finalize(words)
+                self._hold_end(side, policy, kind)
+                if side == "source":
+                    self.source_settled_pts = max(self.source_settled_pts, basis_pts)
             elif not self.language_locked:
                 policy.tentative = words  # language still uncertain: show, never commit
                 self.unlocked_words[side] = (result.language, words)
@@ -267,7 +291,16 @@ class UtteranceDecoder:
                     language, before_lock = self.unlocked_words.pop(side, (None, []))
                     if language == self.language and before_lock:
                         policy.update(before_lock)
-                policy.update(words, decode.word_ends, heard_s)
+                self._set_edge(side, policy, decode.glued)
+                newly = policy.update(words, decode.word_ends, heard_s,
+                                      self._frontier_s(side))
+                if newly:
+                    self._glue_edge(side, policy, len(newly), newly)
+                    self._hold_end(side, policy, kind)
+                    if side == "source" and policy.committed_end_s is not None:
+                        self.source_settled_pts = max(
+                            self.source_settled_pts,
+                            self.window_start + int(policy.committed_end_s * STREAM_RATE))
             after = (self.text(side), self._shown(policy.tentative))
             if after != before or kind == "final":
                 changed.append((side, *after))
@@ -294,6 +327,47 @@ class UtteranceDecoder:
         it is less flicker, at no cost to what is committed or spoken."""
         limit = self.options.shown_tentative_words
         return " ".join(tentative[:limit] if limit > 0 else tentative)
+
+    # -- nothing at a window's edge is final (docs/design.md) ---------------------------------
+    def _frontier_s(self, side: str) -> float | None:
+        """The translation's commit frontier (seconds into the window): the end of the
+        committed captions, when partials decode the captions; None: no frontier."""
+        if (side != "target" or not self.options.target_rests_on_captions
+                or not self.options.source_partials or self.options.settle_margin_s <= 0):
+            return None
+        return (self.source_settled_pts - self.window_start) / STREAM_RATE
+
+    def _set_edge(self, side: str, policy: CommitPolicy, glued: str) -> None:
+        """The newest decode's view of the punctuation after the committed words replaces the
+        held one; a decode of an empty window (nothing forced, so nothing glued) keeps it."""
+        if policy.committed or glued:
+            self.edge[side] = glued
+
+    def _glue_edge(self, side: str, policy: CommitPolicy, new: int,
+                   following: list[str]) -> None:
+        """Commit the edge's punctuation before the ``new`` last committed words (0: at the
+        end): the words after it, or the utterance's end, confirm it. Where the word before
+        lies in the context, it is glued there when the following word starts a sentence."""
+        fragment = self.edge.pop(side, "")
+        if not fragment or normalize_word(fragment):
+            return
+        if policy.glue_before(fragment, new):
+            return
+        if policy.committed[: len(policy.committed) - new] or (
+                following and not _starts_sentence(following[0])):
+            return
+        if side == "source" and self.source_context:
+            self.source_context += fragment
+        elif side == "target" and self.target_context:
+            self.target_context += fragment
+
+    def _hold_end(self, side: str, policy: CommitPolicy, kind: str) -> None:
+        """Before anything is published: a sentence end on the last committed word is held
+        unless the utterance ended (``asr.hold_sentence_end``)."""
+        if kind != "final" and self.options.hold_sentence_end:
+            held = policy.hold_sentence_end()
+            if held:
+                self.edge[side] = held
 
     def _glue(self, side: str, fragment: str) -> None:
         """Punctuation right after the committed text: on the window's last committed word,
@@ -399,7 +473,12 @@ class UtteranceDecoder:
         for side, policy in sides:
             if side == "target" and pause and not self.options.commit_target_on_pause:
                 continue
+            tentative = list(policy.tentative)
+            self._glue_edge(side, policy, 0, tentative)
             policy.finalize()
+            self._hold_end(side, policy, "pause" if pause else "final")
+            if side == "source":
+                self.source_settled_pts = max(self.source_settled_pts, self.last_decode_end)
             out.append((side, self.text(side), ""))
         self.pause_pending = False
         if pause:  # the last decode heard everything up to its end

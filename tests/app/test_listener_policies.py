@@ -113,8 +113,9 @@ def test_commit_tentative_keeps_agreement_consistent():
     assert agreement.committed == ["we", "found", "a"]
 
 
-def _decoder(policy: str) -> UtteranceDecoder:
-    options = AsrOptions(commit_policy=policy, align_margin_s=1.0)
+def _decoder(policy: str, settle_margin_s: float = 0.0) -> UtteranceDecoder:
+    options = AsrOptions(commit_policy=policy, align_margin_s=1.0,
+                         settle_margin_s=settle_margin_s)
     return UtteranceDecoder(utterance=0, start_pts=0, options=options, language="es",
                             translate=True)
 
@@ -143,6 +144,10 @@ def test_align_policy_requests_word_times_only_for_translation_partials():
     assert decoder.request("partial").word_times == ("translate",)
     assert decoder.request("final").word_times == ()
     assert _decoder("agreement").request("partial").word_times == ()
+    # settling (the default) needs the times of both sides' words
+    settling = _decoder("agreement", settle_margin_s=0.4)
+    settling.add(__import__("numpy").zeros(STREAM_RATE, "int16"), STREAM_RATE)
+    assert settling.request("partial").word_times == ("transcribe", "translate")
 
 
 @given(st.lists(st.tuples(st.lists(st.sampled_from("a b c d e".split()), max_size=6),

@@ -1,0 +1,191 @@
+"""Nothing at a window's edge is final (issues 40 and 45): settled commits, the translation
+resting on the captions, sentence ends held until confirmed, phrases voiced as continuations."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from speechpipe.stages.asr_options import AsrOptions
+from speechpipe.stages.channels import Channel
+from speechpipe.stages.clock import BasisStreamClock
+from speechpipe.stages.commit import CommitPolicy, settled_count, split_sentence_end
+from speechpipe.stages.frames import STREAM_RATE, SpeechChunk, TextHypothesis
+from speechpipe.stages.model_api import DecodeResult, WhisperResult
+from speechpipe.stages.phrases import PhraseOptions, voice_text
+from speechpipe.stages.tts import TtsStage
+from speechpipe.stages.utterance import UtteranceDecoder
+
+
+def test_settled_count_stops_at_the_first_word_too_close_to_the_edge_never_the_last():
+    assert settled_count(4, (0.5, 1.0, 1.6, 2.0), frontier_s=1.6) == 3
+    assert settled_count(4, (0.5, 1.0, 1.7, 2.0), frontier_s=1.6) == 2
+    assert settled_count(3, (0.5, 1.0, 1.2), frontier_s=9.0) == 2  # never the last word
+    assert settled_count(1, (0.5,), frontier_s=9.0) == 0
+    assert settled_count(3, (), frontier_s=9.0) == 2  # no times: all but the last
+
+
+def test_split_sentence_end():
+    assert split_sentence_end("limitations.") == ("limitations", ".")
+    assert split_sentence_end("why?!") == ("why", "?!")
+    assert split_sentence_end("Mr.") == ("Mr.", "")
+    assert split_sentence_end("3.5") == ("3.5", "")
+    assert split_sentence_end("...") == ("...", "")
+
+
+def test_policy_keeps_an_agreed_word_tentative_until_the_audio_settles_it():
+    policy = CommitPolicy("agreement", 2, settle_margin_s=0.4)
+    # two decodes agree on "the bat is", but "bat" ends 0.1 s before the audio's end
+    assert policy.update("the bat".split(), (0.4, 1.4), heard_s=1.5) == []
+    assert policy.update("the bat is".split(), (0.4, 1.4, 1.5), heard_s=1.6) == ["the"]
+    # the next decode hears the whole word: what it says is what commits
+    assert policy.update("building is heated now".split(), (1.9, 2.1, 2.6, 3.0),
+                         heard_s=3.2) == []
+    assert policy.update("building is heated now".split(), (1.9, 2.1, 2.6, 3.1),
+                         heard_s=3.4) == ["building", "is", "heated"]
+    assert policy.committed == ["the", "building", "is", "heated"]
+    assert policy.committed_end_s == 2.6
+
+
+def test_agreement_alone_commits_the_half_heard_word():
+    """The policy before issue 40, for comparison: the same two decodes commit "bat"."""
+    policy = CommitPolicy("agreement", 2, settle_margin_s=0.0)
+    policy.update("the bat".split(), (0.4, 1.4), heard_s=1.5)
+    assert policy.update("the bat is".split(), (0.4, 1.4, 1.5), heard_s=1.6) == ["the", "bat"]
+
+
+def _decoder(**options) -> UtteranceDecoder:
+    decoder = UtteranceDecoder(utterance=0, start_pts=0,
+                               options=AsrOptions(settle_margin_s=0.4, **options),
+                               language="fr", translate=True)
+    decoder.add(np.zeros(4 * STREAM_RATE, np.int16), 4 * STREAM_RATE)
+    return decoder
+
+
+def _result(source: tuple[str, tuple[float, ...]] | None,
+            target: tuple[str, tuple[float, ...]] | None,
+            glued: str = "") -> WhisperResult:
+    decodes = []
+    if source is not None:
+        decodes.append(DecodeResult("transcribe", source[0], -0.2, 0.01, word_ends=source[1],
+                                    glued=glued))
+    if target is not None:
+        decodes.append(DecodeResult("translate", target[0], -0.2, 0.01, word_ends=target[1],
+                                    glued=glued))
+    return WhisperResult("fr", 1.0, tuple(decodes), 0.0, 0.0)
+
+
+def _at(seconds: float) -> int:
+    return int(seconds * STREAM_RATE)
+
+
+def test_the_translation_commits_no_word_past_the_committed_captions():
+    decoder = _decoder()
+    source = ("le bâtiment est chauffé", (0.5, 1.2, 1.5, 2.4))
+    target = ("the building is heated", (0.5, 1.3, 1.6, 2.4))
+    decoder.apply(_result(source, target), "partial", _at(2.6))
+    # captions settled up to "bâtiment" (ends 1.2 <= 2.8 - 0.4; "est" is next, 1.5 <= 2.4)
+    decoder.apply(_result(source, target), "partial", _at(2.8))
+    assert decoder.source.committed == ["le", "bâtiment", "est"]
+    # "is" ends at 1.6, after the captions' end (1.5): it waits
+    assert decoder.target.committed == ["the", "building"]
+    assert decoder.source_settled_pts == _at(1.5)
+
+
+def test_without_caption_partials_the_translation_settles_on_its_own_audio():
+    decoder = _decoder(source_partials=False)
+    target = ("the building is heated", (0.5, 1.3, 1.6, 2.4))
+    decoder.apply(_result(None, target), "partial", _at(2.6))
+    decoder.apply(_result(None, target), "partial", _at(2.8))
+    assert decoder.target.committed == ["the", "building", "is"]
+
+
+def _target_partial(decoder: UtteranceDecoder, words: str, ends: tuple[float, ...],
+                    heard_s: float, glued: str = "") -> None:
+    decoder.apply(_result(None, (words, ends), glued), "partial", _at(heard_s))
+
+
+def test_a_sentence_end_at_the_commit_edge_is_held_and_dropped_when_the_sentence_goes_on():
+    decoder = _decoder(target_rests_on_captions=False)
+    _target_partial(decoder, "subject to limitations. And", (0.3, 0.6, 1.4, 2.5), 2.7)
+    _target_partial(decoder, "subject to limitations. And", (0.3, 0.6, 1.4, 2.5), 2.9)
+    assert decoder.text("target") == "subject to limitations"  # the "." is not final
+    assert decoder.edge["target"] == "."
+    # the next decode, forced to continue "limitations", goes on without a sentence end
+    # ("and" agrees with the older hypothesis's "And" at once; the rest one decode later)
+    _target_partial(decoder, "and exemptions apply", (1.8, 2.4, 3.0), 3.4)
+    assert decoder.text("target") == "subject to limitations and"
+    _target_partial(decoder, "exemptions apply", (2.4, 3.0), 3.6)
+    assert decoder.text("target") == "subject to limitations and exemptions"
+
+
+def test_a_held_sentence_end_is_committed_with_the_words_that_confirm_it():
+    decoder = _decoder(target_rests_on_captions=False)
+    _target_partial(decoder, "It is late. We", (0.3, 0.6, 1.4, 2.5), 2.7)
+    _target_partial(decoder, "It is late. We", (0.3, 0.6, 1.4, 2.5), 2.9)
+    assert decoder.text("target") == "It is late"
+    # more audio, and the decoder still ends the sentence there: committed with "We go"
+    _target_partial(decoder, "We go home", (1.8, 2.4, 3.0), 3.4, glued=".")
+    assert decoder.text("target") == "It is late. We"
+    _target_partial(decoder, "go home", (2.4, 3.0), 3.6)
+    assert decoder.text("target") == "It is late. We go"
+
+
+def test_a_partial_glues_no_punctuation_it_commits_no_words_after():
+    decoder = _decoder(target_rests_on_captions=False)
+    _target_partial(decoder, "It is late now", (0.3, 0.6, 1.4, 2.0), 2.6)
+    _target_partial(decoder, "It is late now", (0.3, 0.6, 1.4, 2.0), 2.8)
+    assert decoder.text("target") == "It is late"
+    _target_partial(decoder, "", (), 2.9, glued=".")  # the window's edge: nothing follows
+    assert decoder.text("target") == "It is late"
+
+
+def test_the_utterance_end_keeps_its_sentence_end():
+    decoder = _decoder(target_rests_on_captions=False)
+    _target_partial(decoder, "It is late. We", (0.3, 0.6, 1.4, 2.5), 2.7)
+    _target_partial(decoder, "It is late. We", (0.3, 0.6, 1.4, 2.5), 2.9)
+    decoder.ended = True
+    decoder.apply(_result(None, ("We go home.", (2.0, 2.5, 3.0)), glued="."), "final",
+                  _at(4.0))
+    assert decoder.text("target") == "It is late. We go home."
+
+
+def test_a_pause_holds_its_sentence_end_and_the_end_of_the_utterance_confirms_it():
+    decoder = _decoder(target_rests_on_captions=False)
+    decoder.apply(_result(None, ("It is late.", (0.3, 0.6, 1.4))), "pause", _at(2.0))
+    assert decoder.text("target") == "It is late"
+    decoder.last_decode_end, decoder.last_voiced_end = _at(2.0), _at(1.5)
+    decoder.commit_last()  # the pause grew into the utterance's end
+    assert decoder.text("target") == "It is late."
+
+
+def test_voice_text_speaks_a_mid_sentence_phrase_as_a_continuation():
+    assert voice_text("subject to certain limitations", ends_utterance=False) == \
+        "subject to certain limitations,"
+    assert voice_text("in the hills;", ends_utterance=False) == "in the hills,"
+    assert voice_text("It is late.", ends_utterance=False) == "It is late."
+    assert voice_text("We go home", ends_utterance=True) == "We go home"
+
+
+async def test_the_voice_gets_continuations_mid_sentence_and_the_end_at_the_end():
+    said: list[str] = []
+
+    async def speak(text: str, speed: float) -> np.ndarray:
+        said.append(text)
+        return np.full(1600, 1000, np.int16)
+
+    stage = TtsStage(speak, BasisStreamClock(), 16000, PhraseOptions(cut="count"))
+    inbox: Channel[TextHypothesis] = Channel(8)
+    events: Channel = Channel(64)
+
+    def hyp(committed: str, tentative: str, final: bool) -> TextHypothesis:
+        return TextHypothesis(side="target", utterance=0, revision=1, committed=committed,
+                              tentative=tentative, language="en", audio_start=0,
+                              audio_end=STREAM_RATE, stream_pts=STREAM_RATE, final=final)
+
+    await inbox.put(hyp("It is late and we", "go", False))
+    await inbox.put(hyp("It is late and we go home now", "", True))
+    inbox.close()
+    await stage.run(inbox, events)
+    chunks = [e.text async for e in events if isinstance(e, SpeechChunk)]
+    assert said[0].endswith(",") and not said[-1].endswith(",")
+    assert " ".join(chunks) == "It is late and we go home now"
