@@ -165,3 +165,19 @@ async def test_a_hung_synthesis_fails_one_phrase_and_every_session_completes(
     assert tts.abandoned == 1 and tts.restarts == 1
     clean = [run for run in runs if "worker_timeout" not in _codes(run)]
     assert clean and all(run.audio for run in clean), "the other session got its speech"
+
+
+def test_the_worker_codes_are_the_docs_rows() -> None:
+    """The worker codes against docs/protocol.md's error table: each is a recoverable row
+    (the session goes on), and at ``start`` ``worker_unavailable`` closes as the code table
+    says (``refusal_close``: 1013)."""
+    from speechpipe.errors import WorkerError, WorkerTimeout, WorkerUnavailable
+    from speechpipe.transport.codes import refusal_close
+    from tests.transport.test_codes import error_rows
+
+    rows = error_rows()
+    for kind in (WorkerError, WorkerTimeout, WorkerUnavailable):
+        assert ({kind.code}, "no", "—") in rows, kind.code
+    at_start = refusal_close(WorkerUnavailable("down", retry_after_s=2.0))
+    assert at_start == CloseCode.TRY_AGAIN
+    assert ({"worker_unavailable"}, "yes", str(int(at_start))) in rows
