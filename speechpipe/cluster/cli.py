@@ -13,6 +13,8 @@ import os
 import sys
 from typing import Any
 
+from speechpipe.errors import InputError
+
 __all__ = ["register", "format_status"]
 
 
@@ -34,7 +36,7 @@ def register(commands: Any) -> None:
 
 def _ledger(args: argparse.Namespace) -> Any:
     if not args.cluster:
-        raise SystemExit("speechpipe: give --cluster HEAD:PORT (or set RAY_ADDRESS)")
+        raise InputError("give --cluster HEAD:PORT (or set RAY_ADDRESS)")
     from speechpipe.cluster.ledger import ledger_handle
     from speechpipe.cluster.node import connect_ray
 
@@ -69,7 +71,7 @@ def cmd_drain(args: argparse.Namespace) -> int:
     ledger = _ledger(args)
     node = _get(ledger.find_node.remote(args.node))
     if node is None:
-        raise SystemExit(f"speechpipe: no node {args.node!r} in the cluster")
+        raise InputError(f"no node {args.node!r} in the cluster")
     from speechpipe.cluster.ledger import UNAUTHORIZED, sign
     from speechpipe.cluster.node import cluster_secret
 

@@ -485,18 +485,18 @@ def serve_options(
 
 def cluster_options(config: Config) -> ClusterOptions | None:
     """The tree's ``cluster`` group as this node's ``ClusterOptions`` (None: no ``--cluster``);
-    ``SystemExit`` with one line when the settings do not fit."""
+    ``InputError`` (exit 2) when the settings do not fit, ``SystemExit`` without Ray."""
     settings = config.server.cluster
     if not settings.address:
         return None
     from speechpipe.cluster.node import ClusterOptions, cluster_secret, connect_ray
 
     if not settings.public_url:
-        raise SystemExit("speechpipe: --cluster needs --public-url (this node's ws:// URL)")
+        raise InputError("--cluster needs --public-url (this node's ws:// URL)")
     if ":" not in settings.address:
-        raise SystemExit(f"speechpipe: --cluster wants HEAD:PORT, got {settings.address!r}")
+        raise InputError(f"--cluster wants HEAD:PORT, got {settings.address!r}")
     if not settings.public_url.startswith(("ws://", "wss://")):
-        raise SystemExit("speechpipe: --public-url must start with ws:// or wss://")
+        raise InputError("--public-url must start with ws:// or wss://")
     try:
         import ray  # noqa: F401  (fail before loading models when Ray is missing)
     except ImportError:

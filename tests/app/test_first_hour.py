@@ -343,3 +343,16 @@ def test_the_same_file_gives_the_same_output_at_fast_pace(tmp_path: Path) -> Non
                      (tmp_path / name).read_bytes()))
     assert runs[0][0] == runs[1][0]
     assert runs[0][1] == runs[1][1]
+
+
+@pytest.mark.parametrize("args", [
+    ("serve", "--cluster", "127.0.0.1:6379", "--capacity", "1"),  # no --public-url
+    ("serve", "--cluster", "h:1", "--public-url", "http://a/ws", "--capacity", "1"),
+    ("cluster", "status"),  # no --cluster and no RAY_ADDRESS
+])
+def test_bad_cluster_arguments_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      args: tuple[str, ...]) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    result = speechpipe(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert one_line(result).startswith("speechpipe: error: ")
