@@ -497,7 +497,8 @@ setupRoomView();
 showInstalledLanguages();
 
 // "Translate to" lists what the server can reach (GET /models): English always, and each
-// language an installed MT pair leads to; the others stay listed, marked, and cannot be chosen.
+// language an installed MT pair leads to; the others stay listed and choosable (a room
+// participant reads the others' captions there), marked with the command that installs them.
 async function showInstalledLanguages() {
   let models;
   try {
@@ -521,11 +522,9 @@ async function showInstalledLanguages() {
   }
   for (const option of select.options) {
     const ok = option.value in targets;
-    option.disabled = !ok;
     option.title = ok ? "" : `not installed on this server: speechpipe models pull en-${option.value}`;
-    if (!ok && !option.textContent.endsWith(" (not installed)")) {
-      option.textContent += " (not installed)";
+    if (!ok && !option.textContent.endsWith(" (captions only)")) {
+      option.textContent += " (captions only)";
     }
   }
-  if (select.selectedOptions[0] && select.selectedOptions[0].disabled) select.value = "en";
 }
