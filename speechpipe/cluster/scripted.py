@@ -72,6 +72,10 @@ class ScriptedPipeline:
     def stop_workers(self) -> None:
         """No worker threads to join."""
 
+    def worker_health(self) -> list[object]:
+        """No shared model workers (``/readyz`` and the worker metrics read this)."""
+        return []
+
     async def aclose(self) -> None:
         """Nothing to close (the server's shutdown path calls it)."""
 
