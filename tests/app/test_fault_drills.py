@@ -181,3 +181,44 @@ def test_the_worker_codes_are_the_docs_rows() -> None:
     at_start = refusal_close(WorkerUnavailable("down", retry_after_s=2.0))
     assert at_start == CloseCode.TRY_AGAIN
     assert ({"worker_unavailable"}, "yes", str(int(at_start))) in rows
+
+
+@live
+async def test_a_voice_file_truncated_or_removed_while_serving_refuses_only_its_sessions(
+    live_server: Any, pipeline: Any, spanish_clip: Any, tmp_path: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The model cache on disk: a voice installed when the server started, then truncated
+    (a half-copied file) and then removed. A session asking for it is refused with one clear
+    line (``no_voice``, close 4003); a session on another voice completes meanwhile."""
+    import dataclasses
+    import shutil
+    from pathlib import Path
+
+    from speechpipe.voices.registry import resolve_voice
+
+    joe = resolve_voice(None, "en", ())
+    for path in Path(joe.model_path).parent.glob(Path(joe.model_path).name + "*"):
+        shutil.copy(path, tmp_path / path.name.replace("joe", "drill"))
+    model = tmp_path / "en_US-drill-medium.onnx"
+    saved = pipeline.options
+    pipeline.options = dataclasses.replace(saved, voice_dirs=(tmp_path,))
+    try:
+        model.write_bytes(model.read_bytes()[: 4096])  # truncated while the server runs
+        audio = _clip(spanish_clip)[: 2 * 16_000]
+
+        async def drill_voice() -> ClientRun:
+            return await stream_session(_url(live_server), audio, tail_s=0.5, start={
+                "source_lang": "es", "voice": "en_US-drill-medium"})
+
+        async with asyncio.timeout(30):
+            truncated, ok = await asyncio.gather(drill_voice(), _sessions(live_server, audio, 1))
+            model.unlink()  # and now removed
+            removed = await drill_voice()
+    finally:
+        pipeline.options = saved
+    for refused in (truncated, removed):
+        assert not refused.started and refused.close_code == CloseCode.UNSUPPORTED_REQUEST
+        assert refused.error == "no_voice", refused.error
+    assert _completed(ok[0]) and ok[0].audio
+    assert not [r for r in caplog.records if r.exc_info], "no traceback in the server log"
