@@ -73,6 +73,7 @@ from speechpipe.stages.coverage import (
     coverage_gap,
 )
 from speechpipe.stages.model_api import DecodeResult, DecodeTask, WhisperRequest, WhisperResult
+from speechpipe.stages.target_language import in_language
 
 log = logging.getLogger(__name__)
 
@@ -107,19 +108,29 @@ WHISPER_LANGUAGES = (
 
 
 def cut_repetition(
-    words: Sequence[str], max_ngram: int = 40, context: Sequence[str] = ()
+    words: Sequence[str], max_ngram: int = 40, context: Sequence[str] = (),
+    spoken: Sequence[str] | None = None,
 ) -> tuple[list[str], bool]:
-    """Cut ``words`` before the first immediate repeat of an n-gram (n=1 needs 3 copies).
+    """Cut ``words`` before the first immediate repeat of an n-gram that is a decoder's loop,
+    not a speaker's repetition (n=1 needs 3 copies).
 
     Whisper on partial audio loops ("the rest of the rest of the rest", or a whole sentence
-    twice): the second copy and everything after it are dropped. ``context`` is the committed
-    text before ``words``: a loop that starts there is caught too, but only ``words`` are cut.
-    Returns (kept words, whether anything was cut).
+    twice): the second copy and everything after it are dropped. Speakers repeat themselves
+    too ("très très finement", "no, no, no, I said", "er ist, er ist"), and a decode goes on
+    after such a repetition where a loop runs on to the length cap. So a short run (at most
+    ``SPOKEN_REPEAT_WORDS`` words a copy) followed by other words is kept when the speech has
+    one like it: for the captions (``spoken`` None) up to ``SPOKEN_REPEAT_COPIES`` copies;
+    for a translation, as many copies as the run the same audio's captions ``spoken`` hold
+    (none there: today's rule). ``context`` is the committed text before ``words``: a loop
+    that starts there is caught too, but only ``words`` are cut. Returns (kept words,
+    whether anything was cut).
     """
     all_words = [*context, *words]
     norm = [w.casefold().strip(".,;:!?¿¡\"'") for w in all_words]
     n_context = len(context)
     n_words = len(norm)
+    allowed = SPOKEN_REPEAT_COPIES if spoken is None else _repeat_copies(
+        [w.casefold().strip(".,;:!?¿¡\"'") for w in spoken])
     for i in range(n_words):
         if i >= n_context and _loops_within(norm[i]):  # "2-3-3-4-4-4-4-4-4": one "word"
             return list(words[: i - n_context]), True
@@ -130,12 +141,39 @@ def cut_repetition(
                 continue
             if n == 1 and not (i + 3 <= n_words and norm[i + 2] == norm[i]):
                 continue
-            span_end = i + 2 * n if n > 1 else i + 3
+            copies = _copies(norm, i, n)
+            span_end = i + copies * n
             if span_end <= n_context:  # the loop lies inside the committed text: not ours
                 continue
+            went_on = span_end < n_words and norm[span_end] != norm[i]
+            if n <= SPOKEN_REPEAT_WORDS and went_on and copies <= allowed:
+                continue  # a speaker's repetition: kept
             keep = i + n if n > 1 else i + 1
             return list(words[: max(0, keep - n_context)]), True
     return list(words), False
+
+
+SPOKEN_REPEAT_WORDS = 3  # a speaker's repetition: copies of at most this many words ...
+SPOKEN_REPEAT_COPIES = 3  # ... at most this many times, in the captions
+
+
+def _copies(norm: Sequence[str], i: int, n: int) -> int:
+    """How many times the n-gram at ``i`` repeats back to back from there."""
+    copies = 1
+    while norm[i + copies * n: i + (copies + 1) * n] == norm[i: i + n]:
+        copies += 1
+    return copies
+
+
+def _repeat_copies(norm: Sequence[str]) -> int:
+    """The most back-to-back copies of a short n-gram (``SPOKEN_REPEAT_WORDS`` words at most)
+    in ``norm`` (1: no repetition): what a translation of that speech may repeat."""
+    most = 1
+    for i in range(len(norm)):
+        for n in range(1, SPOKEN_REPEAT_WORDS + 1):
+            if i + 2 * n <= len(norm) and norm[i: i + n] == norm[i + n: i + 2 * n]:
+                most = max(most, _copies(norm, i, n))
+    return most
 
 
 _PIECE = re.compile(r"\w+")
@@ -269,6 +307,15 @@ def _joined(prefix: str, decode: DecodeResult, added: str = "") -> str:
     """The full text of a side: forced prefix, glued fragment, continuation, additions."""
     text = f"{prefix.strip()}{decode.glued} {decode.continuation}".strip()
     return f"{text} {added}".strip() if added else text
+
+
+def _reads_as(prefix: str, decode: DecodeResult, source: str) -> bool | None:
+    """Is a translate decode English rather than ``source``? Its new words alone when they
+    are enough to judge (a committed English prefix would outweigh them), else the whole
+    text; None: too short to say."""
+    judged = in_language(decode.continuation, "en", [source])
+    return judged if judged is not None else in_language(_joined(prefix, decode), "en",
+                                                         [source])
 
 
 @dataclass(frozen=True, slots=True)
@@ -600,9 +647,20 @@ class WhisperEngine:
                 generated[member] = (ids, avg_logprob, float(no_speech_prob), hit_cap)
         t3 = time.perf_counter()
         decodes: list[list[DecodeResult]] = [[] for _ in requests]
-        for member, item in enumerate(items):
-            decodes[item.row].append(
-                self._decode_result(requests[item.row], item.task, *generated[member]))
+        captions: dict[int, list[str]] = {}  # each request's captions, for its translation
+        for member in sorted(range(len(items)), key=lambda m: items[m].task.task != "transcribe"):
+            item = items[member]
+            spoken = None
+            if item.task.task == "translate":
+                spoken = captions.get(item.row, [])
+            decode = self._decode_result(requests[item.row], item.task, *generated[member],
+                                         spoken=spoken)
+            if item.task.task == "transcribe":
+                captions[item.row] = [*item.task.prefix.split(), *decode.continuation.split()]
+            decodes[item.row].append(decode)
+        for row, request in enumerate(requests):  # in the request's task order
+            order = [t.task for t in request.tasks]
+            decodes[row].sort(key=lambda d: order.index(d.task) if d.task in order else 0)
         aligned = self._align_words(requests, encoded, languages, items, generated, decodes)
         t4 = time.perf_counter()
         self.stats.add(
@@ -613,6 +671,9 @@ class WhisperEngine:
             prefilled_tokens=prefilled_total, decoder_steps=steps_run,
             context_tokens=sum(item.n_context for item in items),
             align_s=t4 - t3 if aligned else 0.0)
+        for row, request in enumerate(requests):
+            if request.check_target_language and languages[row][0] != "en":
+                decodes[row] = self._keep_to_english(request, languages[row][0], decodes[row])
         recover_s = [0.0] * len(requests)
         for row, request in enumerate(requests):
             if request.recover_coverage:
@@ -695,15 +756,17 @@ class WhisperEngine:
 
     def _decode_result(
         self, request: WhisperRequest, task: DecodeTask, ids: list[int], avg_logprob: float,
-        no_speech_prob: float, hit_cap: bool,
+        no_speech_prob: float, hit_cap: bool, spoken: Sequence[str] | None = None,
     ) -> DecodeResult:
+        """``spoken``: for a translation, the same audio's captions (the loop guard keeps a
+        repetition the speaker made); None for the captions themselves."""
         text = self.tokenizer.decode(ids)
         glued = ""
         if task.prefix.strip() and text and not text[0].isspace():
             glued, _, text = text.partition(" ")
         # a loop that starts in the context (text copied from before the window) is cut too
         context = [*task.context.split()[-40:], *task.prefix.split()]
-        words, was_cut = cut_repetition(text.split(), context=context)
+        words, was_cut = cut_repetition(text.split(), context=context, spoken=spoken)
         words, restated = cut_restatement(words, context=context)
         was_cut = was_cut or restated
         if request.restart_guard:  # set on partials only (stages.utterance)
@@ -723,6 +786,30 @@ class WhisperEngine:
             cut=was_cut,
             truncated=hit_cap,
         )
+
+    # -- the translation in English (issue 45) ----------------------------------------------
+    def _keep_to_english(self, request: WhisperRequest, language: str,
+                         decodes: list[DecodeResult]) -> list[DecodeResult]:
+        """A translate decode whose text reads as the source language (Whisper transcribed
+        instead of translating) is decoded again with ``<|en|>`` as the language token; if
+        that is not English either, it is marked ``wrong_language`` (never spoken)."""
+        index = next((i for i, d in enumerate(decodes) if d.task == "translate"), None)
+        if index is None:
+            return decodes
+        decode = decodes[index]
+        task = next(t for t in request.tasks if t.task == "translate")
+        if _reads_as(task.prefix, decode, language) is not False:
+            return decodes
+        again = self._run_bucket([replace(
+            request, language="en", tasks=(task,), check_target_language=False,
+            recover_coverage=False, word_times=tuple(t for t in request.word_times
+                                                      if t == "translate"))])[0].decodes[0]
+        redone = replace(again, redecoded=True)
+        if _reads_as(task.prefix, redone, language) is False:
+            redone = replace(redone, wrong_language=True)
+        out = list(decodes)
+        out[index] = redone
+        return out
 
     # -- coverage recovery -----------------------------------------------------------------
     def _recover_coverage(

@@ -427,7 +427,14 @@ class AsrStage:
         )
         if decoder.evidence is not None:
             await asyncio.to_thread(decoder.evidence.update)
+        wrong_before = decoder.wrong_language
         changed = decoder.apply(result, kind, basis)
+        if decoder.wrong_language > wrong_before:
+            # word counts only: nothing spoken goes into the message
+            await events.put(ErrorEvent(
+                "translation_wrong_language",
+                "a translation came out in the spoken language, not English, and was not "
+                "spoken", self.clock.stamp(basis), decoder.utterance))
         if (self.options.keep_detected_language and decoder.language_locked
                 and self.language is None):
             self.detected_language = decoder.language

@@ -75,6 +75,10 @@ class AsrOptions:
     # a sentence end on the last committed word is held back until the next committed
     # words or the utterance's end confirm it (issue 45)
     hold_sentence_end: bool = True
+    # a translation that reads as the source language (py3langid) is decoded again with
+    # English as Whisper's language token; if still not English it is never committed and
+    # the session gets a ``translation_wrong_language`` error event (issue 45)
+    check_target_language: bool = True
     # bounded windows (docs/design.md, "Bounded windows"): after a pause or a cut has
     # committed everything, later decodes hear only the audio after it, with the committed
     # text as <|startofprev|> context; False: every decode hears the whole utterance

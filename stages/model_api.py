@@ -66,6 +66,10 @@ class WhisperRequest:
     prefill: bool = False
     # partials: cut a continuation that starts its sentence over (``cut_restart``)
     restart_guard: bool = False
+    # check that the translation is English, not the source language transcribed (Whisper's
+    # translate task sometimes transcribes); one that is not is decoded again with English
+    # as the language token, and marked ``wrong_language`` when that fails too
+    check_target_language: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +89,8 @@ class DecodeResult:
     # per continuation word (``continuation.split()``): where in the audio it ends, seconds
     # from the request's audio start (Whisper's alignment heads); empty when not asked for
     word_ends: tuple[float, ...] = ()
+    wrong_language: bool = False  # a translation still not in English after a re-decode
+    redecoded: bool = False  # decoded again with English as the language token
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,6 +92,7 @@ class UtteranceDecoder:
     # stream position up to which the captions are committed (the end of their last
     # committed word): the translation commits no word that ends after it
     source_settled_pts: int = 0
+    wrong_language: int = 0  # translate decodes left out: not English after a re-decode
 
     def __post_init__(self) -> None:
         options = self.options
@@ -237,6 +238,7 @@ class UtteranceDecoder:
             vocabulary_words=self.options.vocabulary_words,
             prefill=self.options.prefill,
             restart_guard=self.options.restart_guard and partial,
+            check_target_language=self.translate and self.options.check_target_language,
         ))
 
     def _word_times(self, kind: str) -> tuple[str, ...]:
@@ -270,6 +272,9 @@ class UtteranceDecoder:
             policy = self.source if side == "source" else self.target
             before = (self.text(side), self._shown(policy.tentative))
             words = decode.continuation.split()
+            if decode.wrong_language:  # not English even when decoded again: never said
+                self.wrong_language += 1
+                words = []
             target_by_agreement = (
                 kind == "pause" and decode.task == "translate"
                 and not self.options.commit_target_on_pause
@@ -291,9 +296,13 @@ class UtteranceDecoder:
                     language, before_lock = self.unlocked_words.pop(side, (None, []))
                     if language == self.language and before_lock:
                         policy.update(before_lock)
-                self._set_edge(side, policy, decode.glued)
-                newly = policy.update(words, decode.word_ends, heard_s,
-                                      self._frontier_s(side))
+                if decode.wrong_language:
+                    policy.tentative = []
+                    newly = []
+                else:
+                    self._set_edge(side, policy, decode.glued)
+                    newly = policy.update(words, decode.word_ends, heard_s,
+                                          self._frontier_s(side))
                 if newly:
                     self._glue_edge(side, policy, len(newly), newly)
                     self._hold_end(side, policy, kind)

@@ -18,10 +18,10 @@ from speechpipe.transport.quotas import quota_error
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 # error codes the pipeline itself emits (not the transport's table): speechpipe.errors, and
-# the ASR stage's recoverable translation_incomplete event
+# the ASR stage's recoverable translation_incomplete and translation_wrong_language events
 PIPELINE_CODES = {cls.code for cls in vars(errors).values()
                   if isinstance(cls, type) and issubclass(cls, errors.SpeechpipeError)}
-PIPELINE_CODES.add("translation_incomplete")
+PIPELINE_CODES.update({"translation_incomplete", "translation_wrong_language"})
 
 
 def table(section: str, text: str | None = None) -> list[list[str]]:
