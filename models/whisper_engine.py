@@ -62,10 +62,15 @@ from numpy.typing import NDArray
 
 from speechpipe.errors import LanguageError, ModelError
 from speechpipe.models.home import speechpipe_home
-from speechpipe.models.prefill import NativePrefill, native_prefill, prefill_text_tokens
+from speechpipe.models.prefill import (
+    RESTRICTED_BUDGET_BYTES,
+    NativePrefill,
+    native_prefill,
+    prefill_text_tokens,
+)
 from speechpipe.models.whisper_vocab import (
     RestrictedVocabulary,
-    restricted_model,
+    restricted_vocabulary,
     vocabulary_languages,
 )
 from speechpipe.stages.coverage import (
@@ -337,14 +342,15 @@ class WhisperEngine:
     def __init__(
         self, model_dir: Path | str, *, cpu_threads: int = 2, num_workers: int = 1,
         encode_bucket_s: float = ENCODE_BUCKET_S,
+        restricted_budget_bytes: int = RESTRICTED_BUDGET_BYTES,
     ):
         self.encode_bucket_s = encode_bucket_s
+        self._restricted_budget = restricted_budget_bytes
         self.model_dir = Path(model_dir)
         self._cpu_threads, self._num_workers = cpu_threads, num_workers
-        # decoders restricted to a language and English, by (language, words per language),
-        # with their model folder
-        self._decoders: dict[tuple[str, int],
-                             tuple[Any, RestrictedVocabulary, Path] | None] = {}
+        # the kept tokens of decoders restricted to a language and English, by (language,
+        # words per language); None: that language decodes with the full vocabulary
+        self._decoders: dict[tuple[str, int], RestrictedVocabulary | None] = {}
         self._prefill: NativePrefill | None = None
         self._prefill_checked = False
         self._prefill_lock = threading.Lock()
@@ -424,25 +430,27 @@ class WhisperEngine:
 
     def decoder(self, language: str, words: int) -> tuple[Any, RestrictedVocabulary | None]:
         """The CTranslate2 model that decodes ``language`` (captions, and translation into
-        English): with ``words``, restricted to the tokens of that language's and English's
-        ``words`` most frequent words when a word list exists for it (models/whisper_vocab.py);
-        else, or with 0, the full model. Built on first use (cached on disk), then kept."""
-        found = self._decoder_entry(language, words)
-        return (self.model.model, None) if found is None else (found[0], found[1])
-
-    def decoder_folder(self, language: str, words: int) -> Path:
-        """The model folder of ``decoder(language, words)``."""
-        found = self._decoder_entry(language, words)
-        return self.model_dir if found is None else found[2]
-
-    def _decoder_entry(self, language: str,
-                       words: int) -> tuple[Any, RestrictedVocabulary, Path] | None:
+        English) and, with ``words``, the vocabulary restriction its native decoder applies:
+        the tokens of that language's and English's ``words`` most frequent words when a word
+        list exists for it (models/whisper_vocab.py); else, or with 0, None (the full
+        vocabulary). The model is always the one shared full model: a restriction only
+        selects rows of its output layer (``models.prefill``), no weights are copied."""
         if not words:
-            return None
+            return self.model.model, None
         with self._decoders_lock:
             if (language, words) not in self._decoders:
                 self._decoders[language, words] = self._load_decoder(language, words)
-            return self._decoders[language, words]
+            return self.model.model, self._decoders[language, words]
+
+    def restricted_memory(self) -> dict[str, int]:
+        """What the vocabulary restrictions hold now: ``decoders`` (per worker thread and
+        language) and their ``bytes`` (gathered output-layer rows), ``budget_bytes``, and
+        ``built`` (decoders made so far: more than ``decoders`` once the budget evicts)."""
+        native = self._prefill
+        held, size = native.restricted_usage() if native is not None else (0, 0)
+        return {"decoders": held, "bytes": size, "budget_bytes": self._restricted_budget,
+                "built": native.restricted_built if native is not None else 0,
+                "languages": sum(v is not None for v in self._decoders.values())}
 
     def prefill(self) -> NativePrefill | None:
         """The native prefix-prefill decoders (``models.prefill``), None when unavailable."""
@@ -451,33 +459,27 @@ class WhisperEngine:
                 self._prefill_checked = True
                 module = native_prefill()
                 if module is not None:
-                    self._prefill = NativePrefill(module, self._cpu_threads)
+                    self._prefill = NativePrefill(module, self._cpu_threads,
+                                                  self._restricted_budget)
                     self._prefill.preload(self.model_dir)
             return self._prefill
 
-    def _load_decoder(self, language: str,
-                      words: int) -> tuple[Any, RestrictedVocabulary, Path] | None:
-        """None: the full model decodes this language (no word list, or the restricted copy
-        could not be built or loaded: logged once, and sessions go on with the full one)."""
-        import ctranslate2
-
+    def _load_decoder(self, language: str, words: int) -> RestrictedVocabulary | None:
+        """None: the full vocabulary decodes this language (no word list, no native decoder
+        to restrict, or the kept set could not be read: logged once, sessions go on)."""
         if language not in vocabulary_languages():
             return None
+        if self.prefill() is None:
+            log.warning("no restricted decoder for %s (the native decoder is not built); "
+                        "decoding with the full vocabulary", language)
+            return None
         try:
-            folder, vocabulary = restricted_model(
-                self.model_dir, {language, "en"}, words,
-                speechpipe_home() / "models" / "restricted")
-            model = ctranslate2.models.Whisper(
-                str(folder), device="cpu", compute_type="int8",
-                intra_threads=self._cpu_threads, inter_threads=self._num_workers)
-        except Exception as exc:  # a full disk, a read-only home, a foreign model.bin
+            return restricted_vocabulary(self.model_dir, {language, "en"}, words,
+                                         speechpipe_home() / "models" / "vocabularies")
+        except Exception as exc:  # a foreign tokenizer, a missing word list
             log.warning("no restricted decoder for %s (%s); decoding with the full vocabulary",
                         language, exc)
             return None
-        native = self.prefill()
-        if native is not None:  # its weights load now, not in a live session's decode
-            native.preload(folder)
-        return model, vocabulary, folder
 
     def _text_ids(self, text: str) -> list[int]:
         return (self.tokenizer.encode(" " + text.strip(), add_special_tokens=False).ids
@@ -572,7 +574,8 @@ class WhisperEngine:
         # a restricted decoder has ids of its own: prompts are mapped to them, outputs back
         items: list[_Item] = []
         groups: dict[tuple[str, int, int, int, int, int], list[int]] = {}
-        native = self.prefill() if any(r.prefill for r in requests) else None
+        native = (self.prefill() if any(r.prefill or r.vocabulary_words for r in requests)
+                  else None)
         for row, request in enumerate(requests):
             language = languages[row][0]
             _, vocabulary = self.decoder(language, request.vocabulary_words)
@@ -581,10 +584,10 @@ class WhisperEngine:
             for task in request.tasks:
                 context = contexts[task.task]
                 prompt, n_prefix = self._prompt(language, task.task, task.prefix, context)
-                if vocabulary is not None:
+                if vocabulary is not None:  # full ids, spelled with kept tokens
                     n_head = len(prompt) - n_prefix
-                    head = vocabulary.to_restricted(prompt[:n_head])
-                    tail = vocabulary.to_restricted(prompt[n_head:])
+                    head = vocabulary.spelled(prompt[:n_head])
+                    tail = vocabulary.spelled(prompt[n_head:])
                     prompt, n_prefix = head + tail, len(tail)
                     context = head[: len(head) - len(self._sot(language, task.task))]
                 new_tokens = self.new_tokens(request, n_prefix)
@@ -610,9 +613,13 @@ class WhisperEngine:
             prompts = [items[m].prompt for m in members]
             # generate's step budget (generate_max_length), less the tokens read at once
             steps = min(length // 2, length - n_context - 3) - prefilled
-            if prefilled and native is not None:
+            # a restriction needs the native decoder (``decoder`` gives none without it);
+            # with nothing to read at once it returns generate's ids and scores
+            if native is not None and (prefilled or vocabulary is not None):
+                restriction = (None if vocabulary is None
+                               else (f"{decoder_language}-{words}", vocabulary.kept))
                 cpu0 = time.thread_time()  # it runs on this thread (one CTranslate2 thread)
-                outputs = native.decoder(self.decoder_folder(decoder_language, words)).generate(
+                outputs = native.decoder(self.model_dir, restriction).generate(
                     np.ascontiguousarray(encoded[rows]), prompts,
                     prompt_tokens=n_context + 3 + prefilled, sot_index=n_context,
                     beam_size=beam_size, max_steps=steps)
@@ -635,8 +642,6 @@ class WhisperEngine:
                 item = items[member]
                 # CTranslate2 returns the forced prefix tokens as part of the sequence
                 tokens = full[item.n_prefix:]
-                if vocabulary is not None:
-                    tokens = vocabulary.to_full(tokens)
                 hit_cap = len(tokens) >= item.new_tokens
                 ids = [i for i in tokens[:item.new_tokens] if i < self.eot]
                 made += len(tokens)
