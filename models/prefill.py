@@ -9,7 +9,11 @@ the C++ file's header for why the results equal ``generate``'s.
 
 - ``prefill_text_tokens`` decides how much of a request's prefixes the prompt pass reads,
   from the request alone (so a request's result never depends on its batch);
-- ``NativePrefill`` gives each worker thread its own native decoder per model folder.
+- ``NativePrefill`` gives each worker thread its own native decoder per model folder, and
+  per vocabulary restriction (``models.whisper_vocab``): a restricted decoder shares the
+  model's weights and holds only its gathered output-layer rows (~19 MB for 36k tokens of
+  Whisper base), at most ``restricted_budget_bytes`` of them in all, least recently used
+  evicted (gathering them again costs ~20 ms).
 
 When the extension is missing (no C++ compiler at install time) or was built for another
 CTranslate2 version, ``native_prefill()`` says why once and returns None; the engine then
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -27,7 +32,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PREFILL_BUCKET_TOKENS", "NativePrefill", "native_prefill", "prefill_text_tokens"]
+__all__ = ["PREFILL_BUCKET_TOKENS", "RESTRICTED_BUDGET_BYTES", "NativePrefill", "native_prefill",
+           "prefill_text_tokens"]
 
 # the prompt pass reads a multiple of this many text tokens: requests that read the same
 # count can share a call (they need the same start position). 1: read all it can; at 8
@@ -80,16 +86,25 @@ def _load_native() -> ModuleType | None:
     return _ct2_prefill
 
 
-class NativePrefill:
-    """Native decoders by (thread, model folder); each thread builds its own on first use
-    (CTranslate2's decoder layers are per thread; the weights are loaded once per folder)."""
+RESTRICTED_BUDGET_BYTES = 128 << 20  # the default of ``asr_restricted_cache_mb``
 
-    def __init__(self, module: ModuleType, threads: int):
+
+class NativePrefill:
+    """Native decoders by (thread, model folder, restriction); each thread builds its own on
+    first use (CTranslate2's decoder layers are per thread; the weights are loaded once per
+    folder and shared by every restriction)."""
+
+    def __init__(self, module: ModuleType, threads: int,
+                 restricted_budget_bytes: int = RESTRICTED_BUDGET_BYTES):
         self._module = module
         self._threads = threads
         self._local = threading.local()
         self._kept: dict[str, Any] = {}  # one decoder per folder: keeps its weights loaded
         self._lock = threading.Lock()
+        self.restricted_budget_bytes = restricted_budget_bytes
+        # bytes of each thread's restricted decoders, by (thread, folder, restriction)
+        self._restricted: dict[tuple[int, str, str], int] = {}
+        self.restricted_built = 0  # restricted decoders built (misses), for the metrics
 
     def preload(self, folder: Path) -> None:
         """Load ``folder``'s weights now (blocking) and keep them: the threads' decoders of
@@ -98,10 +113,37 @@ class NativePrefill:
             if str(folder) not in self._kept:
                 self._kept[str(folder)] = self._module.PrefillDecoder(str(folder), self._threads)
 
-    def decoder(self, folder: Path) -> Any:
-        """This thread's native decoder of ``folder``."""
-        decoders: dict[str, Any] = self._local.__dict__.setdefault("decoders", {})
-        key = str(folder)
-        if key not in decoders:
-            decoders[key] = self._module.PrefillDecoder(key, self._threads)
-        return decoders[key]
+    def decoder(self, folder: Path, restriction: tuple[str, Any] | None = None) -> Any:
+        """This thread's native decoder of ``folder``; with ``restriction`` (a name and the
+        sorted full-vocabulary ids its output layer keeps, any sequence of ints), one that
+        scores those ids only (ids in and out stay the full vocabulary's)."""
+        decoders: OrderedDict[tuple[str, str], Any] = self._local.__dict__.setdefault(
+            "decoders", OrderedDict())
+        name = restriction[0] if restriction is not None else ""
+        key = (str(folder), name)
+        found = decoders.get(key)
+        if found is not None:
+            decoders.move_to_end(key)
+            return found
+        if restriction is None:
+            decoders[key] = self._module.PrefillDecoder(key[0], self._threads)
+            return decoders[key]
+        made = self._module.PrefillDecoder(key[0], self._threads,
+                                           [int(i) for i in restriction[1]])
+        thread = threading.get_ident()
+        with self._lock:
+            self.restricted_built += 1
+            self._restricted[(thread, *key)] = int(made.output_bytes)
+            # least recently used first, this thread's only (the others' are in use)
+            for old in [k for k in decoders if k[1]]:
+                if sum(self._restricted.values()) <= self.restricted_budget_bytes:
+                    break
+                del decoders[old]
+                self._restricted.pop((thread, *old), None)
+        decoders[key] = made
+        return made
+
+    def restricted_usage(self) -> tuple[int, int]:
+        """(restricted decoders held, their bytes) across threads."""
+        with self._lock:
+            return len(self._restricted), sum(self._restricted.values())

@@ -7,13 +7,15 @@ two items on 3 s of audio costs 6.5 ms with the full vocabulary and 4.5 ms with 
 (docs/benchmarks.md, "A vocabulary for the languages at hand"). A German speech translated to
 English needs German and English tokens only.
 
-``restricted_model`` builds (once, cached under the model's home) a copy of a CTranslate2
-Whisper folder whose token embeddings (tied to the output layer) keep the tokens of the most
-frequent words of the given languages (``wordfreq``'s lists, in the forms " word", " Word"
-and "word"), every token of one character (the bytes: any text can still be spelled), every
-token without a letter (digits, punctuation) and every special token. Its ids are new;
-``RestrictedVocabulary`` maps between them and the full model's, so the rest of the engine
-keeps the full ids. A prompt token the restricted vocabulary lacks (committed text is
+``restricted_vocabulary`` chooses (once, cached under the model's home as a list of ids)
+the tokens such a decoder keeps: the tokens of the most frequent words of the given
+languages (``wordfreq``'s lists, in the forms " word", " Word" and "word"), every token of
+one character (the bytes: any text can still be spelled), every token without a letter
+(digits, punctuation) and every special token. The native decoder (``models.prefill``)
+scores only those rows of the one shared output layer; no weights are copied, so a new
+language costs ~19 MB per worker thread, not a ~200 MB model (docs/design.md, "Memory that
+does not grow with languages"). ``RestrictedVocabulary`` maps between the kept tokens' own
+ids and the full model's. A prompt token the restricted vocabulary lacks (committed text is
 re-tokenized, and its canonical tokens can differ from the ones generated) is spelled with
 kept tokens, longest first. The encoder is the same, so one encoder output serves both.
 
@@ -26,9 +28,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
-import shutil
-import struct
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -36,19 +37,16 @@ from pathlib import Path
 
 import numpy as np
 
-from speechpipe.models.whisper_weights import _locked
+log = logging.getLogger(__name__)
 
 __all__ = [
     "RestrictedVocabulary",
     "kept_token_ids",
-    "restricted_model",
+    "restricted_vocabulary",
     "vocabulary_languages",
 ]
 
-FORMAT = 1  # bump when the kept set or the folder layout changes (a new cache key)
-EMBEDDINGS = "decoder/embeddings/"  # the output layer is tied to these (an alias)
-# the order of CTranslate2's DataType enum (include/ctranslate2/types.h)
-_DTYPES = ("float32", "int8", "int16", "int32", "float16", "bfloat16")
+FORMAT = 1  # bump when the kept set changes (a new cache key)
 
 
 def vocabulary_languages() -> frozenset[str]:
@@ -82,7 +80,28 @@ def kept_token_ids(tokenizer, languages: Iterable[str], words: int) -> list[int]
                 forms += [" " + variant, " " + variant[:1].upper() + variant[1:], variant]
         for encoding in tokenizer.encode_batch(forms, add_special_tokens=False):
             kept.update(encoding.ids)
+    _forget_word_lists()
     return sorted(kept)
+
+
+def _forget_word_lists() -> None:
+    """Drop wordfreq's in-memory caches: a language's full frequency list is ~50-200 MB of
+    Python objects, kept for the process's life otherwise (measured: +51 to +207 MB RSS per
+    new language), for a kept set that is computed once and cached on disk."""
+    import gc
+
+    import wordfreq
+
+    for cached in (wordfreq.top_n_list, wordfreq.get_frequency_list,
+                   wordfreq.get_frequency_dict):
+        cached.cache_clear()
+    gc.collect()
+    try:  # give the freed arenas back to the system (glibc); elsewhere they stay reusable
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,13 +159,19 @@ class RestrictedVocabulary:
         """Restricted ids as full ids."""
         return [int(self.kept[i]) for i in ids]
 
+    def spelled(self, ids: Iterable[int]) -> list[int]:
+        """Full ids with every token not kept spelled with kept ones (full ids still)."""
+        return self.to_full(self.to_restricted(ids))
 
-# -- the restricted model folder ----------------------------------------------------------
-def restricted_model(full_dir: Path, languages: Iterable[str], words: int,
-                     cache_root: Path) -> tuple[Path, RestrictedVocabulary]:
-    """A CTranslate2 Whisper folder restricted to ``languages`` (built once, then cached under
-    ``cache_root``) and its id maps. Crash- and race-safe like the bundled model's assembly:
-    built under a lock in a temporary folder, renamed into place when complete."""
+
+# -- the kept set, cached ------------------------------------------------------------------
+def restricted_vocabulary(full_dir: Path, languages: Iterable[str], words: int,
+                          cache_root: Path) -> RestrictedVocabulary:
+    """The id maps of a decoder of ``full_dir`` restricted to ``languages``. The kept ids are
+    computed once (~1 s of tokenizing) and cached as a small JSON file under ``cache_root``
+    (~0.3 MB; written to a temporary name, then renamed: crash- and race-safe). The weights
+    are never copied: the native decoder gathers the kept rows of the shared output layer
+    (``models.prefill``)."""
     from tokenizers import Tokenizer
 
     full_dir = Path(full_dir)
@@ -155,75 +180,44 @@ def restricted_model(full_dir: Path, languages: Iterable[str], words: int,
     key = hashlib.sha256(json.dumps(
         [FORMAT, str(full_dir.resolve()), stat.st_size, int(stat.st_mtime), langs, words]
     ).encode()).hexdigest()[:16]
-    target = cache_root / f"{full_dir.name}-{'-'.join(langs)}-{key}"
+    target = cache_root / f"{full_dir.name}-{'-'.join(langs)}-{words}-{key}.json"
     full_tokens = json.loads((full_dir / "vocabulary.json").read_text(encoding="utf-8"))
-    if not (target / "kept.json").exists():
-        cache_root.mkdir(parents=True, exist_ok=True)
-        with _locked(cache_root / f".{target.name}.lock"):
-            if not (target / "kept.json").exists():
-                tokenizer = Tokenizer.from_file(str(full_dir / "tokenizer.json"))
-                kept = kept_token_ids(tokenizer, langs, words)
-                _write_folder(full_dir, target, kept, full_tokens)
-    kept = json.loads((target / "kept.json").read_text(encoding="utf-8"))
-    return target, RestrictedVocabulary.build(full_tokens, kept)
-
-
-def _write_folder(full_dir: Path, target: Path, kept: list[int], tokens: list[str]) -> None:
-    tmp = target.parent / f".tmp-{target.name}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
     try:
-        rows = np.asarray(kept, dtype=np.int64)
-        _rewrite_model_bin(full_dir / "model.bin", tmp / "model.bin", rows, len(tokens))
-        (tmp / "vocabulary.json").write_text(json.dumps([tokens[i] for i in kept]),
-                                             encoding="utf-8")
-        config = json.loads((full_dir / "config.json").read_text(encoding="utf-8"))
-        new_id = {full: n for n, full in enumerate(kept)}
-        for field in ("lang_ids", "suppress_ids", "suppress_ids_begin"):
-            if field in config:
-                config[field] = [new_id[i] for i in config[field] if i in new_id]
-        (tmp / "config.json").write_text(json.dumps(config), encoding="utf-8")
-        (tmp / "kept.json").write_text(json.dumps(kept), encoding="utf-8")  # written last
-        shutil.rmtree(target, ignore_errors=True)
-        os.rename(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        kept = json.loads(target.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        kept = _kept_in_subprocess(full_dir, langs, words)
+        if kept is None:  # no interpreter to start: here, at the cost of the memory
+            tokenizer = Tokenizer.from_file(str(full_dir / "tokenizer.json"))
+            kept = kept_token_ids(tokenizer, langs, words)
+        try:
+            cache_root.mkdir(parents=True, exist_ok=True)
+            tmp = cache_root / f".tmp-{target.name}-{uuid.uuid4().hex[:8]}"
+            tmp.write_text(json.dumps(kept), encoding="utf-8")
+            os.replace(tmp, target)
+        except OSError as exc:  # a read-only or full home: computed again next time
+            log.info("kept tokens not cached (%s)", exc)
+    return RestrictedVocabulary.build(full_tokens, kept)
 
 
-def _rewrite_model_bin(source: Path, dest: Path, rows: np.ndarray, vocab_size: int) -> None:
-    """Copy a CTranslate2 ``model.bin`` (binary format 6), keeping only ``rows`` of every
-    variable under ``decoder/embeddings/`` whose first dimension is the vocabulary."""
-    with open(source, "rb") as src, open(dest, "wb") as out:
-        def copy(fmt: str) -> tuple[int, ...]:
-            raw = src.read(struct.calcsize(fmt))
-            out.write(raw)
-            return struct.unpack(fmt, raw)
+def _kept_in_subprocess(full_dir: Path, languages: list[str], words: int) -> list[int] | None:
+    """``kept_token_ids`` in a short-lived interpreter (~2 s, once per language and
+    machine): wordfreq's lists and the tokenizer's buffers cost a server 10-60 MB of
+    resident memory per language that it would keep (measured), for ids computed once.
+    None when no interpreter could run it."""
+    import subprocess
+    import sys
 
-        def copy_string() -> str:
-            (length,) = copy("H")
-            raw = src.read(length)
-            out.write(raw)
-            return raw[:-1].decode("utf-8")
-
-        (version,) = copy("I")
-        if version != 6:
-            raise ValueError(f"model.bin format {version} is not supported (6 is)")
-        copy_string()  # the spec's name
-        copy("I")  # its revision
-        (count,) = copy("I")
-        for _ in range(count):
-            name = copy_string()
-            (rank,) = struct.unpack("B", src.read(1))
-            shape = struct.unpack(f"{rank}I", src.read(4 * rank))
-            (dtype,) = struct.unpack("B", src.read(1))
-            (nbytes,) = struct.unpack("I", src.read(4))
-            raw = src.read(nbytes)
-            if name.startswith(EMBEDDINGS) and rank >= 1 and shape[0] == vocab_size:
-                array = np.frombuffer(raw, dtype=_DTYPES[dtype]).reshape(shape)[rows]
-                shape, raw = array.shape, np.ascontiguousarray(array).tobytes()
-            out.write(struct.pack("B", rank))
-            out.write(struct.pack(f"{rank}I", *shape))
-            out.write(struct.pack("B", dtype))
-            out.write(struct.pack("I", len(raw)))
-            out.write(raw)
-        out.write(src.read())  # the aliases (the output layer is one of them)
+    code = ("import json, sys; from tokenizers import Tokenizer; "
+            "from speechpipe.models.whisper_vocab import kept_token_ids; "
+            "print(json.dumps(kept_token_ids(Tokenizer.from_file(sys.argv[1]), "
+            "sys.argv[2].split(','), int(sys.argv[3]))))")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-P", "-c", code, str(full_dir / "tokenizer.json"),
+             ",".join(languages), str(words)],
+            capture_output=True, text=True, timeout=120, check=True)
+        kept = json.loads(done.stdout)
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        log.info("kept tokens computed in this process (%s)", exc)
+        return None
+    return [int(i) for i in kept]

@@ -173,7 +173,8 @@ class Pipeline:
         model_dir = resolve_whisper_model(options.asr_model)
         engine = WhisperEngine(model_dir, cpu_threads=options.asr_threads,
                                num_workers=options.batching.workers,
-                               encode_bucket_s=options.asr_encode_bucket_s)
+                               encode_bucket_s=options.asr_encode_bucket_s,
+                               restricted_budget_bytes=options.asr_restricted_cache_mb << 20)
         return cls(options, engine)
 
     def warm_up(self) -> None:

@@ -68,7 +68,14 @@ namespace {
   // replicas each have their own, and `update_output_layer` changes the layer).
   class PrefillDecoder {
   public:
-    PrefillDecoder(const std::string& path, size_t threads)
+    // restrict_ids (sorted, unique; empty: the full vocabulary): the only tokens the output
+    // layer scores, as CTranslate2's vocabulary maps do (`update_output_layer`): this
+    // decoder gathers those rows of the shared output layer once (its own copy, 4 bytes
+    // more per row than the int8 row), the model's weights stay shared. Ids in and out
+    // stay the full vocabulary's; the forced tokens after the prompt pass must be kept
+    // ones (decode would drop the others).
+    PrefillDecoder(const std::string& path, size_t threads,
+                   const std::vector<size_t>& restrict_ids)
       : _threads(threads)
       , _model(load_model(path))
       , _decoder(std::make_unique<layers::WhisperDecoder>(*_model, "decoder")) {
@@ -80,6 +87,40 @@ namespace {
         _no_speech_id = vocabulary.to_id("<|nocaptions|>");
       for (const auto& id : _model->config["suppress_ids"])
         _suppress.push_back(id);
+      for (size_t i = 1; i < restrict_ids.size(); ++i)
+        if (restrict_ids[i] <= restrict_ids[i - 1])
+          throw std::invalid_argument("restrict_ids must be sorted and unique");
+      if (!restrict_ids.empty() && restrict_ids.back() >= vocabulary.size())
+        throw std::invalid_argument("restrict_ids holds an id outside the vocabulary");
+      const auto scoped_device_setter = _model->get_scoped_device_setter();
+      _decoder->update_output_layer(_model->preferred_size_multiple(), restrict_ids);
+      for (const size_t id : {_sot_id, _eot_id, _no_speech_id})
+        if (_decoder->output_layer_is_updated() && !_decoder->is_in_output(id))
+          throw std::invalid_argument("restrict_ids must keep the special tokens");
+      _no_speech_column = _decoder->to_output_word_id(_no_speech_id);
+      _output_size = _decoder->output_size();
+      if (_decoder->output_layer_is_updated()) {  // the bytes of the gathered rows
+        const StorageView* weight = _model->get_variable_if_exists("decoder/projection/weight");
+        if (!weight)
+          weight = _model->get_variable_if_exists("decoder/embeddings/weight");
+        const StorageView* scale =
+          _model->get_variable_if_exists("decoder/projection/weight_scale");
+        if (!scale)
+          scale = _model->get_variable_if_exists("decoder/embeddings/weight_scale");
+        size_t row = weight ? size_t(weight->dim(-1)) * weight->item_size() : 0;
+        if (scale && !scale->is_scalar())
+          row += scale->item_size();
+        _output_bytes = _output_size * row;
+      }
+    }
+
+    size_t output_size() const {
+      return _output_size;
+    }
+
+    // bytes this decoder holds of its own: the gathered rows of a restricted output layer
+    size_t output_bytes() const {
+      return _output_bytes;
     }
 
     // memory: encoder output (batch, frames, width), float32. prompts: whole prompts
@@ -90,7 +131,8 @@ namespace {
     std::vector<Generated> generate(
         py::array_t<float, py::array::c_style | py::array::forcecast> memory,
         const std::vector<std::vector<size_t>>& prompts,
-        size_t prompt_tokens, size_t sot_index, size_t beam_size, size_t max_steps) {
+        size_t prompt_tokens, size_t sot_index, size_t beam_size, size_t max_steps,
+        const std::vector<size_t>& suppress) {
       const size_t batch = prompts.size();
       if (memory.ndim() != 3 || size_t(memory.shape(0)) != batch)
         throw std::invalid_argument("memory must be (len(prompts), frames, width)");
@@ -104,6 +146,10 @@ namespace {
           throw std::invalid_argument("<|startoftranscript|> is not at sot_index");
         head.emplace_back(prompt.begin(), prompt.begin() + prompt_tokens);
         start.emplace_back(prompt.begin() + prompt_tokens, prompt.end());
+        if (_decoder->output_layer_is_updated())
+          for (const size_t id : start.back())
+            if (!_decoder->is_in_output(id))
+              throw std::invalid_argument("a forced token is not in restrict_ids");
       }
       // text tokens that decode's hypotheses leave out: those read in the prompt pass and
       // the start token (the sot sequence is 4 tokens; prompt_tokens >= sot_index + 3)
@@ -118,7 +164,6 @@ namespace {
       layers::DecoderState state = _decoder->initial_state();
       Shape shape{memory.shape(0), memory.shape(1), memory.shape(2)};
       state.emplace("memory", StorageView(shape, const_cast<float*>(memory.data()), device));
-      _decoder->update_output_layer(_model->preferred_size_multiple());
 
       const StorageView inputs = layers::make_sequence_inputs(head, device);
       StorageView outputs(dtype, device);
@@ -140,7 +185,8 @@ namespace {
       options.num_hypotheses = beam_size;  // all finished ones: ranked below
       options.return_scores = true;
       options.include_eos_in_hypotheses = false;
-      options.disable_ids = _suppress;
+      options.disable_ids = _suppress;  // the model's, and the caller's (full ids both)
+      options.disable_ids.insert(options.disable_ids.end(), suppress.begin(), suppress.end());
       std::vector<DecodingResult> results = decode(*_decoder, state, start, {_eot_id}, options);
 
       std::vector<Generated> out;
@@ -169,7 +215,7 @@ namespace {
           g.ids.insert(g.ids.end(), hyp.begin(), hyp.end());
         }
         g.score = result.hypotheses.empty() ? 0.f : best_score;
-        g.no_speech_prob = probs32.at<float>({dim_t(i), dim_t(_no_speech_id)});
+        g.no_speech_prob = probs32.at<float>({dim_t(i), dim_t(_no_speech_column)});
         out.push_back(std::move(g));
       }
       return out;
@@ -179,7 +225,8 @@ namespace {
     const size_t _threads;
     const std::shared_ptr<const models::WhisperModel> _model;
     const std::unique_ptr<layers::WhisperDecoder> _decoder;
-    size_t _sot_id = 0, _eot_id = 0, _no_speech_id = 0;
+    size_t _sot_id = 0, _eot_id = 0, _no_speech_id = 0, _no_speech_column = 0;
+    size_t _output_size = 0, _output_bytes = 0;
     std::vector<size_t> _suppress;
   };
 
@@ -192,8 +239,11 @@ PYBIND11_MODULE(_ct2_prefill, m) {
     .def_readonly("score", &Generated::score)
     .def_readonly("no_speech_prob", &Generated::no_speech_prob);
   py::class_<PrefillDecoder>(m, "PrefillDecoder")
-    .def(py::init<const std::string&, size_t>(), py::arg("path"), py::arg("threads"))
+    .def(py::init<const std::string&, size_t, const std::vector<size_t>&>(), py::arg("path"),
+         py::arg("threads"), py::arg("restrict_ids") = std::vector<size_t>())
+    .def_property_readonly("output_size", &PrefillDecoder::output_size)
+    .def_property_readonly("output_bytes", &PrefillDecoder::output_bytes)
     .def("generate", &PrefillDecoder::generate, py::arg("memory"), py::arg("prompts"),
          py::arg("prompt_tokens"), py::arg("sot_index"), py::arg("beam_size"),
-         py::arg("max_steps"));
+         py::arg("max_steps"), py::arg("suppress") = std::vector<size_t>());
 }

@@ -1,13 +1,13 @@
-"""Decoders restricted to the tokens of the languages at hand (``models/whisper_vocab.py``):
-the id maps on a scripted vocabulary, the ``model.bin`` rewrite on a scripted file, the kept
-set on the real tokenizer, and real decodes (restricted against full, batched against alone)."""
+"""Decoders restricted to the tokens of the languages at hand (``models/whisper_vocab.py``,
+``models/prefill.py``): the id maps on a scripted vocabulary, the kept set on the real
+tokenizer and its small cache, and real decodes (restricted against full, batched against
+alone, memory bounded by the budget however many languages)."""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
 import json
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +15,8 @@ import pytest
 
 from speechpipe.models.whisper_vocab import (
     RestrictedVocabulary,
-    _rewrite_model_bin,
     kept_token_ids,
+    restricted_vocabulary,
 )
 from speechpipe.models.whisper_weights import resolve_whisper_model
 from speechpipe.stages.model_api import DecodeTask, WhisperRequest, WhisperResult
@@ -36,72 +36,6 @@ def test_kept_tokens_map_both_ways_and_the_others_are_spelled_longest_first():
         == TOKENS[4]
     with pytest.raises(ValueError, match="cannot be spelled"):  # no kept token has "c"
         vocabulary.to_restricted([6])
-
-
-# ---- the model.bin rewrite ------------------------------------------------------------------
-def _string(text: str) -> bytes:
-    raw = text.encode() + b"\0"
-    return struct.pack("H", len(raw)) + raw
-
-
-def _variable(name: str, array: np.ndarray, dtype_id: int) -> bytes:
-    return (_string(name) + struct.pack("B", array.ndim)
-            + struct.pack(f"{array.ndim}I", *array.shape) + struct.pack("B", dtype_id)
-            + struct.pack("I", array.nbytes) + array.tobytes())
-
-
-def _read(path: Path) -> tuple[dict[str, tuple[tuple[int, ...], bytes]], bytes]:
-    data = path.read_bytes()
-    pos = 4
-
-    def string() -> str:
-        nonlocal pos
-        (length,) = struct.unpack_from("H", data, pos)
-        text = data[pos + 2: pos + 2 + length - 1].decode()
-        pos += 2 + length
-        return text
-
-    string()
-    pos += 4
-    (count,) = struct.unpack_from("I", data, pos)
-    pos += 4
-    variables = {}
-    for _ in range(count):
-        name = string()
-        rank = data[pos]
-        shape = struct.unpack_from(f"{rank}I", data, pos + 1)
-        pos += 1 + 4 * rank + 1
-        (nbytes,) = struct.unpack_from("I", data, pos)
-        variables[name] = (shape, data[pos + 4: pos + 4 + nbytes])
-        pos += 4 + nbytes
-    return variables, data[pos:]
-
-
-def test_the_rewrite_keeps_the_chosen_embedding_rows_and_everything_else(tmp_path):
-    embeddings = np.arange(12, dtype=np.float16).reshape(6, 2)
-    other = np.arange(6, dtype=np.float32).reshape(6, 1)  # 6 rows too, but not an embedding
-    aliases = struct.pack("I", 1) + _string("decoder/projection/weight") \
-        + _string("decoder/embeddings/weight")
-    source = tmp_path / "model.bin"
-    source.write_bytes(struct.pack("I", 6) + _string("WhisperSpec") + struct.pack("I", 3)
-                       + struct.pack("I", 2)
-                       + _variable("decoder/embeddings/weight", embeddings, 4)
-                       + _variable("encoder/something", other, 0) + aliases)
-    dest = tmp_path / "restricted.bin"
-    _rewrite_model_bin(source, dest, np.array([0, 2, 5]), vocab_size=6)
-    variables, tail = _read(dest)
-    shape, raw = variables["decoder/embeddings/weight"]
-    assert shape == (3, 2)
-    assert np.array_equal(np.frombuffer(raw, np.float16).reshape(3, 2), embeddings[[0, 2, 5]])
-    assert variables["encoder/something"] == ((6, 1), other.tobytes())
-    assert tail == aliases  # the tied output layer stays an alias of the embeddings
-
-
-def test_a_model_bin_of_another_format_is_refused(tmp_path):
-    source = tmp_path / "model.bin"
-    source.write_bytes(struct.pack("I", 5) + _string("WhisperSpec"))
-    with pytest.raises(ValueError, match="format 5"):
-        _rewrite_model_bin(source, tmp_path / "out.bin", np.array([0]), vocab_size=1)
 
 
 # ---- the kept set, on the real tokenizer ----------------------------------------------------
@@ -170,25 +104,75 @@ def test_restricted_decodes_say_what_the_full_vocabulary_says_on_real_speech(pip
     assert same_words >= 0.8 * total_words, (same_words, total_words)
 
 
-def test_the_restricted_folder_is_built_once_and_loads(tmp_path, monkeypatch):
-    from speechpipe.models.whisper_vocab import restricted_model
-
+def test_the_kept_set_is_cached_as_a_small_file_and_no_weights_are_copied(tmp_path):
     full = resolve_whisper_model()
-    folder, vocabulary = restricted_model(full, ["es", "en"], 500, tmp_path)
-    assert sorted(p.name for p in folder.iterdir()) == [
-        "config.json", "kept.json", "model.bin", "vocabulary.json"]
-    config = json.loads((folder / "config.json").read_text())
-    tokens = json.loads((folder / "vocabulary.json").read_text())
-    assert len(tokens) == len(vocabulary.kept) < 40000
-    assert [tokens[i] for i in config["lang_ids"]][:2] == ["<|en|>", "<|zh|>"]
-    built = (folder / "model.bin").stat().st_mtime_ns
-    again, _ = restricted_model(full, ["en", "es"], 500, tmp_path)  # same set: the cache
-    assert again == folder and (folder / "model.bin").stat().st_mtime_ns == built
-    assert not list(tmp_path.glob(".tmp-*"))
+    vocabulary = restricted_vocabulary(full, ["es", "en"], 500, tmp_path)
+    (cached,) = tmp_path.iterdir()
+    assert cached.suffix == ".json" and cached.stat().st_size < 1 << 20  # not a ~120 MB model
+    assert json.loads(cached.read_text()) == [int(i) for i in vocabulary.kept]
+    written = cached.stat().st_mtime_ns
+    again = restricted_vocabulary(full, ["en", "es"], 500, tmp_path)  # same set: the cache
+    assert cached.stat().st_mtime_ns == written and list(tmp_path.iterdir()) == [cached]
+    assert np.array_equal(again.kept, vocabulary.kept)
+    cached.write_text("{not json")  # a torn file is computed again
+    assert np.array_equal(restricted_vocabulary(full, ["es", "en"], 500, tmp_path).kept,
+                          vocabulary.kept)
+
+
+def test_a_restriction_keeps_the_model_weights_shared_and_holds_only_its_rows(pipeline):
+    """Three languages' restricted decoders, each on the one shared model: every one holds
+    its gathered output rows only (bytes = rows x (512 + 4)); with a budget of one decoder
+    the older ones are evicted, and a decode gathered again gives the same result."""
+    import ctranslate2  # noqa: F401  (loads the library the extension links to)
+
+    from speechpipe.models.prefill import NativePrefill, native_prefill
+
+    engine = pipeline.engine
+    module = native_prefill()
+    if module is None:
+        pytest.skip("the native decoder is not built here")
+    native = NativePrefill(module, 1, restricted_budget_bytes=1)  # room for one at a time
+    audio = load_16k("es_enh_11375_cv")[: 16000 * 3]
+    encoded = engine._encode_rows([engine.mel(audio)])
+    prompt = engine._sot("es", "transcribe")
+    results = []
+    for language in ("es", "fr", "es"):
+        _, vocabulary = engine.decoder(language, 2000)
+        assert vocabulary is not None
+        decoder = native.decoder(engine.model_dir, (f"{language}-2000", vocabulary.kept))
+        assert decoder.output_size == len(vocabulary.kept) < 51865
+        assert decoder.output_bytes == len(vocabulary.kept) * (512 + 4)
+        assert native.restricted_usage() == (1, decoder.output_bytes)  # the others evicted
+        got = decoder.generate(encoded, [prompt], prompt_tokens=3, sot_index=0, beam_size=5,
+                               max_steps=30)[0]
+        assert all(int(vocabulary.full_to_kept[i]) >= 0 for i in got.ids)  # full ids, kept
+        results.append((list(got.ids), got.score))
+    assert native.restricted_built == 3 and results[0] == results[2] and results[0][0]
+
+
+def test_a_restricted_decoder_refuses_a_forced_token_it_does_not_keep(pipeline):
+    import ctranslate2  # noqa: F401
+
+    from speechpipe.models.prefill import native_prefill
+
+    engine = pipeline.engine
+    module = native_prefill()
+    if module is None:
+        pytest.skip("the native decoder is not built here")
+    _, vocabulary = engine.decoder("es", 2000)
+    assert vocabulary is not None
+    decoder = module.PrefillDecoder(str(engine.model_dir), 1, [int(i) for i in vocabulary.kept])
+    outside = int(np.flatnonzero(vocabulary.full_to_kept < 0)[0])
+    encoded = engine._encode_rows([engine.mel(load_16k("es_enh_11375_cv")[:16000])])
+    with pytest.raises(ValueError, match="not in restrict_ids"):
+        decoder.generate(encoded, [engine._sot("es", "transcribe") + [outside]],
+                         prompt_tokens=3, sot_index=0, beam_size=1, max_steps=4)
+    with pytest.raises(ValueError, match="special tokens"):
+        module.PrefillDecoder(str(engine.model_dir), 1, [1, 2, 3])
 
 
 @pytest.mark.slow
-def test_a_restricted_decoder_that_cannot_be_built_falls_back_to_the_full_one(
+def test_a_restricted_decoder_that_cannot_be_made_falls_back_to_the_full_one(
         pipeline, monkeypatch, caplog):
     import logging
 
@@ -197,7 +181,7 @@ def test_a_restricted_decoder_that_cannot_be_built_falls_back_to_the_full_one(
     def read_only(*args: object, **kwargs: object) -> None:
         raise OSError("read-only file system")
 
-    monkeypatch.setattr(engine_module, "restricted_model", read_only)
+    monkeypatch.setattr(engine_module, "restricted_vocabulary", read_only)
     engine = pipeline.engine
     with caplog.at_level(logging.WARNING, logger=engine_module.__name__):
         model, vocabulary = engine.decoder("es", 777)  # a count no other test loads
@@ -205,3 +189,31 @@ def test_a_restricted_decoder_that_cannot_be_built_falls_back_to_the_full_one(
     assert "read-only file system" in caplog.text and "full vocabulary" in caplog.text
     request = _restricted(real_requests()[0], 777)
     assert same(engine.run(request), engine.run(_restricted(request, 0)))
+
+
+def _rss() -> int:
+    """This process's resident bytes (Linux)."""
+    status = Path("/proc/self/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmRSS")).split()[1])\
+        * 1024
+
+
+@pytest.mark.slow
+def test_new_languages_add_megabytes_not_a_model_each(pipeline):
+    """Decodes in four source languages not decoded before in this process: the process's
+    resident memory grows by their gathered rows (~19 MB per worker thread and language at
+    most), not by a copy of the model each (~216 MB each before)."""
+    engine = pipeline.engine
+    audio = load_16k("es_enh_11375_cv")[: 16000 * 3]
+    tasks = (DecodeTask("transcribe"), DecodeTask("translate"))
+    words = 29999  # a count no other test uses: every language is new here
+    engine.run(WhisperRequest(audio=audio, language="es", tasks=tasks, vocabulary_words=words))
+    before = _rss()
+    for language in ("fr", "de", "it", "pt"):
+        result = engine.run(WhisperRequest(audio=audio, language=language, tasks=tasks,
+                                           vocabulary_words=words))
+        assert all(d.continuation for d in result.decodes)
+    grown = _rss() - before
+    memory = engine.restricted_memory()
+    assert memory["bytes"] <= memory["budget_bytes"] or memory["decoders"] == 1
+    assert grown < 4 * 40 << 20, f"{grown >> 20} MB for four languages"
