@@ -7,6 +7,11 @@ fail the test that made it, including from servers the tests run in-process. Sub
 tests start (Chromium, CLIs, Ray workers) are not covered by this Python-level guard:
 ``.ci/run`` runs the tests in a private network namespace (``scripts/netns-pytest``), which
 covers them.
+
+Test files stay in temporary folders: ``pytest_configure`` points ``SPEECHPIPE_HOME`` at a
+folder of its own for the whole run (the bundled Whisper model is assembled there, ~2 s),
+inherited by the subprocesses the tests start, and removed at the end; nothing is written to
+the user's cache (it held ~700 MB after a test run before).
 """
 
 from __future__ import annotations
@@ -20,6 +25,25 @@ import pytest_asyncio
 
 from tests.helpers import SPANISH_CLIP, manifest_clip, stream_websocket
 from tests.netguard import *  # noqa: F403  (socket guard: hooks, local_traffic_only, local_ice)
+
+_TEST_HOME: Path | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One temporary ``SPEECHPIPE_HOME`` for the run, set before any test resolves a model."""
+    import os
+    import tempfile
+
+    global _TEST_HOME
+    _TEST_HOME = Path(tempfile.mkdtemp(prefix="speechpipe-test-home-"))
+    os.environ["SPEECHPIPE_HOME"] = str(_TEST_HOME)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    if _TEST_HOME is not None:
+        shutil.rmtree(_TEST_HOME, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
