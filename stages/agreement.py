@@ -78,6 +78,12 @@ class LocalAgreement:
         self.tentative = words[len(newly):]
         return newly
 
+    @property
+    def can_agree(self) -> bool:
+        """Could the next continuation commit words? Only with earlier hypotheses that hold
+        words to agree with (a caller can skip work that only matters for a commit)."""
+        return len(self._history) >= self.n - 1 and any(self._history)
+
     def commit_tentative(self, count: int) -> list[str]:
         """Commit the first ``count`` tentative words on another policy's say (e.g. the
         alignment of one decode); older hypotheses that disagree with them are dropped."""

@@ -94,6 +94,14 @@ class CommitPolicy:
         return self.rule == "align" or self.settle_margin_s > 0
 
     @property
+    def wants_word_times(self) -> bool:
+        """Whether the next decode's word times can change what commits: the rule uses them
+        and (settling) there is an earlier hypothesis to agree with."""
+        if self.rule == "align":
+            return True
+        return self.settle_margin_s > 0 and self._agreement.can_agree
+
+    @property
     def committed(self) -> list[str]:
         """The committed words (append-only)."""
         return self._agreement.committed

@@ -248,7 +248,10 @@ class UtteranceDecoder:
             return ()
         sides = [("transcribe", self.source)] + (
             [("translate", self.target)] if self.translate else [])
-        return tuple(task for task, policy in sides if policy.needs_word_times)
+        # an earlier hypothesis to agree with, or the decode that may fix the language
+        return tuple(task for task, policy in sides
+                     if policy.wants_word_times or (policy.needs_word_times
+                                                    and not self.language_locked))
 
     def apply(self, result: WhisperResult, kind: str, basis_pts: int) -> list[tuple[str, str, str]]:
         """Feed a decode result; return (side, committed, tentative) for each changed side."""

@@ -147,6 +147,9 @@ def test_align_policy_requests_word_times_only_for_translation_partials():
     # settling (the default) needs the times of both sides' words
     settling = _decoder("agreement", settle_margin_s=0.4)
     settling.add(__import__("numpy").zeros(STREAM_RATE, "int16"), STREAM_RATE)
+    # ... once there is an earlier hypothesis to agree with (the first needs none)
+    assert settling.request("partial").word_times == ()
+    settling.apply(_result("we found", (0.4, 0.8)), "partial", STREAM_RATE)
     assert settling.request("partial").word_times == ("transcribe", "translate")
 
 
