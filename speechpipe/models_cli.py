@@ -67,6 +67,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_aliases(listing, [a for a in MODEL_ALIASES if a.flag == "--voices-dir"])
     listing.set_defaults(handler=cmd_models_list)
 
+    clean = sub.add_parser("clean", help="remove what the cache holds that nothing uses "
+                           "(old restricted decoder copies, unregistered MT folders, leftovers)")
+    clean.add_argument("--dry-run", action="store_true", help="only list what would go")
+    clean.set_defaults(handler=cmd_models_clean)
+
     add = sub.add_parser("add", help="register a CTranslate2 MT folder, an Argos Translate "
                          "package or a Piper .onnx voice")
     add.add_argument("path", help="CTranslate2 model folder, FILE.argosmodel, or a Piper .onnx "
@@ -262,8 +267,14 @@ def cmd_models_list(args: argparse.Namespace) -> int:
         }
         for v in list_voices(getattr(args, "voices_dir", None) or ())
     ]
+    from speechpipe.models.cache import cache_entries
+
+    home = speechpipe_home()
+    entries = cache_entries(home)
+    cache = [{"path": str(e.path), "kind": e.kind, "size_bytes": e.size_bytes,
+              "removable": e.removable, "note": e.note} for e in entries]
     if getattr(args, "json", False):
-        print(json.dumps({"asr": asr, "mt": mt, "voices": voices}, indent=2))
+        print(json.dumps({"asr": asr, "mt": mt, "voices": voices, "cache": cache}, indent=2))
         return 0
     print("ASR models:")
     for m in asr:
@@ -280,6 +291,27 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     for v in voices:
         print(f"  {v['name']:<24} {v['locale']:<7} {v['sample_rate']} Hz  "
               f"{_human(v['size_bytes'])}  {v['source']}")
+    print(f"Cache ({home}): {_human(sum(e.size_bytes for e in entries))}")
+    for e in entries:
+        mark = "  [removable: speechpipe models clean]" if e.removable else ""
+        note = f"  {e.note}" if e.note else ""
+        print(f"  {_human(e.size_bytes):>9}  {e.kind:<16} {e.path.relative_to(home)}{note}{mark}")
+    return 0
+
+
+@_handles_errors
+def cmd_models_clean(args: argparse.Namespace) -> int:
+    """``speechpipe models clean``: remove the cache entries nothing uses."""
+    from speechpipe.models.cache import clean
+
+    home = speechpipe_home()
+    gone = clean(home, dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for entry in gone:
+        print(f"{verb} {_human(entry.size_bytes):>9}  {entry.kind:<16} "
+              f"{entry.path.relative_to(home)}")
+    print(f"{verb} {_human(sum(e.size_bytes for e in gone))} in all"
+          if gone else "nothing to remove")
     return 0
 
 
