@@ -40,7 +40,7 @@ def cascade_figures(records: Sequence[dict[str, Any]], audio_s: float) -> dict[s
     waiting: list[tuple[int, float, bool]] = []  # utterance, caption commit wall_t, updated
     target_words: dict[int, int] = {}
     for r in records:
-        utt = r.get("utterance")
+        utt = int(r.get("utterance") or 0)
         if r["event"] in ("asr.commit", "asr.partial") and r.get("language") is not None:
             n = len(str(r.get("committed", "")).split())
             if n > source_done.get(utt, 0):
