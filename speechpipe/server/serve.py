@@ -171,6 +171,9 @@ class ServerApp:
             from speechpipe.server.worker_metrics import WorkerCollector
 
             self.metrics.registry.register(WorkerCollector(self.pipeline.worker_health))
+            from speechpipe.server.model_metrics import ModelMemoryCollector
+
+            self.metrics.registry.register(ModelMemoryCollector(self.pipeline.engine))
             self._worker_metrics = True
         self._ready = True
         self.metrics.set_ready(True)
