@@ -196,6 +196,7 @@ class WorkerGuard:
         self.restarts = 0
         self.failures = 0
         self.refused = 0
+        self.successes = 0
         self._lock = threading.Lock()
 
     def admit(self) -> None:
@@ -228,6 +229,7 @@ class WorkerGuard:
 
     def succeeded(self, seconds: float) -> None:
         with self._lock:
+            self.successes += 1
             self.budget.observe(seconds)
             self.breaker.success(self.clock())
 

@@ -32,6 +32,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     from speechpipe.bench.cascade import register_cascade
 
     register_cascade(kinds)  # bench cascade: text-MT cost and added latency
+    from speechpipe.bench.drill import register_drill
+
+    register_drill(kinds)  # bench drill: worker faults injected into a live server
 
 
 def _bench_mt(args: argparse.Namespace) -> int:
