@@ -73,6 +73,7 @@ from speechpipe.models.whisper_vocab import (
     restricted_vocabulary,
     vocabulary_languages,
 )
+from speechpipe.stages.agreement import normalize_word
 from speechpipe.stages.coverage import (
     classify_utterance,
     coverage_gap,
@@ -718,7 +719,9 @@ class WhisperEngine:
 
         wanted: dict[tuple[str, str], list[int]] = {}
         for member, item in enumerate(items):
-            if item.task.task in requests[item.row].word_times and generated[member][0]:
+            request = requests[item.row]
+            if (item.task.task in request.word_times and generated[member][0]
+                    and self._may_commit(request, item.task.task, decodes[item.row])):
                 wanted.setdefault((languages[item.row][0], item.task.task), []).append(member)
         for (language, task_name), members in wanted.items():
             rows = [items[m].row for m in members]
@@ -743,6 +746,17 @@ class WhisperEngine:
                     decodes[row][index] = dataclasses.replace(
                         decode, word_ends=tuple(ends[: len(words)]))
         return bool(wanted)
+
+    @staticmethod
+    def _may_commit(request: WhisperRequest, task: str, decodes: list[DecodeResult]) -> bool:
+        """Can this decode's continuation commit anything by agreement? Only if it starts
+        with a word an earlier hypothesis started with (``align_starts``); else its word
+        times would change nothing, and the alignment is skipped."""
+        starts = dict(request.align_starts).get(task)
+        if not starts:
+            return True
+        words = next((d.continuation.split() for d in decodes if d.task == task), [])
+        return bool(words) and normalize_word(words[0]) in starts
 
     def _word_ends(self, text: list[int], n_prefix: int,
                    token_start: dict[int, float]) -> list[float]:

@@ -84,6 +84,12 @@ class LocalAgreement:
         words to agree with (a caller can skip work that only matters for a commit)."""
         return len(self._history) >= self.n - 1 and any(self._history)
 
+    @property
+    def first_words(self) -> frozenset[str]:
+        """The first word (normalized) of each earlier hypothesis: a continuation that starts
+        with none of them commits nothing."""
+        return frozenset(normalize_word(h[0]) for h in self._history if h)
+
     def commit_tentative(self, count: int) -> list[str]:
         """Commit the first ``count`` tentative words on another policy's say (e.g. the
         alignment of one decode); older hypotheses that disagree with them are dropped."""

@@ -102,6 +102,12 @@ class CommitPolicy:
         return self.settle_margin_s > 0 and self._agreement.can_agree
 
     @property
+    def agreeing_starts(self) -> frozenset[str]:
+        """First words (normalized) a continuation must start with to commit anything by
+        agreement (``LocalAgreement.first_words``)."""
+        return self._agreement.first_words
+
+    @property
     def committed(self) -> list[str]:
         """The committed words (append-only)."""
         return self._agreement.committed

@@ -54,6 +54,10 @@ class WhisperRequest:
     coverage_min_words: int = MIN_SOURCE_WORDS  # shorter captions are never judged
     max_recoveries: int = 2  # extra translate decodes per request at most
     word_times: tuple[str, ...] = ()  # tasks whose continuation words get aligned end times
+    # per task in ``word_times``: align only a continuation whose first word (normalized:
+    # lowercase, no punctuation) is one of these, the only ones that can commit (empty:
+    # always align)
+    align_starts: tuple[tuple[str, frozenset[str]], ...] = ()
     max_context_tokens: int = 32  # at most this many tokens of ``DecodeTask.context``
     # partials: the new-token cap also subtracts the forced prefix's tokens (the words of the
     # window already committed), so a partial stops about where its audio ends

@@ -233,6 +233,7 @@ class UtteranceDecoder:
             max_new_tokens=cap,
             partial=partial,
             word_times=self._word_times(kind),
+            align_starts=self._align_starts(kind),
             max_context_tokens=self.options.context_tokens,
             cap_by_window=self.options.cap_by_window and partial,
             vocabulary_words=self.options.vocabulary_words,
@@ -252,6 +253,16 @@ class UtteranceDecoder:
         return tuple(task for task, policy in sides
                      if policy.wants_word_times or (policy.needs_word_times
                                                     and not self.language_locked))
+
+    def _align_starts(self, kind: str) -> tuple[tuple[str, frozenset[str]], ...]:
+        """For the settling sides with a locked language: the first words a continuation
+        must start with to commit anything, so the engine aligns only those decodes."""
+        if kind not in ("partial", "hush") or not self.language_locked:
+            return ()
+        sides = [("transcribe", self.source)] + (
+            [("translate", self.target)] if self.translate else [])
+        return tuple((task, policy.agreeing_starts) for task, policy in sides
+                     if policy.rule == "agreement" and policy.wants_word_times)
 
     def apply(self, result: WhisperResult, kind: str, basis_pts: int) -> list[tuple[str, str, str]]:
         """Feed a decode result; return (side, committed, tentative) for each changed side."""

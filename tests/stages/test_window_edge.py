@@ -189,3 +189,17 @@ async def test_the_voice_gets_continuations_mid_sentence_and_the_end_at_the_end(
     chunks = [e.text async for e in events if isinstance(e, SpeechChunk)]
     assert said[0].endswith(",") and not said[-1].endswith(",")
     assert " ".join(chunks) == "It is late and we go home now"
+
+
+def test_the_engine_aligns_only_a_decode_that_could_commit():
+    from speechpipe.models.whisper_engine import WhisperEngine
+
+    decoder = _decoder(target_rests_on_captions=False)
+    assert decoder.request("partial").align_starts == ()  # no earlier hypothesis yet
+    _target_partial(decoder, "The building is", (0.5, 1.2, 1.6), 2.0)
+    request = decoder.request("partial")
+    assert dict(request.align_starts)["translate"] == frozenset({"the"})
+    agreeing = [DecodeResult("translate", "the building is warm", -0.2, 0.0)]
+    other = [DecodeResult("translate", "a building", -0.2, 0.0)]
+    assert WhisperEngine._may_commit(request, "translate", agreeing)
+    assert not WhisperEngine._may_commit(request, "translate", other)
