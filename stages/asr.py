@@ -440,6 +440,27 @@ class AsrStage:
             self.detected_language = decoder.language
         return changed, timings
 
+    async def _retranslate_missing(self, decoder: UtteranceDecoder) -> bool:
+        """An utterance whose final translation is still much shorter than its captions
+        (``translation_incomplete``): translate its whole audio again in one decode (beam,
+        the engine's own recovery) and commit what that says after the words already
+        committed (``stages.coverage.missing_tail``), so the listener hears it instead of
+        only being told. Returns whether words were added. At most one decode per utterance;
+        a failure only means the utterance stays short."""
+        if (not decoder.translate or not self.faithfulness.recover
+                or decoder.coverage() != "dropped"):
+            return False
+        request = decoder.retranslation_request()
+        try:
+            result = await self.recognize(request)
+        except SpeechpipeError:
+            return False
+        decode = next((d for d in result.decodes if d.task == "translate"), None)
+        if decode is None or decode.suppressed or decode.wrong_language:
+            return False
+        fresh = f"{decode.glued} {decode.continuation}".strip()
+        return decoder.append_missing(fresh)
+
     async def _report_coverage(
         self, decoder: UtteranceDecoder, basis: int, events: Channel[OutputEvent]
     ) -> None:
@@ -469,6 +490,9 @@ class AsrStage:
         final = kind == "final"
         if final:
             decoder.revision += 1
+            if await self._retranslate_missing(decoder):
+                changed = [c for c in changed if c[0] != "target"] + [
+                    ("target", decoder.text("target"), "")]
             await self._report_coverage(decoder, basis, events)
         stamp = self.clock.stamp(basis)
         for side, committed, tentative in changed:

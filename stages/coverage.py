@@ -14,7 +14,7 @@ import re
 from typing import Literal
 
 __all__ = ["Verdict", "count_words", "sentence_starts", "classify_utterance", "coverage_gap",
-           "MIN_RATIO", "MIN_SOURCE_WORDS"]
+           "missing_tail", "MIN_RATIO", "MIN_SOURCE_WORDS"]
 
 Verdict = Literal["ok", "invented", "dropped", "empty"]
 
@@ -99,3 +99,27 @@ def coverage_gap(
     if earlier:  # a sentence start: the tail is a sentence of its own
         return earlier[-1], ""
     return offset, fragment
+
+
+def missing_tail(committed: str, fresh: str, min_match: int = 2, near_end: int = 3) -> str:
+    """What a fresh translation of a whole utterance says after what was already committed.
+
+    ``committed`` is the utterance's translation so far (final, never retracted); ``fresh``
+    translates the same audio again in one piece. The two are aligned word by word
+    (normalized, ``difflib``); the fresh words after the last match of at least ``min_match``
+    words that reaches the committed text's last ``near_end`` words are what the listener
+    has not heard. "" when the texts do not align there (appending then could repeat)."""
+    import difflib
+    import re
+
+    def norm(word: str) -> str:
+        return re.sub(r"[^\w']+", "", word.casefold())
+
+    mine, theirs = committed.split(), fresh.split()
+    a, b = [norm(w) for w in mine], [norm(w) for w in theirs]
+    blocks = [m for m in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks()
+              if m.size >= min_match and m.a + m.size >= len(a) - near_end]
+    if not blocks:
+        return ""
+    last = max(blocks, key=lambda m: m.b + m.size)
+    return " ".join(theirs[last.b + last.size:])

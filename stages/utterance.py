@@ -16,6 +16,7 @@ import numpy as np
 from speechpipe.stages.agreement import normalize_word
 from speechpipe.stages.asr_options import AsrOptions
 from speechpipe.stages.commit import CommitPolicy
+from speechpipe.stages.coverage import missing_tail
 from speechpipe.stages.faithfulness import (
     FaithfulnessOptions,
     SpeechClassifier,
@@ -28,7 +29,9 @@ from speechpipe.stages.frames import STREAM_RATE
 from speechpipe.stages.model_api import DecodeTask, WhisperRequest, WhisperResult
 from speechpipe.stages.window import quiet_tail
 
-__all__ = ["UtteranceDecoder"]
+__all__ = ["UtteranceDecoder", "RETRANSLATE_MAX_S"]
+
+RETRANSLATE_MAX_S = 28.0  # a retranslation hears at most this much of its utterance's end
 
 _I_FORMS = frozenset(("i", "i'm", "i'll", "i've", "i'd"))
 
@@ -481,6 +484,33 @@ class UtteranceDecoder:
             count_words(self.text("target")), self.faithfulness,
         )
         return replace(result, decodes=tuple(decodes))
+
+    def retranslation_request(self) -> WhisperRequest:
+        """One translate decode of the utterance's whole audio (at most the last
+        ``RETRANSLATE_MAX_S``), nothing forced, beam and coverage recovery as at a final."""
+        start = max(self.start_pts, self.end - int(RETRANSLATE_MAX_S * STREAM_RATE))
+        audio = self._samples(start, self.end)
+        options = self.faithfulness
+        return WhisperRequest(
+            audio=audio.astype(np.float32) / 32768.0, language=self.language,
+            tasks=(DecodeTask("transcribe"), DecodeTask("translate")),
+            beam_size=self.options.final_beam_size,
+            tokens_per_second=self.options.tokens_per_second,
+            max_new_tokens=8 + int(self.options.tokens_per_second * len(audio) / STREAM_RATE),
+            vocabulary_words=self.options.vocabulary_words,
+            recover_coverage=True, coverage_min_ratio=options.min_ratio,
+            coverage_min_words=options.min_source_words, max_recoveries=options.max_recoveries,
+            check_target_language=self.options.check_target_language,
+        )
+
+    def append_missing(self, fresh: str) -> bool:
+        """Commit what ``fresh`` (the whole utterance translated again) says after the
+        committed translation; False when nothing lines up (``missing_tail``)."""
+        tail = missing_tail(self.text("target"), fresh)
+        if not tail:
+            return False
+        self.target.finalize(tail.split())
+        return True
 
     def coverage(self) -> str:
         """``ok``, ``invented``, ``dropped`` or ``empty``: the committed translation against

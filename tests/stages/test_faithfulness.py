@@ -195,3 +195,39 @@ async def test_commit_decodes_ask_for_recovery_and_a_short_final_is_reported():
     errors = [e for e in events if isinstance(e, ErrorEvent)]
     assert [e.code for e in errors] == ["translation_incomplete"]
     assert "Merci" not in errors[0].message  # counts only, nothing spoken
+
+
+class ShortThenWhole(Hallucinating):
+    """A final translation that stops after "Thank you!", and a decode of the whole
+    utterance afresh (nothing forced) that translates all of it."""
+
+    async def __call__(self, request):
+        fresh = not request.partial and all(not t.prefix for t in request.tasks)
+        result = await super().__call__(request)
+        if not fresh:
+            return result
+        whole = "Thank you! But the news today is also a last farewell to a great"
+        decodes = tuple(DecodeResult(d.task, whole, -0.2, 0.1) if d.task == "translate" else d
+                        for d in result.decodes)
+        return WhisperResult("fr", 1.0, decodes, 0.0, 0.0)
+
+
+async def test_a_short_final_is_translated_again_and_the_rest_is_said():
+    recognizer = ShortThenWhole(short_final=True)
+    final, events = await run(recognizer, ScriptedSpeech([(0, 10 * STREAM_RATE)]),
+                              FaithfulnessOptions(target_per_source_word=0.1))
+    # the retranslation came last: the whole utterance, nothing forced
+    last = recognizer.requests[-1]
+    assert not last.partial and all(not t.prefix for t in last.tasks)
+    assert final["target"] == "Thank you! But the news today is also a last farewell to a great"
+    assert not [e for e in events if isinstance(e, ErrorEvent)]
+
+
+def test_missing_tail_continues_after_what_was_committed():
+    from speechpipe.stages.coverage import missing_tail
+
+    assert missing_tail("In truth, you have to really, very, very,",
+                        "In truth, you have to really very very finely cut it.") == \
+        "finely cut it."
+    assert missing_tail("Hello there my friend", "Something else entirely") == ""
+    assert missing_tail("Thank you!", "Thank you! But the news") == "But the news"
