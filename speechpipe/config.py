@@ -53,9 +53,8 @@ class PipelineOptions:
     asr_model: str = "whisper-base"  # a bundled name, or a CTranslate2 Whisper folder
     asr_threads: int = 1  # CTranslate2 threads per ASR worker (docs/design.md)
     asr_encode_bucket_s: float = 1.0  # encode lengths are multiples of this (batching)
-    # bytes of vocabulary-restricted decoders (all ASR worker threads; ~19 MB each per
-    # thread and language), least recently used evicted (models/prefill.py)
-    asr_restricted_cache_mb: int = 128
+    # least recently used dropped beyond it (models/prefill.py)
+    asr_restricted_cache_mb: int = 128  # MB of restricted decoders, ~18 per ASR thread+language
     voice_dirs: tuple[str, ...] = ()
     phrase_cache_items: int = 512  # per voice; ~1 s of audio each
     catch_up: CatchUpOptions = field(default_factory=CatchUpOptions)
