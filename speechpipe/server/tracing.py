@@ -13,7 +13,7 @@ OpenTelemetry. The tree of one session::
         ├── asr.step              one ASR decode (partial, pause or final)
         │   ├── queue.asr         audio waiting for the ASR stage
         │   ├── asr.wait          the request waiting in the shared worker's line
-        │   └── asr.encode, asr.langid, asr.decode
+        │   └── asr.encode, asr.langid, asr.decode, asr.align (word times), asr.recover
         ├── mt.step               one text-MT call (CTranslate2 backend; Whisper's own
         │   └── mt.translate      translation runs inside asr.decode)
         └── tts.phrase            one synthesized phrase

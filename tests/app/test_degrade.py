@@ -186,7 +186,9 @@ class Recorder:
 
 async def test_asr_stage_reads_its_options_per_decode():
     state = DegradeState()
-    ladder = SessionLadder(AsrOptions(step_s=0.5, min_voiced_s=0.3), state)
+    # settle_margin_s=0: the scripted one-word hypotheses commit by agreement alone, so the
+    # first words are out and the cadence is the ladder's (what this test reads)
+    ladder = SessionLadder(AsrOptions(step_s=0.5, min_voiced_s=0.3, settle_margin_s=0.0), state)
     recorder = Recorder()
     stage = AsrStage(recorder, BasisStreamClock(), options=ladder, language="es")
     inbox: Channel[LabeledAudio] = Channel(1)

@@ -36,7 +36,10 @@ from speechpipe.transport.session_api import SessionRequest  # noqa: E402
 
 RATE = 16_000
 STEP_CHILDREN = {
-    "asr.step": {"queue.asr", "asr.wait", "asr.encode", "asr.langid", "asr.decode"},
+    # asr.align: the word times of a partial that may commit (stages.commit, settling);
+    # asr.recover: the translation of audio a final left out
+    "asr.step": {"queue.asr", "asr.wait", "asr.encode", "asr.langid", "asr.decode",
+                 "asr.align", "asr.recover"},
     "mt.step": {"mt.translate"},
     "tts.phrase": {"queue.tts", "tts.synthesize"},
 }
