@@ -53,6 +53,10 @@ class CloseCode(enum.IntEnum):
                                "messages fast enough (`listener_too_slow`)")
     ROOM_FULL = 4013, "rooms: the room or the server has its maximum of listeners (`room_full`)"
     NO_ROOM = 4014, "rooms: no such room (`no_room`): it ended, or the link is wrong"
+    NOT_A_SPEAKER = 4015, ("rooms: a speaking role in a room that did not give this client the "
+                           "right to speak (`not_a_speaker`; with tokens: 4004)")
+    TOO_MANY_JOINS = 4016, ("rooms: joins from this address or into this room faster than the "
+                            "join rate (`too_many_joins`): retry after `retry_after_s`")
     REDIRECT = 4020, ("cluster: admitted on another node (`redirect`): reconnect to `url` with "
                       "`start.ticket`")
     NODE_DRAINED = 4021, ("cluster: the node was drained (`node_drained`): reconnect anywhere "
@@ -118,6 +122,8 @@ class ErrorCode(enum.StrEnum):
     LISTENER_TOO_SLOW = "listener_too_slow", CloseCode.LISTENER_TOO_SLOW, "a listener not reading"
     ROOM_FULL = "room_full", CloseCode.ROOM_FULL, "the listener limit (room or server)"
     NO_ROOM = "no_room", CloseCode.NO_ROOM, "an unknown room"
+    NOT_A_SPEAKER = "not_a_speaker", CloseCode.NOT_A_SPEAKER, "no right to speak in this room"
+    TOO_MANY_JOINS = "too_many_joins", CloseCode.TOO_MANY_JOINS, "the join rate (address, room)"
     LISTENER_CANNOT_SPEAK = "listener_cannot_speak", None, "audio from a listener (dropped)"
     # quotas (transport/quotas.py)
     SESSION_EXPIRED = "session_expired", CloseCode.SESSION_EXPIRED, "maximum length reached"

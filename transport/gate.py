@@ -152,6 +152,11 @@ class AccessGate:
             raise
         return admission
 
+    @property
+    def tokens_required(self) -> bool:
+        """Whether sessions need a token (a room refusal is then ``unauthorized``)."""
+        return self.verifier is not None
+
     def authorize(self, admission: Admission, token: str | None) -> None:
         """Check ``start.token`` unless the upgrade already carried a valid token."""
         if self.verifier is None or admission.identity is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,6 +102,8 @@ class Start:
     resume: str | None = None  # cluster: the ``session`` of a session its node lost
     room: str | None = None  # rooms: the room to join (None with a speaking role: a new one)
     role: str | None = None  # rooms: ``speaker``, ``listener`` or ``participant``; None: solo
+    invite: str | None = None  # rooms: the right to speak in ``room`` (``started.invite``)
+    history: bool = False  # rooms: a conversation's opener lets its listeners get history
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,13 +178,42 @@ def _bad_start(message: str) -> ProtocolError:
     return ProtocolError(ErrorCode.BAD_START, message, close_code=CloseCode.BAD_START)
 
 
-def _opt_str(data: dict[str, Any], key: str, default: str | None) -> str | None:
+# Every string field of ``start`` passes ``_text`` (a string, no longer than its limit, no
+# lone surrogate, no control character: anything else could not be echoed in ``started``,
+# logged or compared), then its own syntax below. A field that fails is ``bad_start`` (4000),
+# whatever the role: one rule for speakers, listeners, participants and solo sessions.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_LANG = re.compile(r"auto|[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{1,8}){0,3}")  # BCP 47-like: es, pt-BR
+_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # room ids, cluster tickets and session ids
+_TOKEN = re.compile(r"[\x21-\x7e]{1,4096}")  # a JWT or a shared token: visible ASCII
+_SYNTAX: dict[str, tuple[re.Pattern[str], str]] = {
+    "source_lang": (_LANG, "a language code ('es', 'pt-BR') or 'auto'"),
+    "target_lang": (_LANG, "a language code ('es', 'pt-BR')"),
+    "room": (_ID, "a room id (letters, digits, '-' and '_', at most 64)"),
+    "ticket": (_ID, "a ticket from a redirect"),
+    "resume": (_ID, "the session id of a lost session"),
+    "invite": (_ID, "the invite of a room (from a conversation link)"),
+    "token": (_TOKEN, "a token (visible ASCII, at most 4096 characters)"),
+}
+
+
+def _text(data: dict[str, Any], key: str, default: str | None, limit: int = 64) -> str | None:
+    """``start[key]``: None, or a string within ``limit`` with no control character or lone
+    surrogate, matching the field's syntax (``_SYNTAX``) when it has one. The message never
+    repeats the value."""
     value = data.get(key, default)
     if value is None:
         return None
-    if not isinstance(value, str) or len(value) > 64:
-        raise _bad_start(f"'{key}' must be a short string")
+    if not isinstance(value, str) or len(value) > limit or _CONTROL.search(value):
+        raise _bad_start(f"'{key}' must be a short string of printable characters")
+    syntax = _SYNTAX.get(key)
+    if value and syntax is not None and not syntax[0].fullmatch(value):
+        raise _bad_start(f"'{key}' must be {syntax[1]}")
     return value
+
+
+def _opt_str(data: dict[str, Any], key: str, default: str | None) -> str | None:
+    return _text(data, key, default)
 
 
 def _rate(data: dict[str, Any], key: str, default: int, *, code: str, close: int) -> int:
@@ -208,8 +240,7 @@ def _voice_name(data: dict[str, Any]) -> str | None:
     value = data.get("voice")
     if value is None or value == "":
         return None
-    if not isinstance(value, str):
-        raise _bad_start("'voice' must be a string")
+    _text(data, "voice", None, limit=4096)  # printable characters first (bad_start)
     if not is_voice_name(value):  # the rule GET /voices lists by (voices.registry)
         raise ProtocolError(
             ErrorCode.NO_VOICE,
@@ -242,9 +273,7 @@ def parse_start(data: dict[str, Any]) -> Start:
     source = _opt_str(data, "source_lang", "auto") or "auto"
     target = _opt_str(data, "target_lang", "en") or "en"
     voice = _voice_name(data)
-    token = data.get("token")
-    if token is not None and not isinstance(token, str):
-        raise _bad_start("'token' must be a string")
+    token = _text(data, "token", None, limit=4096) or None
     ticket = _opt_str(data, "ticket", None) or None
     resume = _opt_str(data, "resume", None) or None
     phrase_cache = _opt_str(data, "phrase_cache", None) or ""
@@ -256,6 +285,10 @@ def parse_start(data: dict[str, Any]) -> Start:
         role = "listener"
     if role == "listener" and room is None:
         raise _bad_start("a listener needs the 'room' to join")
+    invite = _text(data, "invite", None) or None
+    history = data.get("history", False)
+    if not isinstance(history, bool):
+        raise _bad_start("'history' must be true or false")
     request = SessionRequest(
         source_lang=source,
         target_lang=target,
@@ -267,7 +300,7 @@ def parse_start(data: dict[str, Any]) -> Start:
         phrase_cache=phrase_cache,
     )
     return Start(request=request, sample_rate=rate, format=fmt, token=token, ticket=ticket,
-                 resume=resume, room=room, role=role)
+                 resume=resume, room=room, role=role, invite=invite, history=history)
 
 
 def validate_audio(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> NDArray[np.int16]:
@@ -297,12 +330,15 @@ def dumps(message: dict[str, Any]) -> str:
 
 
 def encode_started(session: str, start: Start, *, output_sample_rate: int,
-                   room: str | None = None) -> dict[str, Any]:
-    """The ``started`` event for a session (``room``: the room it is in)."""
+                   room: str | None = None, invite: str | None = None) -> dict[str, Any]:
+    """The ``started`` event for a session (``room``: the room it is in; ``invite``: the
+    right to speak there, for a speaking member)."""
     req = start.request
     extra: dict[str, Any] = {}
     if room is not None:
         extra = {"room": room, "role": start.role}
+        if invite is not None:
+            extra["invite"] = invite
     return {
         "type": "started",
         "protocol": PROTOCOL_VERSION,

@@ -77,12 +77,17 @@ class TokenBucket:
     _tokens: float | None = None
     _last: float | None = None
 
-    def take(self, now: float, cost: float = 1.0) -> bool:
-        """Take ``cost`` tokens at ``now``; False when there are not enough."""
+    def available(self, now: float) -> float:
+        """The tokens there are at ``now`` (refilled; nothing taken)."""
         if self._tokens is None or self._last is None:
             self._tokens, self._last = float(self.burst), now
         self._tokens = min(float(self.burst), self._tokens + max(0.0, now - self._last) * self.rate)
         self._last = now
+        return self._tokens
+
+    def take(self, now: float, cost: float = 1.0) -> bool:
+        """Take ``cost`` tokens at ``now``; False when there are not enough."""
+        self._tokens = self.available(now)
         if self._tokens < cost:
             return False
         self._tokens -= cost

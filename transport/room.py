@@ -23,6 +23,7 @@ import secrets
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "Role", "Outgoing", "Outbox", "Subscriber", "Feed", "Member", "Room", "RoomRegistry",
@@ -62,9 +63,10 @@ SOURCE_ONLY = frozenset({"source", "vad"})
 class RoomError(Exception):
     """A room request refused: ``code`` is an ``ErrorCode`` value (``no_room``, ``room_full``)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, **detail: Any) -> None:
         super().__init__(message)
         self.code = code
+        self.detail = detail  # more fields of the error event (``retry_after_s``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,14 +186,15 @@ class Feed:
                                 or now - self.history[0].published > self.history_s):
             self.history.popleft()
 
-    def join(self, sub: Subscriber, kinds: frozenset[str], now: float) -> list[Outgoing]:
+    def join(self, sub: Subscriber, kinds: frozenset[str], now: float, *,
+             history: bool = True) -> list[Outgoing]:
         """Subscribe ``sub``; returns what it gets first: the committed captions of the last
-        ``history_s`` seconds, the current utterance's latest state, then the speech the
-        others are still hearing, from the start of the phrase playing now (never
-        mid-word; of its kinds)."""
+        ``history_s`` seconds (unless not ``history``), the current utterance's latest
+        state, then the speech the others are still hearing, from the start of the phrase
+        playing now (never mid-word; of its kinds)."""
         self._trim(now)
         self.subscribers[id(sub)] = (sub, kinds)
-        backlog = [item for item in self.history if item.kind in kinds]
+        backlog = [item for item in self.history if item.kind in kinds] if history else []
         current = sorted(self.current.values(), key=lambda item: item.published)
         speech = [item for item, _ in self.playing]
         return [item for item in backlog + current + speech if item.kind in kinds]
@@ -221,6 +224,12 @@ class Room:
     feeds: dict[FeedKey, Feed] = field(default_factory=dict)
     history_s: float = 60.0
     history_items: int = 256
+    # the right to speak (``transport.room_access``): the capability speaking members get
+    # (``started.invite``) and the token key of the member that opened the room
+    invite: str = field(default_factory=new_room_id)
+    opener_key: str | None = None
+    conversation: bool = False  # opened by a participant
+    listener_history: bool = True  # listeners get the history (a conversation: if it allows)
 
     @property
     def listeners(self) -> int:
@@ -268,12 +277,17 @@ class RoomRegistry:
     def listeners(self) -> int:
         return sum(room.listeners for room in self.rooms.values())
 
-    def create(self, now: float, room_id: str | None = None) -> Room:
-        """A new room (a fresh random id unless ``room_id``: a token's room claim)."""
+    def create(self, now: float, room_id: str | None = None, *, opener_key: str | None = None,
+               conversation: bool = False, listener_history: bool = True) -> Room:
+        """A new room (a fresh random id unless ``room_id``: a token's room claim), opened by
+        a member whose token key is ``opener_key``. A ``conversation``'s listeners get no
+        history unless ``listener_history``."""
         rid = room_id or self._new_id()
         if rid in self.rooms:
             raise RoomError("room_exists", "that room exists already")
-        room = Room(rid, now, history_s=self.history_s, history_items=self.history_items)
+        room = Room(rid, now, history_s=self.history_s, history_items=self.history_items,
+                    opener_key=opener_key, conversation=conversation,
+                    listener_history=listener_history or not conversation)
         self.rooms[rid] = room
         return room
 

@@ -35,10 +35,12 @@ from speechpipe.transport.room import (
     Member,
     Outbox,
     Outgoing,
+    Role,
     Room,
     RoomRegistry,
     Subscriber,
 )
+from speechpipe.transport.room_access import JoinLimiter
 from speechpipe.transport.room_captions import RoomCaptions
 from speechpipe.transport.session_api import LiveSession, SessionFactory
 
@@ -281,7 +283,7 @@ class RoomHub:
     def __init__(self, registry: RoomRegistry | None = None, *, outbox_capacity: int = 256,
                  observer: RoomObserver | None = None,
                  clock: Callable[[], float] = time.monotonic, mt: str = "",
-                 captions: RoomCaptions | None = None) -> None:
+                 captions: RoomCaptions | None = None, joins: JoinLimiter | None = None) -> None:
         self.registry = registry or RoomRegistry()
         self.captions = captions or RoomCaptions(clock=clock)  # GET /rooms/ID/captions.vtt
         self.outbox_capacity = outbox_capacity
@@ -290,6 +292,8 @@ class RoomHub:
         self.clock = clock
         # cluster mode: the URL of the node where a room this node lacks lives (None: none)
         self.locate: Callable[[str], Awaitable[str | None]] | None = None
+        # listener joins per client address and per room (transport.room_access)
+        self.joins = joins or JoinLimiter(per_ip_s=0, ip_burst=1, per_room_s=0, room_burst=1)
         self._send_cpu = 0.0  # CPU of listener sends that did not wait (send_cost)
         self._sends = 0
 
@@ -376,7 +380,9 @@ class RoomHub:
                 f"({feeds.mute[member.target_lang]}): you get the translated captions",
                 feeds.member, target_lang=member.target_lang))
         feed = presence.room.feed(key)
-        for item in feed.join(sub, FULL if available else SOURCE_ONLY, self.clock()):
+        history = member.role is not Role.LISTENER or presence.room.listener_history
+        for item in feed.join(sub, FULL if available else SOURCE_ONLY, self.clock(),
+                              history=history):
             sub.outbox.offer(item)
 
     async def attacher(self, presence: Presence) -> None:
@@ -403,8 +409,9 @@ class RoomHub:
     def room_of(self, room_id: str) -> Room:
         return self.registry.get(room_id)
 
-    def new_room(self, room_id: str | None = None) -> Room:
-        room = self.registry.create(self.clock(), room_id)
+    def new_room(self, room_id: str | None = None, **options: Any) -> Room:
+        """A new room (``options``: ``RoomRegistry.create``'s)."""
+        room = self.registry.create(self.clock(), room_id, **options)
         self._changed()
         return room
 

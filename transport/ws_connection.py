@@ -70,6 +70,7 @@ from speechpipe.transport.protocol import (
 )
 from speechpipe.transport.quotas import Expired, QuotaGuard, check_sdp_size
 from speechpipe.transport.room import Member, Outgoing, Role, RoomError
+from speechpipe.transport.room_access import EntryRequest, Join, Refuse, decide
 from speechpipe.transport.room_shell import (
     Presence,
     RoomHub,
@@ -460,7 +461,8 @@ class WsConnection:
                                           slot=self._extra_slot(start))
             await self.ws.send(dumps(encode_started(
                 self.id, start, output_sample_rate=out_rate,
-                room=presence.room.id if presence is not None else None)))
+                room=presence.room.id if presence is not None else None,
+                invite=presence.room.invite if presence is not None else None)))
             log.info(
                 "session %s started: rate=%d out_rate=%d mode=%s",
                 self.id, start.sample_rate, out_rate, start.request.mode,
@@ -634,30 +636,37 @@ class WsConnection:
 
     # -- rooms ---------------------------------------------------------------------------------
     async def _enter_room(self, start: Start) -> Presence:
-        """Join (or, for a speaking role without ``room``, make) the room; ``RoomError``, or
-        ``RoomRedirect`` in cluster mode when the room lives on another node."""
+        """Join (or, for a speaking role without ``room``, make) the room, by the rules of
+        ``transport.room_access``; ``RoomError``, or ``RoomRedirect`` in cluster mode when
+        the room lives on another node."""
         hub = self.server.rooms
         identity = getattr(self.admission, "identity", None)
-        claim_room = getattr(identity, "room", None)
-        claim_role = getattr(identity, "role", None)
-        if claim_role and claim_role != start.role:
-            raise RoomError(ErrorCode.UNAUTHORIZED, f"this token is for a {claim_role}")
-        if claim_room and start.room not in (None, claim_room):
-            raise RoomError(ErrorCode.UNAUTHORIZED, "this token is for another room")
-        room_id = start.room or claim_room
+        role = Role(start.role or Role.SPEAKER)
+        ask = EntryRequest(
+            role, start.room, start.invite, key=getattr(identity, "key", None),
+            claim_room=getattr(identity, "room", None),
+            claim_role=getattr(identity, "role", None),
+            tokens_required=self.server.gate.tokens_required)
+        room_id = ask.room or ask.claim_room
         if room_id is not None and room_id not in hub.registry.rooms and hub.locate:
             url = await hub.locate(room_id)
             if url is not None:
                 raise RoomRedirect(url)
-        if room_id is None:
-            room = hub.new_room()
-        elif room_id in hub.registry.rooms:
-            room = hub.room_of(room_id)
-        elif claim_room and start.role != Role.LISTENER:
-            room = hub.new_room(claim_room)  # the token's issuer chose the room's id
+        entry = decide(ask, hub.registry.rooms.get(room_id) if room_id is not None else None)
+        if isinstance(entry, Refuse):
+            raise RoomError(entry.code, entry.message)
+        if isinstance(entry, Join):
+            room = hub.room_of(entry.room_id)
+            if role is Role.LISTENER:
+                retry = hub.joins.admit(getattr(self.admission, "ip", None), room.id,
+                                        time.monotonic())
+                if retry is not None:
+                    raise RoomError(ErrorCode.TOO_MANY_JOINS, "listeners join too fast: "
+                                    "retry in a moment", retry_after_s=round(retry, 2))
         else:
-            room = hub.room_of(room_id)  # raises no_room
-        role = Role(start.role or Role.SPEAKER)
+            room = hub.new_room(entry.room_id, opener_key=ask.key,
+                                conversation=role is Role.PARTICIPANT,
+                                listener_history=start.history)
         target = start.request.target_lang.strip().lower()
         return hub.join(room, Member(self.id, role, target))
 
@@ -668,7 +677,7 @@ class WsConnection:
                 "same start", fatal=True, url=exc.url, ticket=None, expires_in_s=None))
         code = ErrorCode.lookup(exc.code) or ErrorCode.NO_ROOM
         close = code.close or CloseCode.NO_ROOM
-        return _Close(close, code, encode_error(code, str(exc), fatal=True))
+        return _Close(close, code, encode_error(code, str(exc), fatal=True, **exc.detail))
 
     async def _listen(self, start: Start) -> _Close | None:
         """A room listener: no pipeline and no capacity slot; the room's messages from its

@@ -135,7 +135,8 @@ async def converse(pipeline: Any, *, echo_guard: bool,
             await wait_for(lambda: bool(spanish.started), within=30, what="room opened")
             room = spanish.started["room"]
             second = asyncio.create_task(participant(
-                url, english, {"source_lang": "en", "target_lang": "en", "room": room},
+                url, english, {"source_lang": "en", "target_lang": "en", "room": room,
+                       "invite": spanish.started["invite"]},
                 en_clip, go_en, stop, en_done))
             await wait_for(lambda: bool(english.started), within=30, what="joined")
             await asyncio.sleep(1.0)

@@ -58,11 +58,13 @@ function pageRoom() {
   const room = params.get("room");
   const role = params.get("role");
   if (!room) return null;
-  return { room, role: role === "participant" || role === "speaker" ? role : "listener" };
+  const invite = params.get("invite") || undefined;  // the right to speak (conversation link)
+  return { room, invite, role: role === "participant" || role === "speaker" ? role : "listener" };
 }
 
-function roomLink(room, role) {
-  return `${location.origin}${location.pathname}#room=${encodeURIComponent(room)}&role=${role}`;
+function roomLink(room, role, invite) {
+  const right = invite ? `&invite=${encodeURIComponent(invite)}` : "";
+  return `${location.origin}${location.pathname}#room=${encodeURIComponent(room)}&role=${role}${right}`;
 }
 
 function setupRoomView() {
@@ -143,9 +145,9 @@ function showRoom(msg) {
   if (msg.role === "listener") return;
   $("listener-link").href = roomLink(msg.room, "listener");
   $("listener-link").textContent = roomLink(msg.room, "listener");
-  $("participant-link").href = roomLink(msg.room, "participant");
+  $("participant-link").href = roomLink(msg.room, "participant", msg.invite);
   $("participant-link").textContent = "conversation link";
-  $("speaker-link").href = roomLink(msg.room, "participant");
+  $("speaker-link").href = roomLink(msg.room, "participant", msg.invite);
   $("room-links").hidden = false;
   if (msg.role === "participant") $("target-title").textContent = "They said (in your language)";
 }
@@ -438,7 +440,7 @@ async function start() {
       sample_rate: Math.min(48000, Math.max(8000, Math.round(ctx.sampleRate))),
       output_sample_rate: OUTPUT_RATE,
       token: pageToken(),
-      ...(role ? { role: role.role, room: role.room || undefined } : {}),
+      ...(role ? { role: role.role, room: role.room || undefined, invite: role.invite } : {}),
     }));
   };
   ws.onmessage = onMessage;

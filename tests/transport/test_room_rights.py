@@ -1,0 +1,111 @@
+"""Issue 46: who may speak in a room (the pure rules, then over a real socket), and start
+fields that cannot be encoded refused with bad_start for every role."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import connect
+
+from speechpipe.transport.codes import CloseCode, ErrorCode
+from speechpipe.transport.protocol import ProtocolError, parse_text
+from speechpipe.transport.room import Role, Room
+from speechpipe.transport.room_access import EntryRequest, Join, JoinLimiter, Open, Refuse, decide
+from speechpipe.transport.websocket_server import SpeechServer
+from tests.helpers import TickFactory, read_until_closed, recv_json
+
+ROOM = Room("room-a", 0.0, opener_key="jti:opener")
+
+
+@pytest.mark.parametrize("role,claim_room,claim_role,key,invite,tokens", list(itertools.product(
+    list(Role), [None, "room-a", "room-b"], [None, "speaker", "listener", "participant"],
+    [None, "jti:opener", "jti:other"], [None, "wrong", ROOM.invite], [False, True])))
+def test_every_combination_of_role_claim_and_right(role: Role, claim_room: str | None,
+                                                   claim_role: str | None, key: str | None,
+                                                   invite: str | None, tokens: bool) -> None:
+    ask = EntryRequest(role, "room-a", invite, key=key, claim_room=claim_room,
+                       claim_role=claim_role, tokens_required=tokens)
+    entry = decide(ask, ROOM)
+    if claim_role is not None and claim_role != role or claim_room == "room-b":
+        assert entry == Refuse(ErrorCode.UNAUTHORIZED, entry.message)  # type: ignore[union-attr]
+        return
+    right = (role is Role.LISTENER or key == "jti:opener" or invite == ROOM.invite
+             or (claim_room == "room-a" and claim_role in ("speaker", "participant")))
+    if right:
+        assert entry == Join("room-a")
+    else:
+        assert isinstance(entry, Refuse)
+        assert entry.code == (ErrorCode.UNAUTHORIZED if tokens else ErrorCode.NOT_A_SPEAKER)
+
+
+def test_rooms_that_do_not_exist() -> None:
+    assert decide(EntryRequest(Role.SPEAKER), None) == Open()
+    assert decide(EntryRequest(Role.SPEAKER, claim_room="x", claim_role="speaker"),
+                  None) == Open("x")
+    assert isinstance(decide(EntryRequest(Role.PARTICIPANT, "x"), None), Refuse)
+    assert isinstance(decide(EntryRequest(Role.LISTENER, "x", claim_room="x"), None), Refuse)
+
+
+def test_join_limiter_per_address_and_room() -> None:
+    limiter = JoinLimiter(per_ip_s=1, ip_burst=2, per_room_s=10, room_burst=3)
+    assert limiter.admit("a", "r", 0.0) is None and limiter.admit("a", "r", 0.0) is None
+    retry = limiter.admit("a", "r", 0.0)
+    assert retry is not None and 0.9 < retry <= 1.0
+    assert limiter.admit("b", "r", 0.0) is None  # the room's third
+    assert limiter.admit("c", "r", 0.0) is not None  # the room's burst is spent
+    assert limiter.admit("a", "r", 1.0) is None
+
+
+HOSTILE = ["\ud800", "a\x00b", "x" * 65536, "\U0001f600", "\udfff\ud800", "\x7f"]
+FIELDS = ["source_lang", "target_lang", "room", "token", "ticket", "resume", "invite",
+          "phrase_cache"]
+
+
+@pytest.mark.parametrize("field,value", list(itertools.product(FIELDS, HOSTILE)))
+@pytest.mark.parametrize("role", [None, "speaker", "listener", "participant"])
+def test_hostile_strings_are_bad_start_for_every_role(role: str | None, field: str,
+                                                      value: str) -> None:
+    data: dict[str, Any] = {"type": "start", "role": role, "room": "r" if role else None}
+    data[field] = value
+    if field == "phrase_cache" and value == "\U0001f600":  # a printable label: accepted
+        parse_text(json.dumps(data))
+        return
+    with pytest.raises(ProtocolError) as info:
+        parse_text(json.dumps(data))
+    assert info.value.code == ErrorCode.BAD_START and info.value.close_code == 4000
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_over_a_socket_an_intruder_cannot_speak_and_a_surrogate_is_refused(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with SpeechServer(TickFactory()) as srv:
+        url = f"ws://127.0.0.1:{srv.port}/ws"
+        speaker = await connect(url)
+        await speaker.send(json.dumps({"type": "start", "role": "speaker"}))
+        started = await recv_json(speaker)
+        room, invite = started["room"], started["invite"]
+        for role in ("speaker", "participant"):  # the listener link's room id alone
+            async with connect(url) as intruder:
+                await intruder.send(json.dumps({"type": "start", "role": role, "room": room}))
+                assert (await recv_json(intruder))["code"] == "not_a_speaker"
+                await read_until_closed(intruder)
+                assert intruder.close_code == CloseCode.NOT_A_SPEAKER
+        async with connect(url) as guest:  # the invite is the right to speak
+            await guest.send(json.dumps({"type": "start", "role": "participant",
+                                         "room": room, "invite": invite}))
+            assert (await recv_json(guest))["type"] == "started"
+        for role in ("listener", "participant"):
+            async with connect(url) as bad:  # a lone surrogate: 4000, no traceback
+                await bad.send(json.dumps({"type": "start", "role": role, "room": room,
+                                           "target_lang": "\ud800"}))
+                assert (await recv_json(bad))["code"] == "bad_start"
+                await read_until_closed(bad)
+                assert bad.close_code == CloseCode.BAD_START
+        await speaker.close()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
