@@ -346,19 +346,29 @@ class WsConnection:
 
     async def _recv(self) -> str | bytes | Expired:
         """The next client message under the quotas (rate, idle, session length)."""
-        try:
-            return await self.quota.recv(
-                self.ws.recv, stopping=self.core.stopping,
-                activity=lambda: self.sent + (self.peer.frames_in if self.peer is not None else 0),
-            )
-        except ProtocolError as exc:
-            if exc.code == ErrorCode.TOO_SLOW and not await self._client_reads():
-                raise _fatal(ProtocolError(
-                    ErrorCode.NOT_READING,
-                    "the client stopped reading: it did not answer a ping within "
-                    f"{self.limits.read_check_s:g} s",
-                ), CloseCode.NOT_READING) from None
-            raise _fatal(exc) from None
+        while True:
+            try:
+                return await self.quota.recv(
+                    self.ws.recv, stopping=self.core.stopping,
+                    activity=lambda: self.peer.frames_in if self.peer is not None else 0,
+                )
+            except ProtocolError as exc:
+                # a listener sends nothing: its liveness is the ping/pong, not input
+                if not (exc.code == ErrorCode.IDLE_TIMEOUT and self.listening):
+                    failure = exc
+                    break
+                if not await self._client_reads():
+                    failure = ProtocolError(ErrorCode.NOT_READING, "the listener did not "
+                                            "answer a ping", close_code=CloseCode.NOT_READING)
+                    break
+                self.quota.timers.touch(time.monotonic())
+        if failure.code == ErrorCode.TOO_SLOW and not await self._client_reads():
+            raise _fatal(ProtocolError(
+                ErrorCode.NOT_READING,
+                "the client stopped reading: it did not answer a ping within "
+                f"{self.limits.read_check_s:g} s",
+            ), CloseCode.NOT_READING) from None
+        raise _fatal(failure) from None
 
     async def _client_reads(self) -> bool:
         """Whether the client still reads what the server sends: it answers a ping within

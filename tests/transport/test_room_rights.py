@@ -109,3 +109,27 @@ async def test_over_a_socket_an_intruder_cannot_speak_and_a_surrogate_is_refused
                 assert bad.close_code == CloseCode.BAD_START
         await speaker.close()
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_listener_that_answers_pings_outlives_the_idle_timeout() -> None:
+    """A quiet talk: the speaker sends nothing, the listener sends nothing; with a 0.3 s idle
+    timeout the listener is still there after 1.2 s (it answers pings), the speaker is not."""
+    import asyncio
+
+    from speechpipe.transport.limits import Quotas, ServerLimits
+
+    limits = ServerLimits(quotas=Quotas(max_idle_s=0.3, audio_window_s=None))
+    async with SpeechServer(TickFactory(), limits=limits) as srv:
+        url = f"ws://127.0.0.1:{srv.port}/ws"
+        speaker = await connect(url)
+        await speaker.send(json.dumps({"type": "start", "role": "speaker"}))
+        room = (await recv_json(speaker))["room"]
+        listener = await connect(url)
+        await listener.send(json.dumps({"type": "start", "room": room}))
+        assert (await recv_json(listener))["type"] == "started"
+        await read_until_closed(speaker)
+        assert speaker.close_code == CloseCode.IDLE_TIMEOUT  # idle rules apply to speakers
+        await asyncio.sleep(1.2)
+        assert listener.close_code is None, "the listener stayed: it answers pings"
+        await listener.close()
