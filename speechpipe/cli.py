@@ -322,7 +322,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
 
 def cmd_config(args: argparse.Namespace) -> int:
     """``speechpipe config``: the effective tree (defaults, flags, ``--set``) as TOML/JSON."""
-    from speechpipe.config import render_config
+    from speechpipe.config_file import render_config
     from speechpipe.server.serve import serve_config
 
     print(render_config(serve_config(args), args.format), end="")

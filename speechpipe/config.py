@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import types
 import typing
@@ -40,7 +39,7 @@ from speechpipe.voices.piper_engine import PiperOptions
 
 __all__ = [
     "Config", "PipelineOptions", "ServerOptions", "GROUPS", "apply_overrides", "with_overrides",
-    "config_dict", "render_config", "Alias", "add_aliases", "apply_aliases", "MODEL_ALIASES",
+    "config_dict", "Alias", "add_aliases", "apply_aliases", "MODEL_ALIASES",
     "groups_of", "Range", "RANGES", "check_leaf", "leaf_range", "check_config", "check_group",
     "GROUP_RULES",
 ]
@@ -253,46 +252,6 @@ def config_dict(config: Any) -> dict[str, Any]:
         elif f.name in fields:
             out[f.name] = list(value) if isinstance(value, tuple) else value
     return out
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    return json.dumps(str(value), ensure_ascii=False)
-
-
-def _toml_table(prefix: str, tree: dict[str, Any], lines: list[str],
-                notes: dict[str, str] | None = None) -> None:
-    leaves = {k: v for k, v in tree.items() if not isinstance(v, dict)}
-    if prefix:
-        lines.append(f"\n[{prefix}]")
-    for key, value in leaves.items():
-        line = f"# {key} = none" if value is None else f"{key} = {_toml_value(value)}"
-        note = (notes or {}).get(f"{prefix}.{key}")
-        lines.append(f"{line}  # {note}" if note else line)
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            _toml_table(f"{prefix}.{key}" if prefix else key, value, lines, notes)
-
-
-def render_config(config: Config, fmt: str = "toml") -> str:
-    """The effective tree as TOML (None values appear as comments) or JSON."""
-    tree = config_dict(config)
-    if fmt == "json":
-        return json.dumps(tree, indent=2, ensure_ascii=False)
-    from speechpipe.config_file import describe_leaves  # reads the option modules' source
-
-    notes = {".".join((*GROUPS[leaf.split(".")[0]], leaf.split(".", 1)[1])): text
-             for leaf, text in describe_leaves(config).items()}
-    lines: list[str] = ["# speechpipe configuration; set a leaf with --set GROUP.FIELD=VALUE,",
-                        "# or save this output and pass it back with --config FILE",
-                        "# groups: " + ", ".join(f"{g} = {'.'.join(p)}" for g, p in GROUPS.items())]
-    _toml_table("", tree, lines, notes)
-    return "\n".join(lines).strip() + "\n"
 
 
 # -- shorthand flags ---------------------------------------------------------------------------

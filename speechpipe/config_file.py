@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 import re
 import textwrap
 import tomllib
 from pathlib import Path
 from typing import Any
 
-from speechpipe.config import GROUPS, Config, apply_overrides
+from speechpipe.config import GROUPS, MODEL_ALIASES, Config, apply_overrides, config_dict
 from speechpipe.errors import InputError
 
-__all__ = ["describe_leaves", "load_config_file", "MAX_CONFIG_BYTES"]
+__all__ = ["describe_leaves", "load_config_file", "render_config", "MAX_CONFIG_BYTES"]
 
 MAX_CONFIG_BYTES = 1 << 20  # a configuration file is a few kilobytes; refuse anything huge
 _DESCRIPTION_CHARS = 100
@@ -114,15 +115,24 @@ _MORE = {
     "degrade.down_lag_s": "calm: event-loop lag under this (s)",
     "degrade.down_load_ratio": "calm: sessions under this factor of the capacity",
     "degrade.max_level": "the lowest rung of the degrade ladder",
+    # leaves of serve's shorthand flags (their help; this module is below the server's)
+    "quotas.max_session_s": "maximum session length in seconds (0 = no limit) "
+                            "(--max-session-s)",
+    "quotas.max_idle_s": "close a session after this many seconds without input "
+                          "(0 = off) (--max-idle-s)",
+    "quotas.max_sessions_per_token": "concurrent sessions one issued token may hold "
+                                     "(0 = no limit) (--max-sessions-per-token)",
+    "quotas.max_sessions_per_ip": "concurrent connections from one address (0 = no limit) "
+                                  "(--max-sessions-per-ip)",
+    "limits.ping_timeout_s": "drop a client that does not answer a ping within this many s "
+                             "(0 = off) (--ping-timeout)",
+    "load.degrade_enabled": "step down the degrade ladder under load (--no-degrade: never)",
 }
 
 
 def describe_leaves(config: Config | None = None) -> dict[str, str]:
     """``GROUP.FIELD`` -> a one-line description, for every leaf that has one (the field's
     comment, else the help of the shorthand flag that sets it)."""
-    from speechpipe.config import MODEL_ALIASES
-    from speechpipe.server.serve import serve_aliases
-
     config = config or Config()
     out: dict[str, str] = {}
     for group, path in GROUPS.items():
@@ -131,7 +141,7 @@ def describe_leaves(config: Config | None = None) -> dict[str, str]:
             section = getattr(section, name)
         for name, text in _field_comments(type(section)).items():
             out[f"{group}.{name}"] = text
-    for alias in (*MODEL_ALIASES, *serve_aliases()):
+    for alias in MODEL_ALIASES:
         out.setdefault(alias.leaf, f"{_one_line(alias.help)} ({alias.flag})")
     for leaf, text in _MORE.items():
         out.setdefault(leaf, text)
@@ -191,3 +201,41 @@ def load_config_file(path: str | Path, config: Config | None = None, *,
         return apply_overrides(config or Config(), overrides)
     except InputError as exc:  # name the file, not --set
         raise InputError(f"--config {path}: {str(exc).removeprefix('--set ')}") from None
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return json.dumps(str(value), ensure_ascii=False)
+
+
+def _toml_table(prefix: str, tree: dict[str, Any], lines: list[str],
+                notes: dict[str, str] | None = None) -> None:
+    leaves = {k: v for k, v in tree.items() if not isinstance(v, dict)}
+    if prefix:
+        lines.append(f"\n[{prefix}]")
+    for key, value in leaves.items():
+        line = f"# {key} = none" if value is None else f"{key} = {_toml_value(value)}"
+        note = (notes or {}).get(f"{prefix}.{key}")
+        lines.append(f"{line}  # {note}" if note else line)
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            _toml_table(f"{prefix}.{key}" if prefix else key, value, lines, notes)
+
+
+def render_config(config: Config, fmt: str = "toml") -> str:
+    """The effective tree as TOML (None values appear as comments) or JSON."""
+    tree = config_dict(config)
+    if fmt == "json":
+        return json.dumps(tree, indent=2, ensure_ascii=False)
+    notes = {".".join((*GROUPS[leaf.split(".")[0]], leaf.split(".", 1)[1])): text
+             for leaf, text in describe_leaves(config).items()}
+    lines: list[str] = ["# speechpipe configuration; set a leaf with --set GROUP.FIELD=VALUE,",
+                        "# or save this output and pass it back with --config FILE",
+                        "# groups: " + ", ".join(f"{g} = {'.'.join(p)}" for g, p in GROUPS.items())]
+    _toml_table("", tree, lines, notes)
+    return "\n".join(lines).strip() + "\n"

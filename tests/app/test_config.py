@@ -16,10 +16,10 @@ from speechpipe.config import (
     apply_overrides,
     config_dict,
     groups_of,
-    render_config,
     settable_fields,
     with_overrides,
 )
+from speechpipe.config_file import render_config
 from speechpipe.errors import InputError
 
 

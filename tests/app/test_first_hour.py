@@ -261,7 +261,8 @@ def test_the_bench_server_listens_on_the_port_asked_for(tmp_path: Path) -> None:
 def test_config_describes_every_option_in_one_line() -> None:
     import re
 
-    from speechpipe.config import Config, render_config
+    from speechpipe.config import Config
+    from speechpipe.config_file import render_config
 
     text = render_config(Config())
     leaves = [line for line in text.splitlines() if re.match(r"^(# )?[a-z_0-9]+ = ", line)]
@@ -278,7 +279,8 @@ def test_config_file_reads_back_what_config_prints(tmp_path: Path) -> None:
     import tomllib
 
     from speechpipe.cli import _options
-    from speechpipe.config import Config, render_config
+    from speechpipe.config import Config
+    from speechpipe.config_file import render_config
     from speechpipe.server.serve import serve_config
 
     parser = build_parser()
