@@ -94,9 +94,11 @@ def register_cascade(kinds: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import subprocess
+    import sys
+
     import soundfile as sf
 
-    from speechpipe.cli import main
     from speechpipe.evaluation.trace import read_trace
 
     with tempfile.TemporaryDirectory(prefix="speechpipe-bench-cascade-") as tmp:
@@ -109,9 +111,13 @@ def _run(args: argparse.Namespace) -> int:
         runs = []
         for i, path in enumerate(args.file):
             trace = Path(tmp) / f"{i}.jsonl"
-            code = main(["translate", path, "--out", str(Path(tmp) / f"{i}.wav"), "--trace",
-                         str(trace), "--pace", args.pace, "--source-lang", args.source_lang,
-                         "--target-lang", args.target_lang, "--mt", f"ct2:{model}"])
+            # a translate subprocess (-P, as the other benches' servers): the bench sits
+            # below the CLI and must not import it
+            code = subprocess.run(
+                [sys.executable, "-P", "-m", "speechpipe", "translate", path, "--out",
+                 str(Path(tmp) / f"{i}.wav"), "--trace", str(trace), "--pace", args.pace,
+                 "--source-lang", args.source_lang, "--target-lang", args.target_lang,
+                 "--mt", f"ct2:{model}"], stdout=subprocess.DEVNULL, check=False).returncode
             if code != 0:
                 return code
             runs.append(cascade_figures(read_trace(trace), sf.info(path).duration))
