@@ -173,7 +173,10 @@ class ServerApp:
             self.metrics.registry.register(WorkerCollector(self.pipeline.worker_health))
             from speechpipe.server.model_metrics import ModelMemoryCollector
 
-            self.metrics.registry.register(ModelMemoryCollector(self.pipeline.engine))
+            # a --scripted-pipeline server (bench and cluster tests) has no ASR model
+            engine = getattr(self.pipeline, "engine", None)
+            if engine is not None:
+                self.metrics.registry.register(ModelMemoryCollector(engine))
             self._worker_metrics = True
         self._ready = True
         self.metrics.set_ready(True)
