@@ -80,14 +80,20 @@ def test_long_input_streams_in_bounded_memory_and_keeps_logs_quiet(tmp_path):
     _synth_long_input(short, 35.0)
     _synth_long_input(long, 150.0)
     figures = {}
-    for name, source in (("short", short), ("long", long)):
+    # one sentence is spoken every 30 s (at 0, 30, ...): 2 in 35 s, 5 in 150 s
+    for name, source, sentences in (("short", short, 2), ("long", long, 5)):
         rc, out, err, rss = _run_measured(
             ["translate", str(source), "--out", f"{name}_out.wav", "--pace", "fast"], tmp_path)
         assert rc == 0, err
         assert err == "", err  # no bar, no refreshes: nothing on a non-terminal stderr
         lines = out.splitlines()
-        assert len(lines) == 5 and lines[-1] == f"wrote {name}_out.wav", out
+        # language, one line per utterance (its time, then source -> translation), the
+        # offsets, the audio figures, wrote
+        assert len(lines) == 4 + sentences and lines[-1] == f"wrote {name}_out.wav", out
         assert lines[0].startswith("language:"), out  # the summary names the language
+        assert all(re.match(r"\d+:\d\d\.\d  \S.*  ->  ", line)
+                   for line in lines[1:1 + sentences]), out
+        assert lines[-3].startswith("StartOffset:") and lines[-2].startswith("audio:"), out
         info = sf.info(tmp_path / f"{name}_out.wav")
         assert info.duration >= sf.info(source).duration
         figures[name] = rss
