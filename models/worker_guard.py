@@ -70,6 +70,10 @@ class LatencyBudget:
         """Record one completed call's duration."""
         self._samples.append(max(0.0, seconds))
 
+    def clear(self) -> None:
+        """Forget the measured calls (after a warm-up: its short calls are not the work's)."""
+        self._samples.clear()
+
     @property
     def count(self) -> int:
         """Calls measured (at most ``window``)."""

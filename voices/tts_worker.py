@@ -81,9 +81,10 @@ class TtsWorker:
             raise WorkerError(f"tts {self.name} failed: {type(exc).__name__}: {exc}") from exc
 
     def warm_up(self) -> None:
-        """Synthesize one short phrase on the worker's thread (blocking): its time is the
-        deadline's first measurement."""
+        """Synthesize one short phrase on the worker's thread (blocking). Its time is not
+        kept for the deadline (one word is not what real phrases cost)."""
         self._executor.submit(self._synthesize, "Hello.", self.sample_rate, 1.0).result()
+        self.guard.budget.clear()
 
     def close(self) -> None:
         """Cancel queued syntheses and join the thread (one in progress finishes first)."""

@@ -75,11 +75,12 @@ def drill_guard(pipeline: Any) -> Iterator[Any]:
         tts.guard, tts._executor.guard = saved[1], saved[2]
 
 
-async def _sessions(app: Any, audio: np.ndarray, n: int) -> list[ClientRun]:
+async def _sessions(app: Any, audio: np.ndarray, n: int, tail_s: float = 1.5,
+                    ) -> list[ClientRun]:
     async with asyncio.timeout(40):
         return list(await asyncio.gather(*(
             # a phrase-cache namespace of its own: every phrase goes to the TTS worker
-            stream_session(_url(app), audio, tail_s=1.5, index=i, start={
+            stream_session(_url(app), audio, tail_s=tail_s, index=i, start={
                 "source_lang": "es", "phrase_cache": f"drill-{time.monotonic_ns()}-{i}"})
             for i in range(n))))
 
@@ -98,14 +99,15 @@ async def test_a_hung_asr_call_is_abandoned_and_the_other_sessions_complete(
     recovery: list[float] = []
 
     async def inject() -> None:
-        await asyncio.sleep(1.0)
-        faults.arm("asr", "hang", seconds=12.0)
-        await wait_for(lambda: asr.abandoned >= 1, 10.0, "the hung call abandoned")
+        # the deadline from this run's own measured calls, not the ceiling
+        await wait_for(lambda: asr.budget.count >= 3, 10.0, "three calls measured")
+        faults.arm("asr", "hang", seconds=20.0)
+        await wait_for(lambda: asr.abandoned >= 1, 18.0, "the hung call abandoned")
         abandoned_at = time.monotonic()
         await wait_for(lambda: batcher.last_dispatch > abandoned_at, 5.0, "an ASR call after it")
         recovery.append(batcher.last_dispatch - abandoned_at)
 
-    runs, _ = await asyncio.gather(_sessions(live_server, audio, 2), inject())
+    runs, _ = await asyncio.gather(_sessions(live_server, audio, 2, tail_s=6.0), inject())
     faults.release()
     assert all(_completed(run) for run in runs), [(r.close_code, _codes(r)) for r in runs]
     assert sum(_codes(run).count("worker_timeout") for run in runs) >= 1
