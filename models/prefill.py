@@ -102,8 +102,11 @@ class NativePrefill:
         self._kept: dict[str, Any] = {}  # one decoder per folder: keeps its weights loaded
         self._lock = threading.Lock()
         self.restricted_budget_bytes = restricted_budget_bytes
-        # bytes of each thread's restricted decoders, by (thread, folder, restriction)
+        # bytes of each thread's restricted decoders, by (thread ident, folder, restriction);
+        # a thread that ended took its decoders with it (thread-local): its entries are
+        # dropped (``_forget_ended``), else the budget would count memory long freed
         self._restricted: dict[tuple[int, str, str], int] = {}
+        self._owners: dict[int, threading.Thread] = {}
         self.restricted_built = 0  # restricted decoders built (misses), for the metrics
 
     def preload(self, folder: Path) -> None:
@@ -132,6 +135,10 @@ class NativePrefill:
                                            [int(i) for i in restriction[1]])
         thread = threading.get_ident()
         with self._lock:
+            self._forget_ended()
+            if self._owners.get(thread) is not threading.current_thread():  # ident reused
+                self._drop_thread(thread)
+                self._owners[thread] = threading.current_thread()
             self.restricted_built += 1
             self._restricted[(thread, *key)] = int(made.output_bytes)
             # least recently used first, this thread's only (the others' are in use)
@@ -146,4 +153,15 @@ class NativePrefill:
     def restricted_usage(self) -> tuple[int, int]:
         """(restricted decoders held, their bytes) across threads."""
         with self._lock:
+            self._forget_ended()
             return len(self._restricted), sum(self._restricted.values())
+
+    def _forget_ended(self) -> None:
+        """Drop the entries of threads that ended (worker threads replaced or closed); an
+        ident reused by a new thread is a new owner (under ``_lock``)."""
+        for ident in [i for i, owner in self._owners.items() if not owner.is_alive()]:
+            self._drop_thread(ident)
+            del self._owners[ident]
+
+    def _drop_thread(self, ident: int) -> None:
+        self._restricted = {k: v for k, v in self._restricted.items() if k[0] != ident}

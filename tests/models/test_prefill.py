@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 
 import ctranslate2
 import pytest
@@ -135,3 +136,34 @@ def test_another_ctranslate2_version_falls_back_to_generate(monkeypatch):
     _native()
     monkeypatch.setattr(ctranslate2, "__version__", "0.0.0")
     assert prefill_module._load_native() is None
+
+
+def test_the_restricted_budget_forgets_the_decoders_of_threads_that_ended() -> None:
+    """A thread's restricted decoders are thread-local: once it ends (a worker closed or
+    replaced) they are freed, and the budget's accounting must drop them, else every later
+    build evicts for memory that is not held. The native module is stood in for by a class
+    with its two attributes (the accounting is pure Python; the real one is tested above)."""
+    import threading
+    import types
+
+    class FakeDecoder:
+        def __init__(self, folder: str, threads: int, kept: list[int] | None = None) -> None:
+            self.output_bytes = 40 if kept is not None else 0
+
+    native = prefill_module.NativePrefill(types.SimpleNamespace(PrefillDecoder=FakeDecoder),
+                                          threads=1, restricted_budget_bytes=100)
+    folder = Path("/nonexistent-model")
+
+    def build(*names: str) -> None:
+        for name in names:
+            native.decoder(folder, (name, [1, 2]))
+
+    worker = threading.Thread(target=build, args=("fr", "de"))
+    worker.start()
+    worker.join(5)
+    build("es")
+    assert native.restricted_usage() == (1, 40)  # the ended worker's 80 bytes are gone
+    build("it")
+    assert native.restricted_usage() == (2, 80)  # both fit: nothing evicted for a ghost
+    build("pt")  # 120 > 100: this thread's least recently used goes
+    assert native.restricted_usage() == (2, 80)
