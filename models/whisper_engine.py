@@ -925,7 +925,11 @@ class WhisperEngine:
         self._decoders.clear()
 
     def warm_up(self) -> None:
-        """A single request, then a batch of two in one bucket (both code paths)."""
+        """A single request, then a batch of two in one bucket (both code paths); and the
+        language identifier of the translation check (``stages.target_language``)."""
+        from speechpipe.stages.target_language import identifier
+
+        identifier()
         rng = np.random.default_rng(0)
         audio = (rng.standard_normal(SAMPLE_RATE) * 0.01).astype(np.float32)
         tasks = (DecodeTask("transcribe"), DecodeTask("translate"))

@@ -411,6 +411,7 @@ RANGES: dict[str, Range] = {
     "asr.pre_roll_s": NON_NEGATIVE,
     "asr.min_utterance_voiced_s": NON_NEGATIVE,
     "asr.align_margin_s": NON_NEGATIVE,
+    "asr.settle_margin_s": NON_NEGATIVE,
     "phrases.min_words_at_punctuation": NON_NEGATIVE,
     "phrases.lead_s": NON_NEGATIVE,
     "phrases.hold_silence_s": NON_NEGATIVE,  # 0: a lone word may go once the output is silent

@@ -31,15 +31,24 @@ _identifier: Any = None
 _lock = threading.Lock()
 
 
+_unavailable = False  # the model could not be loaded (e.g. no space for its temp file)
+
+
 def identifier() -> Any:
-    """The module's own ``py3langid`` identifier, created on first use (about 0.5 s)."""
-    global _identifier
-    if _identifier is None:
+    """The module's own ``py3langid`` identifier, created on first use (about 0.5 s; the
+    engine's warm-up makes it, so no live decode waits for it). None when it cannot be made:
+    py3langid unpacks its model through a temporary file, which a full disk or a file-size
+    limit refuses; the check then judges nothing rather than failing decodes."""
+    global _identifier, _unavailable
+    if _identifier is None and not _unavailable:
         with _lock:
-            if _identifier is None:
+            if _identifier is None and not _unavailable:
                 from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
-                _identifier = LanguageIdentifier.from_model_file(MODEL_FILE)
+                try:
+                    _identifier = LanguageIdentifier.from_model_file(MODEL_FILE)
+                except OSError:
+                    _unavailable = True
     return _identifier
 
 
@@ -56,6 +65,8 @@ def in_language(text: str, expected: str, alternatives: Iterable[str]) -> bool |
     if len(text.split()) < MIN_WORDS:
         return None
     ident = identifier()
+    if ident is None:
+        return None
     known = set(ident.labels)
     want = _code(expected)
     others = {_code(a) for a in alternatives} - {want}

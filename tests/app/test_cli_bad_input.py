@@ -201,6 +201,10 @@ def test_write_failure_during_the_run_is_one_line(tmp_path):
     Python turns into EFBIG): one line, a non-zero exit, no partial file."""
     import resource
 
+    from speechpipe.models.whisper_weights import resolve_whisper_model
+
+    resolve_whisper_model()  # the model cache is assembled without the limit (not the write)
+
     def limit_file_size() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (60_000, 60_000))
 
