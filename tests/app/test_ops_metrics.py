@@ -86,7 +86,7 @@ async def test_every_refusal_and_close_is_counted_by_code_and_reason(
         await expect_close(ws)
         assert ws.close_code == CloseCode.START_TIMEOUT
     async with connect(url(srv)) as ws:
-        await ws.send(json.dumps({"type": "start", "token": "s3cret", "source_lang": "busy"}))
+        await ws.send(json.dumps({"type": "start", "token": "s3cret", "source_lang": "bsy"}))
         await expect_close(ws)
         assert ws.close_code == CloseCode.TRY_AGAIN
     await wait_for(lambda: not srv.connections)

@@ -102,7 +102,7 @@ class FakeFactory:
     def __call__(self, request: SessionRequest) -> ScriptedSession:
         if request.source_lang == "xx":
             raise LanguageError("unknown source language 'xx'")
-        if request.source_lang == "busy":
+        if request.source_lang == "bsy":  # a well-formed code (start validation) no model has
             raise AdmissionError("all workers busy", retry_after_s=2.0)
         return ScriptedSession(request, self.sessions)
 
@@ -277,7 +277,7 @@ async def test_unknown_type(server: tuple[SpeechServer, FakeFactory]) -> None:
         ({"format": "opus"}, "unsupported_format", CloseCode.UNSUPPORTED_FORMAT),
         ({"mode": "warp"}, "bad_start", CloseCode.BAD_START),
         ({"source_lang": "xx"}, "unsupported_language", CloseCode.UNSUPPORTED_REQUEST),
-        ({"source_lang": "busy"}, "over_capacity", CloseCode.TRY_AGAIN),
+        ({"source_lang": "bsy"}, "over_capacity", CloseCode.TRY_AGAIN),
     ],
 )
 async def test_refused_start(
