@@ -150,11 +150,15 @@ class NativePrefill:
         decoders[key] = made
         return made
 
-    def restricted_usage(self) -> tuple[int, int]:
-        """(restricted decoders held, their bytes) across threads."""
+    def restricted_usage(self, thread: int | None = None) -> tuple[int, int]:
+        """(restricted decoders held, their bytes) across threads, or by one ``thread`` (its
+        ident). A thread evicts only its own decoders (the others' may be in use), so the
+        total can pass the budget while other threads hold theirs; each thread's own stay
+        within it (or one decoder, if that alone is larger)."""
         with self._lock:
             self._forget_ended()
-            return len(self._restricted), sum(self._restricted.values())
+            held = {k: v for k, v in self._restricted.items() if thread in (None, k[0])}
+            return len(held), sum(held.values())
 
     def _forget_ended(self) -> None:
         """Drop the entries of threads that ended (worker threads replaced or closed); an

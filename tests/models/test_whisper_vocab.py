@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -215,5 +216,8 @@ def test_new_languages_add_megabytes_not_a_model_each(pipeline):
         assert all(d.continuation for d in result.decodes)
     grown = _rss() - before
     memory = engine.restricted_memory()
-    assert memory["bytes"] <= memory["budget_bytes"] or memory["decoders"] == 1
+    # this thread's decoders stay within the budget (other threads of the shared test
+    # pipeline hold their own, which only they may evict)
+    held, size = engine.prefill().restricted_usage(threading.get_ident())
+    assert size <= memory["budget_bytes"] or held == 1, (held, size, memory)
     assert grown < 4 * 40 << 20, f"{grown >> 20} MB for four languages"
