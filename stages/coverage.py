@@ -110,13 +110,11 @@ def missing_tail(committed: str, fresh: str, min_match: int = 2, near_end: int =
     words that reaches the committed text's last ``near_end`` words are what the listener
     has not heard. "" when the texts do not align there (appending then could repeat)."""
     import difflib
-    import re
 
-    def norm(word: str) -> str:
-        return re.sub(r"[^\w']+", "", word.casefold())
+    from speechpipe.stages.agreement import normalize_word
 
     mine, theirs = committed.split(), fresh.split()
-    a, b = [norm(w) for w in mine], [norm(w) for w in theirs]
+    a, b = [normalize_word(w) for w in mine], [normalize_word(w) for w in theirs]
     blocks = [m for m in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks()
               if m.size >= min_match and m.a + m.size >= len(a) - near_end]
     if not blocks:
