@@ -75,6 +75,10 @@ class AsrOptions:
     # a sentence end on the last committed word is held back until the next committed
     # words or the utterance's end confirm it (issue 45)
     hold_sentence_end: bool = True
+    # a held sentence end of the translation is committed between pauses only where the
+    # committed captions end more sentences than the committed translation does (a sentence
+    # end rests on one the speaker was heard to make); otherwise the phrase goes on without it
+    ends_rest_on_captions: bool = True
     # a translation that reads as the source language (py3langid) is decoded again with
     # English as Whisper's language token; if still not English it is never committed and
     # the session gets a ``translation_wrong_language`` error event (issue 45)

@@ -32,7 +32,7 @@ from typing import Literal
 from speechpipe.stages.agreement import LocalAgreement, normalize_word
 
 __all__ = ["CommitPolicy", "CommitPolicyName", "align_commit_count", "settled_count",
-           "split_sentence_end"]
+           "sentence_end_count", "split_sentence_end", "SENTENCE_END_MARKS"]
 
 CommitPolicyName = Literal["agreement", "align"]
 
@@ -61,6 +61,17 @@ def settled_count(words: int, word_ends: Sequence[float], frontier_s: float) -> 
 
 _SENTENCE_END = ".?!…"
 _NOT_AN_END = frozenset("mr mrs ms dr prof st mt sr jr vs etc".split())
+
+
+_WIDE_ENDS = "\u3002\uff1f\uff01"  # 。？！ (scripts written without spaces)
+SENTENCE_END_MARKS = _SENTENCE_END + _WIDE_ENDS
+
+
+def sentence_end_count(text: str) -> int:
+    """The sentence ends ``text`` makes: words closing with ``. ? ! …`` (not a title such as
+    "Mr."), and full-width ends inside unspaced text (Chinese, Japanese)."""
+    return (sum(1 for word in text.split() if split_sentence_end(word)[1])
+            + sum(text.count(mark) for mark in _WIDE_ENDS))
 
 
 def split_sentence_end(word: str) -> tuple[str, str]:

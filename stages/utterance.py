@@ -15,7 +15,7 @@ import numpy as np
 
 from speechpipe.stages.agreement import normalize_word
 from speechpipe.stages.asr_options import AsrOptions
-from speechpipe.stages.commit import CommitPolicy
+from speechpipe.stages.commit import SENTENCE_END_MARKS, CommitPolicy, sentence_end_count
 from speechpipe.stages.coverage import missing_tail
 from speechpipe.stages.faithfulness import (
     FaithfulnessOptions,
@@ -377,6 +377,8 @@ class UtteranceDecoder:
         fragment = self.edge.pop(side, "")
         if not fragment or normalize_word(fragment):
             return
+        if side == "target" and not self._end_rests_on_captions(fragment):
+            return  # not a sentence end the captions heard: the phrase goes on without it
         if policy.glue_before(fragment, new):
             return
         if policy.committed[: len(policy.committed) - new] or (
@@ -386,6 +388,18 @@ class UtteranceDecoder:
             self.source_context += fragment
         elif side == "target" and self.target_context:
             self.target_context += fragment
+
+    def _end_rests_on_captions(self, fragment: str) -> bool:
+        """May the translation's held ``fragment`` be committed? Punctuation that ends no
+        sentence may; a sentence end only while the committed captions end more sentences
+        than the committed translation (``asr.ends_rest_on_captions``): Whisper ends a
+        translation window with a full stop because the audio ends there, and the captions
+        of the same audio, held to the same rule, say whether the speaker ended one."""
+        captions = self.text("source")
+        if not (self.options.ends_rest_on_captions and captions) or not any(
+                mark in fragment for mark in SENTENCE_END_MARKS):
+            return True  # no captions to rest on (not decoded, or none committed yet)
+        return sentence_end_count(captions) > sentence_end_count(self.text("target"))
 
     def _hold_end(self, side: str, policy: CommitPolicy, kind: str) -> None:
         """Before anything is published: a sentence end on the last committed word is held

@@ -203,3 +203,53 @@ def test_the_engine_aligns_only_a_decode_that_could_commit():
     other = [DecodeResult("translate", "a building", -0.2, 0.0)]
     assert WhisperEngine._may_commit(request, "translate", agreeing)
     assert not WhisperEngine._may_commit(request, "translate", other)
+
+
+def _both_partial(decoder: UtteranceDecoder, source: str, source_ends: tuple[float, ...],
+                  target: str, target_ends: tuple[float, ...], heard_s: float,
+                  source_glued: str = "", target_glued: str = "") -> None:
+    decodes = (DecodeResult("transcribe", source, -0.2, 0.01, word_ends=source_ends,
+                            glued=source_glued),
+               DecodeResult("translate", target, -0.2, 0.01, word_ends=target_ends,
+                            glued=target_glued))
+    decoder.apply(WhisperResult("fr", 1.0, decodes, 0.0, 0.0), "partial", _at(heard_s))
+
+
+def test_a_translation_sentence_end_the_captions_do_not_make_is_dropped():
+    """Issue 45: "subject to certain limitations. And exemptions." The captions of the same
+    audio go on without a sentence end, so the translation's held stop is not committed."""
+    decoder = _decoder()
+    source = ("sujet à des limitations et", (0.3, 0.5, 0.7, 1.4, 2.5))
+    target = ("subject to limitations. And", (0.3, 0.6, 1.4, 2.5))
+    _both_partial(decoder, *source, *target, 2.7)
+    _both_partial(decoder, *source, *target, 2.9)
+    assert decoder.text("source") == "sujet à des limitations"
+    assert decoder.text("target") == "subject to limitations"
+    assert decoder.edge["target"] == "."
+    # the next decode still ends the translation's sentence there; the captions do not
+    for heard_s in (3.6, 3.8):
+        _both_partial(decoder, "et exemptions", (2.5, 3.0), "And exemptions", (2.5, 3.0),
+                      heard_s, target_glued=".")
+    assert decoder.text("source") == "sujet à des limitations et"
+    assert decoder.text("target") == "subject to limitations And"
+
+
+def test_a_translation_sentence_end_the_captions_make_is_committed():
+    decoder = _decoder()
+    source = ("il est tard. Nous", (0.3, 0.6, 1.4, 2.5))
+    target = ("It is late. We", (0.3, 0.6, 1.4, 2.5))
+    _both_partial(decoder, *source, *target, 2.7)
+    _both_partial(decoder, *source, *target, 2.9)
+    assert decoder.text("target") == "It is late"
+    for heard_s in (3.6, 3.8):
+        _both_partial(decoder, "Nous rentrons", (2.5, 3.0), "We go home", (2.5, 3.0, 3.2),
+                      heard_s, ".", ".")
+    assert decoder.text("source") == "il est tard. Nous"
+    assert decoder.text("target") == "It is late. We"
+
+
+def test_sentence_end_count():
+    from speechpipe.stages.commit import sentence_end_count
+    assert sentence_end_count("Mr. Smith is late. Are you? Yes!") == 3
+    assert sentence_end_count("3.5 percent, more or less") == 0
+    assert sentence_end_count("今天很冷。你好吗？") == 2
