@@ -11,7 +11,10 @@ functions over a trace and the offline reference's texts).
   be tuned to a reference (docs/design.md, "Commit regret").
 - **Extra sentence ends**: sentence ends (a word ending in ``. ? ! …``, abbreviations such
   as "Mr." and initials not counted) in the streamed translation minus those in the offline
-  one; a clip "has extra" when that is above 0.
+  one; a clip "has extra" when that is above 0. Beside it, the same **inside an utterance**:
+  each streamed utterance's last word and the offline text's last word left out, since the
+  speaker's pause (measured by the VAD) confirms those; a missing final stop offline
+  ("replace it" against "replace it.") is no sentence end the speaker did not make.
 - **Pieces in the wrong language**: utterances whose committed translation (4 words or more)
   reads as the source language rather than the target (``stages.target_language``).
 - **Utterance coverage** on speech of several utterances: utterances whose committed
@@ -31,6 +34,7 @@ from speechpipe.evaluation.scores import normalize_text
 from speechpipe.stages.target_language import in_language
 
 __all__ = ["regret_counts", "regret", "sentence_ends", "extra_sentence_ends",
+           "mid_sentence_ends", "extra_mid_sentence_ends",
            "wrong_language_utterances", "utterance_spans", "short_of_offline",
            "incomplete_events", "commit_fields", "commit_aggregate", "print_commit_figures",
            "SPAN_COVERAGE", "WORST_CLIPS"]
@@ -93,6 +97,19 @@ def extra_sentence_ends(streamed: str, offline: str) -> int:
     return sentence_ends(streamed) - sentence_ends(offline)
 
 
+def mid_sentence_ends(text: str) -> int:
+    """Sentence ends of ``text`` before its last word: the last word of an utterance ends
+    where the speaker stopped (the VAD measured the pause), so its end is confirmed."""
+    words = text.split()
+    return sentence_ends(" ".join(words[:-1]))
+
+
+def extra_mid_sentence_ends(utterances: Sequence[str], offline: str) -> int:
+    """Sentence ends inside the streamed utterances (each one's last word left out) minus
+    those inside the offline text (its last word left out): the ends no pause confirmed."""
+    return sum(mid_sentence_ends(text) for text in utterances) - mid_sentence_ends(offline)
+
+
 def wrong_language_utterances(texts: Iterable[tuple[str, str]], target: str) -> int:
     """Of (translation, source language) per utterance, those that read as the source
     language instead of ``target`` (``stages.target_language.in_language`` False)."""
@@ -152,6 +169,8 @@ def commit_fields(
         row[f"committed_words_{side}"] = total
     if offline_target is not None:
         row["extra_sentence_ends"] = extra_sentence_ends(target_text, offline_target)
+        utterances = [text for text, _ in texts] or [target_text]
+        row["extra_mid_sentence_ends"] = extra_mid_sentence_ends(utterances, offline_target)
     return row
 
 
@@ -171,6 +190,9 @@ def commit_aggregate(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         extra = sum(1 for r in judged if r["extra_sentence_ends"] > 0)
         out["clips_with_extra_sentence_ends"] = extra
         out["share_extra_sentence_ends"] = round(extra / len(judged), 4)
+        mid = sum(1 for r in judged if r.get("extra_mid_sentence_ends", 0) > 0)
+        out["clips_with_extra_mid_sentence_ends"] = mid
+        out["share_extra_mid_sentence_ends"] = round(mid / len(judged), 4)
     if any("wrong_language_utterances" in r for r in rows):
         out["wrong_language_utterances"] = sum(r.get("wrong_language_utterances", 0)
                                                for r in rows)
@@ -214,15 +236,18 @@ def print_commit_figures(report: dict[str, Any], out: TextIO | None = None) -> N
     print(f"\ncommit regret (committed words the same model's offline decode lacks): captions "
           f"{_pct(a.get('regret_source'))}, translation {_pct(a.get('regret_target'))}; "
           f"extra sentence ends on {a.get('clips_with_extra_sentence_ends', 0)} of "
-          f"{len(judged)} clips ({_pct(a.get('share_extra_sentence_ends'))})", file=out)
+          f"{len(judged)} clips ({_pct(a.get('share_extra_sentence_ends'))}), inside an "
+          f"utterance on {a.get('clips_with_extra_mid_sentence_ends', 0)} "
+          f"({_pct(a.get('share_extra_mid_sentence_ends'))})", file=out)
     categories = a.get("by_category") or {}
     if categories:
         print(f"{'category':<28}{'regret capt':>12}{'regret transl':>14}{'extra ends':>12}"
-              f"{'wrong lang':>12}", file=out)
+              f"{'inside':>8}{'wrong lang':>12}", file=out)
         for name, figures in categories.items():
             print(f"{name[:27]:<28}{_pct(figures.get('regret_source')):>12}"
                   f"{_pct(figures.get('regret_target')):>14}"
                   f"{_pct(figures.get('share_extra_sentence_ends')):>12}"
+                  f"{_pct(figures.get('share_extra_mid_sentence_ends')):>8}"
                   f"{_num(figures.get('clips_wrong_language')):>12}", file=out)
     worst = sorted((r for r in rows if r.get("regret_target") is not None),
                    key=lambda r: -r["regret_target"])[:WORST_CLIPS]

@@ -15,7 +15,9 @@ from speechpipe.evaluation.evaluate import _aggregate, span_coverage
 from speechpipe.evaluation.offline import OfflineCache, cache_key, offline_references
 from speechpipe.evaluation.regret import (
     commit_fields,
+    extra_mid_sentence_ends,
     extra_sentence_ends,
+    mid_sentence_ends,
     print_commit_figures,
     regret,
     regret_counts,
@@ -58,6 +60,19 @@ def test_sentence_ends_skip_abbreviations_initials_and_numbers():
     streamed = "chemistry that biological. is a key position."
     assert extra_sentence_ends(streamed, "chemistry that biology is a key position.") == 1
     assert extra_sentence_ends("One. Two.", "One. Two.") == 0
+
+
+def test_sentence_ends_inside_an_utterance_leave_out_the_ends_a_pause_confirms():
+    # es_fisher_3481: the stream's final stop, which the offline text lacks, is the speaker's
+    assert extra_sentence_ends("if he wants to replace it.", "if he is going to replace it") == 1
+    assert extra_mid_sentence_ends(["if he wants to replace it."],
+                                   "if he is going to replace it") == 0
+    # two utterances: each one's last word ends where the speaker paused
+    assert extra_mid_sentence_ends(["It is late.", "We go home."], "It is late, we go home") == 0
+    # a stop inside an utterance still counts
+    assert extra_mid_sentence_ends(["another engine. which can be used."],
+                                   "another engine which can be used") == 1
+    assert mid_sentence_ends("One. Two.") == 1
 
 
 # --- the language check ----------------------------------------------------------------------
@@ -128,6 +143,9 @@ def test_commit_figures_from_a_scripted_trace_per_clip_and_category():
     assert bad_row["translation_incomplete"] == 1
     assert good_row["wrong_language_utterances"] == 1  # French in the English voice
     assert good_row["extra_sentence_ends"] == 0
+    # inside the utterances: "Very." (in "Very. Finely.") against offline's "heated." (the
+    # stream's "heated." ends utterance 0, where the speaker paused): no extra
+    assert bad_row["extra_mid_sentence_ends"] == 0
 
     clips = [{"id": "bad", "category": "read"}, {"id": "good", "category": "phone"}]
     aggregate = _aggregate(rows, clips, {}, 6.0, 12.0, 12.0)
@@ -136,6 +154,7 @@ def test_commit_figures_from_a_scripted_trace_per_clip_and_category():
     assert aggregate["regret_source"] == 0.0
     assert aggregate["clips_with_extra_sentence_ends"] == 1
     assert aggregate["share_extra_sentence_ends"] == 0.5
+    assert aggregate["clips_with_extra_mid_sentence_ends"] == 0
     assert aggregate["clips_wrong_language"] == 1
     assert aggregate["translation_incomplete"] == 2
     assert aggregate["by_category"]["read"]["regret_target"] == bad_row["regret_target"]
@@ -148,9 +167,10 @@ def test_commit_figures_from_a_scripted_trace_per_clip_and_category():
     assert "wrong-language pieces: 1 utterances in 1 clips; good: 1" in text
     categories = {line.split()[0]: line.split()[1:] for line in
                   text[text.index("regret capt"):text.index("worst clips")].splitlines()[1:]}
-    # captions, translation, share of clips with extra sentence ends, clips in another language
-    assert categories["read"] == ["0.0", "%", "16.7", "%", "100.0", "%", "0"]
-    assert categories["phone"] == ["0.0", "%", "69.2", "%", "0.0", "%", "1"]
+    # captions, translation, share of clips with extra sentence ends (all, inside an
+    # utterance), clips in another language
+    assert categories["read"] == ["0.0", "%", "16.7", "%", "100.0", "%", "0.0", "%", "0"]
+    assert categories["phone"] == ["0.0", "%", "69.2", "%", "0.0", "%", "0.0", "%", "1"]
     worst = text[text.index("worst clips"):].splitlines()[2:]
     assert [line.split()[0] for line in worst] == ["good", "bad"]  # worst first
     assert "-12.50" in worst[1]  # its streamed - offline BLEU beside it
