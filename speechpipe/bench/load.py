@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from speechpipe.bench.server_process import ServerProcess, scrape
-from speechpipe.evaluation.scores import percentile
+from speechpipe.evaluation.scores import end_offset_parts, laid_back_to_back, percentile
 from speechpipe.machine import describe_cpu, usable_cores
 from speechpipe.transport.client import ClientRun, stream_session
 
@@ -98,17 +98,17 @@ def end_offset_split(run: ClientRun) -> list[tuple[float, float, float]]:
     whichever utterance it belongs to), the utterance's speech received only afterwards
     (*late*: words committed or synthesized after the end), and the output's idle time in
     between (*silence*: waiting for a commit or the synthesizer). Speech laid back to back as
-    in ``utterance_offsets``."""
+    in ``utterance_offsets``; the split is ``evaluation.scores.end_offset_parts``, the one
+    the trace's uses."""
     ends = {e["utterance"]: e["t"] for e in run.of("vad") if e["kind"] == "end"}
     chunks = _chunks(run)
-    laid_end = _laid_ends(chunks)
+    laid = [(arrived, end, seconds) for (arrived, _, seconds), end
+            in zip(chunks, laid_back_to_back((a, d) for a, _, d in chunks), strict=True)]
     out = []
     for utterance, end in ends.items():
-        if utterance not in laid_end:
-            continue
-        queued = max(0.0, _laid_before(chunks, end) - end)
-        late = sum(d for a, u, d in chunks if u == utterance and a >= end)
-        out.append((queued, late, max(0.0, laid_end[utterance] - end - queued - late)))
+        parts = end_offset_parts(laid, end, [u == utterance for _, u, _ in chunks])
+        if parts is not None:
+            out.append(parts)
     return out
 
 
@@ -144,20 +144,10 @@ def _laid_ends(chunks: Sequence[tuple[float, int, float]]) -> dict[int, float]:
     """Per utterance, where its speech ends when every chunk is played as it arrives, after
     the speech before it (back to back)."""
     laid_end: dict[int, float] = {}
-    cursor = 0.0
-    for arrived, utterance, seconds in chunks:
-        cursor = max(cursor, arrived) + seconds
-        laid_end[utterance] = cursor
+    for (_, utterance, _), end in zip(
+            chunks, laid_back_to_back((a, d) for a, _, d in chunks), strict=True):
+        laid_end[utterance] = end
     return laid_end
-
-
-def _laid_before(chunks: Sequence[tuple[float, int, float]], when: float) -> float:
-    """The end of the speech laid back to back from the chunks received before ``when``."""
-    cursor = 0.0
-    for arrived, _, seconds in chunks:
-        if arrived < when:
-            cursor = max(cursor, arrived) + seconds
-    return cursor
 
 
 # -- clips ------------------------------------------------------------------------------------

@@ -24,6 +24,8 @@ __all__ = [
     "speech_span",
     "latency_scores",
     "end_offset_split",
+    "end_offset_parts",
+    "laid_back_to_back",
     "average_lagging",
     "normalized_erasure",
     "final_texts",
@@ -145,6 +147,37 @@ def latency_scores(
     return out
 
 
+def laid_back_to_back(chunks: Iterable[tuple[float, float]]) -> list[float]:
+    """Where each speech chunk ``(arrived, seconds)`` ends when it is played as it arrives,
+    right after the chunk before it (the output timeline every EndOffset is measured on)."""
+    ends: list[float] = []
+    cursor = 0.0
+    for arrived, seconds in chunks:
+        cursor = max(cursor, arrived) + seconds
+        ends.append(cursor)
+    return ends
+
+
+def end_offset_parts(
+    laid: Sequence[tuple[float, float, float]], speech_end: float,
+    mine: Sequence[bool] | None = None,
+) -> tuple[float, float, float] | None:
+    """Where an EndOffset goes, as ``(queued, late, silence)`` seconds that add up to it (when
+    it is positive): ``laid`` is every chunk as ``(arrived, laid end, seconds)`` in arrival
+    order; ``mine`` marks the chunks of the speech whose end ``speech_end`` is (default all).
+    *queued*: speech of any chunk already received at ``speech_end`` and still to play then;
+    *late*: the marked chunks received only afterwards (committed or synthesized after the
+    end); *silence*: the rest, the output idle meanwhile. None without a marked chunk. The one
+    definition of the split, for a trace (``end_offset_split``) and a client (``bench load``)."""
+    own = [chunk for k, chunk in enumerate(laid) if mine is None or mine[k]]
+    if not own:
+        return None
+    end_offset = max(end for _, end, _ in own) - speech_end
+    queued = max([0.0] + [end - speech_end for arrived, end, _ in laid if arrived <= speech_end])
+    late = sum((seconds for arrived, _, seconds in own if arrived > speech_end), 0.0)
+    return queued, late, max(0.0, end_offset - queued - late)
+
+
 def end_offset_split(records: Sequence[dict[str, Any]]) -> dict[str, float | None]:
     """Where the speech EndOffset goes, from a trace (seconds; None without speech).
 
@@ -156,7 +189,8 @@ def end_offset_split(records: Sequence[dict[str, Any]]) -> dict[str, float | Non
       stopped (waiting for a commit, a phrase cut or the synthesizer);
     - ``synthesis_after_end``: synthesizer time (wall seconds) of the chunks produced after it;
     - ``text_end_offset``: the last target commit after it.
-    ``queued + unsynthesized + silence == end_offset`` (when the EndOffset is positive).
+    ``queued + unsynthesized + silence == end_offset`` (when the EndOffset is positive;
+    ``end_offset_parts``).
     """
     out: dict[str, float | None] = {
         "queued_at_end": None, "unsynthesized_at_end": None, "silence_after_end": None,
@@ -167,15 +201,11 @@ def end_offset_split(records: Sequence[dict[str, Any]]) -> dict[str, float | Non
     if span is None or not audio:
         return out
     speech_end = span[1]
-    before = [r for r in audio if r["stream_t"] <= speech_end]
+    parts = end_offset_parts([(r["stream_t"], r["audio_start"] + r["audio_dur"], r["audio_dur"])
+                              for r in audio], speech_end)
+    assert parts is not None  # every chunk is the stream's own
+    out["queued_at_end"], out["unsynthesized_at_end"], out["silence_after_end"] = parts
     after = [r for r in audio if r["stream_t"] > speech_end]
-    laid_end = max(r["audio_start"] + r["audio_dur"] for r in audio)
-    queued = max([0.0] + [r["audio_start"] + r["audio_dur"] - speech_end for r in before])
-    unsynthesized = sum((r["audio_dur"] for r in after), 0.0)
-    end_offset = laid_end - speech_end
-    out["queued_at_end"] = queued
-    out["unsynthesized_at_end"] = unsynthesized
-    out["silence_after_end"] = max(0.0, end_offset - queued - unsynthesized)
     out["synthesis_after_end"] = sum(((r.get("timings") or {}).get("tts", 0.0) for r in after), 0.0)
     return out
 
