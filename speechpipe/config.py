@@ -437,6 +437,10 @@ RANGES: dict[str, Range] = {
     "rooms.max_listeners_per_room": NON_NEGATIVE,  # 0: no limit
     "rooms.max_listeners": NON_NEGATIVE,  # 0: no limit
     "rooms.echo_tail_s": NON_NEGATIVE,
+    "rooms.join_per_ip_s": NON_NEGATIVE,  # 0: no per-address join limit
+    "rooms.join_ip_burst": AT_LEAST_ONE,
+    "rooms.join_per_room_s": NON_NEGATIVE,  # 0: no per-room join limit
+    "rooms.join_room_burst": AT_LEAST_ONE,
     "rooms.captions_kept": NON_NEGATIVE,  # 0: a room keeps no captions (captions.vtt empty)
     "admission.capacity": AT_LEAST_ONE,
     "admission.max_queue": NON_NEGATIVE,  # 0: no waiting line

@@ -30,6 +30,13 @@ class RoomOptions:
     echo_tail_s: float = 0.5  # ... and this long after (room reverb, the device's latency)
     mt: str = ""  # "ct2:MODEL": room pipelines into languages other than English use it
     captions_kept: int = 600  # utterances of captions per feed for captions.vtt; 0: none kept
+    # listener joins (transport.room_access.JoinLimiter; over them: too_many_joins, 4016, with
+    # retry_after_s); a room of 1000 joining within 5 s, or 200 behind one address within
+    # 16 s, never trips them; a rate of 0 switches one off
+    join_per_ip_s: float = 10.0  # listener joins per second from one client address
+    join_ip_burst: int = 40  # listener joins at once from one address (> max_sessions_per_ip)
+    join_per_room_s: float = 100.0  # listener joins per second into one room
+    join_room_burst: int = 500  # listener joins at once into one room (a full room's worth)
 
 
 @dataclass(frozen=True, slots=True)

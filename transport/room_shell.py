@@ -340,6 +340,8 @@ class RoomHub:
         heard = [key for key, feed in room.feeds.items()
                  if sub is not None and id(sub) in feed.subscribers]
         orphans = self.registry.leave(room, presence.member)
+        if room.id not in self.registry.rooms:
+            self.joins.forget(room.id)  # the room ended
         for key in heard:
             self._retire_unheard(room, key)
         if presence.member.subscriber is not None:

@@ -41,6 +41,7 @@ from speechpipe.transport.protocol import (
     dumps,
 )
 from speechpipe.transport.room import RoomRegistry
+from speechpipe.transport.room_access import JoinLimiter
 from speechpipe.transport.room_captions import RoomCaptions
 from speechpipe.transport.room_shell import RoomHub
 from speechpipe.transport.session_api import SessionFactory
@@ -92,7 +93,9 @@ class SpeechServer:
             max_listeners=rooms.max_listeners or None,
             history_s=rooms.history_s, history_items=rooms.history_items,
         ), outbox_capacity=rooms.outbox_capacity, observer=self.observer, mt=rooms.mt,
-            captions=RoomCaptions(rooms.captions_kept))
+            captions=RoomCaptions(rooms.captions_kept), joins=JoinLimiter(
+                per_ip_s=rooms.join_per_ip_s, ip_burst=rooms.join_ip_burst,
+                per_room_s=rooms.join_per_room_s, room_burst=rooms.join_room_burst))
         self._server: Server | None = None
         verifier = self.limits.auth or (
             StaticToken(self.limits.token) if self.limits.token else None

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from speechpipe.bench.own_samples import own_samples
 from speechpipe.bench.server_process import ServerProcess
 from speechpipe.errors import InputError
 from speechpipe.evaluation.scores import percentile
@@ -40,8 +41,7 @@ from speechpipe.transport.client import ListenerRun, listen_room, stream_session
 
 __all__ = ["register_room", "run_room_bench", "spread", "listener_digest"]
 
-REPO = Path(__file__).resolve().parents[2]
-DEFAULT_CLIP = REPO / "samples" / "wav" / "es_gato.wav"
+DEFAULT_CLIP = own_samples() / "wav" / "es_gato.wav"
 MAX_LISTENERS = 1000
 LEAD_S = 1.0  # silence before the clip (listeners are all in before it)
 TAIL_S = 3.0
@@ -286,7 +286,9 @@ def run_room_bench(listeners: int, clip: Path, source_lang: str,
     one = read_audio(clip)
     audio = np.concatenate([np.concatenate([one, np.zeros(16000, np.int16)])] * repeat)
     extra = ["--max-sessions-per-ip", "0", "--max-listeners", "0",
-             "--max-listeners-per-room", "0", "--capacity", "4", *server_args]
+             "--max-listeners-per-room", "0", "--capacity", "4",
+             # all N listeners join at once from 127.0.0.1: lift the join rate limits
+             "--set", "rooms.join_per_ip_s=0", "--set", "rooms.join_per_room_s=0", *server_args]
     with ServerProcess(extra, port=port) as server:
         url = server.url
 

@@ -1,0 +1,121 @@
+"""Issue 46: listener joins are rate-limited per address and per room by default (token
+buckets, ``too_many_joins`` 4016 with ``retry_after_s``), a normal room never trips them, and
+the speaker keeps going through a flood (the rules by time, then over real sockets)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from websockets.asyncio.client import connect
+
+from speechpipe.transport.codes import CloseCode, ErrorCode
+from speechpipe.transport.limits import RoomOptions, ServerLimits
+from speechpipe.transport.room_access import JoinLimiter
+from speechpipe.transport.websocket_server import SpeechServer
+from tests.helpers import TickFactory, pcm, read_until_closed, recv_json
+
+
+def _default_limiter() -> JoinLimiter:
+    rooms = RoomOptions()
+    return JoinLimiter(per_ip_s=rooms.join_per_ip_s, ip_burst=rooms.join_ip_burst,
+                       per_room_s=rooms.join_per_room_s, room_burst=rooms.join_room_burst)
+
+
+def test_the_defaults_never_trip_a_normal_room() -> None:
+    limiter = _default_limiter()
+    # a room of 1000 listeners, each from its own address, all joining within 6 s
+    refused = [i for i in range(1000) if limiter.admit(f"10.0.{i // 250}.{i % 250}", "talk",
+                                                       i * 0.006) is not None]
+    assert refused == []
+    # 200 listeners behind one address (a venue's NAT) joining within 20 s
+    refused = [i for i in range(200) if limiter.admit("192.0.2.1", "venue", i * 0.1) is not None]
+    assert refused == []
+
+
+def test_the_defaults_stop_a_storm() -> None:
+    """~300 joins/s from 40 addresses for 10 s: the room's burst, then its rate, pass."""
+    limiter = _default_limiter()
+    admitted = 0
+    retries: list[float] = []
+    for i in range(3000):
+        retry = limiter.admit(f"198.51.100.{i % 40}", "talk", i / 300)
+        if retry is None:
+            admitted += 1
+        else:
+            retries.append(retry)
+    room = RoomOptions()
+    most = room.join_room_burst + room.join_per_room_s * 10
+    assert room.join_room_burst < admitted <= most + 1
+    assert retries and all(0 < r <= 1 / room.join_per_room_s + 1e-9 for r in retries)
+
+
+def test_one_address_is_limited_below_the_room() -> None:
+    limiter = _default_limiter()
+    burst = RoomOptions().join_ip_burst
+    assert all(limiter.admit("203.0.113.9", "talk", 0.0) is None for _ in range(burst))
+    retry = limiter.admit("203.0.113.9", "talk", 0.0)
+    assert retry is not None and retry == pytest.approx(1 / RoomOptions().join_per_ip_s)
+    assert limiter.admit("203.0.113.10", "talk", 0.0) is None  # another address passes
+
+
+async def _join(url: str, room: str) -> dict[str, object]:
+    """One listener join: ``started`` (then it leaves), or the refusal with its close code."""
+    async with connect(url) as ws:
+        await ws.send(json.dumps({"type": "start", "role": "listener", "room": room}))
+        first = await recv_json(ws)
+        if first["type"] != "started":
+            await read_until_closed(ws)
+            first["close_code"] = ws.close_code
+        return first
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_the_limit_is_on_by_default_over_a_socket() -> None:
+    """Joins from 127.0.0.1, one after another (each leaves again): the address's burst
+    passes, the next join is refused with 4016 and a retry delay."""
+    async with SpeechServer(TickFactory()) as srv:
+        url = f"ws://127.0.0.1:{srv.port}/ws"
+        async with connect(url) as speaker:
+            await speaker.send(json.dumps({"type": "start", "role": "speaker"}))
+            room = str((await recv_json(speaker))["room"])
+            burst = RoomOptions().join_ip_burst
+            answers = []
+            for _ in range(3 * burst):  # the bucket refills as they go: bounded, not exact
+                answers.append(await _join(url, room))
+                if answers[-1]["type"] != "started":
+                    break
+            assert len(answers) > burst and answers[-1]["type"] == "error"
+            last = answers[-1]
+            assert last["code"] == ErrorCode.TOO_MANY_JOINS and last["fatal"] is True
+            assert last["close_code"] == CloseCode.TOO_MANY_JOINS == 4016
+            assert 0 < float(last["retry_after_s"]) <= 1 / RoomOptions().join_per_ip_s  # type: ignore[arg-type]
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_flood_is_refused_and_the_speaker_keeps_going() -> None:
+    limits = ServerLimits(rooms=RoomOptions(join_per_ip_s=0, join_per_room_s=1,
+                                            join_room_burst=3))
+    async with SpeechServer(TickFactory(), limits=limits) as srv:
+        url = f"ws://127.0.0.1:{srv.port}/ws"
+        async with connect(url) as speaker:
+            await speaker.send(json.dumps({"type": "start", "role": "speaker"}))
+            room = str((await recv_json(speaker))["room"])
+            flood = await asyncio.gather(*(_join(url, room) for _ in range(12)))
+            admitted = [a for a in flood if a["type"] == "started"]
+            refused = [a for a in flood if a["type"] != "started"]
+            assert len(admitted) == 3 and len(refused) == 9
+            for answer in refused:
+                assert answer["code"] == "too_many_joins"
+                assert answer["close_code"] == 4016
+                assert 0 < float(answer["retry_after_s"]) <= 1.0  # type: ignore[arg-type]
+            # the speaker's session goes on: 1 s of audio gives its captions
+            await speaker.send(pcm(1.0))
+            seen = []
+            async with asyncio.timeout(5):
+                while not any(e.get("type") == "source" for e in seen):
+                    seen.append(await recv_json(speaker))
+            # and a join after the retry delay passes
+            await asyncio.sleep(max(float(a["retry_after_s"]) for a in refused))  # type: ignore[arg-type]
+            assert (await _join(url, room))["type"] == "started"
