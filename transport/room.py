@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 import secrets
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -328,12 +328,3 @@ class RoomRegistry:
                        "participants": sum(1 for m in r.members.values()
                                            if m.role is Role.PARTICIPANT)}
                 for r in self.rooms.values()}
-
-
-def kinds_for(available: bool) -> frozenset[str]:
-    """A subscriber's kinds: everything, or the source captions where no model exists."""
-    return FULL if available else SOURCE_ONLY
-
-
-def members_except(members: Iterable[Member], member_id: str) -> list[Member]:
-    return [m for m in members if m.id != member_id]

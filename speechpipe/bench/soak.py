@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from speechpipe.bench.own_samples import own_samples
+
 __all__ = ["register_soak", "run_soak", "SoakReport"]
 
 BEHAVIOURS = {  # behaviour -> weight
@@ -46,7 +48,7 @@ BEHAVIOURS = {  # behaviour -> weight
     "garbage": 8,
     "webrtc": 12,
 }
-SAMPLES_DIR = Path(__file__).resolve().parents[2] / "samples"
+SAMPLES_DIR = own_samples()
 
 
 @dataclass
