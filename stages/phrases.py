@@ -23,10 +23,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+from numpy.typing import NDArray
+
 from speechpipe.stages.agreement import normalize_word
 
 __all__ = ["PhraseOptions", "PhraseSegmenter", "JustInTimeSegmenter", "make_segmenter",
-           "joins", "may_go_on", "voice_text"]
+           "joins", "may_go_on", "voice_text", "is_continuation", "continuation_audio",
+           "CONTINUATION_TAIL_S"]
 
 _CLAUSE_END = (",", ".", ";", ":", "?", "!", "…")
 _SENTENCE_END = (".", "?", "!", "…")
@@ -42,6 +46,31 @@ _NAME_PARTICLES = frozenset("de da di del della der van von du dos das la le bin
 _TITLES = frozenset("mr mrs ms dr prof st mt".split())  # "Mr." ends no clause: "Mr. Smith"
 
 
+CONTINUATION_TAIL_S = 0.08  # quiet kept after a phrase the next one continues
+_QUIET = 0.02  # of the phrase's peak: below this a sample is the voice's trailing silence
+
+
+def is_continuation(phrase: str, ends_utterance: bool) -> bool:
+    """Does the speaker's sentence go on after ``phrase``? Neither the utterance's end nor a
+    (confirmed) sentence end."""
+    text = phrase.strip()
+    return bool(text) and not ends_utterance and not _ends_sentence(text.split()[-1])
+
+
+def continuation_audio(samples: NDArray[np.int16], sample_rate: int) -> NDArray[np.int16]:
+    """A continuation's audio without the voice's end-of-text silence: a voice closes every
+    text with ~0.15-0.2 s of quiet (Piper), which between two phrases of one sentence is a
+    pause the speaker did not make. At most ``CONTINUATION_TAIL_S`` of it is kept."""
+    if not len(samples):
+        return samples
+    level = np.abs(samples.astype(np.int32))
+    loud = np.flatnonzero(level > _QUIET * int(level.max()))
+    if not len(loud):
+        return samples
+    end = min(len(samples), int(loud[-1]) + 1 + int(CONTINUATION_TAIL_S * sample_rate))
+    return samples[:end]
+
+
 def voice_text(phrase: str, ends_utterance: bool) -> str:
     """What the voice is given for ``phrase``: a phrase in the middle of a sentence is spoken
     as a continuation. A voice reads the end of its text as a sentence end (falling pitch, the
@@ -49,7 +78,7 @@ def voice_text(phrase: str, ends_utterance: bool) -> str:
     comma instead (level pitch, no sentence silence). Committed sentence ends are confirmed
     ones (``stages.utterance``, issue 45), so they keep their full stop."""
     text = phrase.strip()
-    if not text or ends_utterance or _ends_sentence(text.split()[-1]):
+    if not is_continuation(text, ends_utterance):
         return text
     return text.rstrip(",;:") + ","
 

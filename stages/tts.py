@@ -30,6 +30,8 @@ from speechpipe.stages.phrases import (
     JustInTimeSegmenter,
     PhraseOptions,
     PhraseSegmenter,
+    continuation_audio,
+    is_continuation,
     make_segmenter,
     voice_text,
 )
@@ -232,6 +234,8 @@ class TtsStage:
                 continue
             if not len(samples):
                 continue
+            if is_continuation(phrase, ends_utterance):  # the sentence goes on: no pause
+                samples = continuation_audio(samples, self.sample_rate)
             stamp = self.clock.stamp(hyp.stream_pts)
             self._queued_until = max(self._queued_until, stamp / STREAM_RATE) + (
                 len(samples) / self.sample_rate

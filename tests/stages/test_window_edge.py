@@ -11,7 +11,13 @@ from speechpipe.stages.clock import BasisStreamClock
 from speechpipe.stages.commit import CommitPolicy, settled_count, split_sentence_end
 from speechpipe.stages.frames import STREAM_RATE, SpeechChunk, TextHypothesis
 from speechpipe.stages.model_api import DecodeResult, WhisperResult
-from speechpipe.stages.phrases import PhraseOptions, voice_text
+from speechpipe.stages.phrases import (
+    CONTINUATION_TAIL_S,
+    PhraseOptions,
+    continuation_audio,
+    is_continuation,
+    voice_text,
+)
 from speechpipe.stages.tts import TtsStage
 from speechpipe.stages.utterance import UtteranceDecoder
 
@@ -166,12 +172,26 @@ def test_voice_text_speaks_a_mid_sentence_phrase_as_a_continuation():
     assert voice_text("We go home", ends_utterance=True) == "We go home"
 
 
+def test_a_continuation_keeps_only_a_short_pause_of_the_voice_s_closing_silence():
+    rate = 16000
+    voiced = np.full(rate // 2, 8000, np.int16)
+    audio = np.concatenate([np.zeros(400, np.int16), voiced, np.full(rate // 5, 40, np.int16)])
+    trimmed = continuation_audio(audio, rate)
+    assert len(trimmed) == 400 + len(voiced) + int(CONTINUATION_TAIL_S * rate)
+    assert np.array_equal(trimmed[: 400 + len(voiced)], audio[: 400 + len(voiced)])
+    assert len(continuation_audio(np.zeros(160, np.int16), rate)) == 160  # silence: as is
+    assert is_continuation("and we", ends_utterance=False)
+    assert not is_continuation("It is late.", ends_utterance=False)
+    assert not is_continuation("and we", ends_utterance=True)
+
+
 async def test_the_voice_gets_continuations_mid_sentence_and_the_end_at_the_end():
     said: list[str] = []
 
     async def speak(text: str, speed: float) -> np.ndarray:
         said.append(text)
-        return np.full(1600, 1000, np.int16)
+        # a voice's audio closes with ~0.2 s of quiet
+        return np.concatenate([np.full(1600, 1000, np.int16), np.zeros(3200, np.int16)])
 
     stage = TtsStage(speak, BasisStreamClock(), 16000, PhraseOptions(cut="count"))
     inbox: Channel[TextHypothesis] = Channel(8)
@@ -186,9 +206,12 @@ async def test_the_voice_gets_continuations_mid_sentence_and_the_end_at_the_end(
     await inbox.put(hyp("It is late and we go home now", "", True))
     inbox.close()
     await stage.run(inbox, events)
-    chunks = [e.text async for e in events if isinstance(e, SpeechChunk)]
+    chunks = [e async for e in events if isinstance(e, SpeechChunk)]
     assert said[0].endswith(",") and not said[-1].endswith(",")
-    assert " ".join(chunks) == "It is late and we go home now"
+    assert " ".join(c.text for c in chunks) == "It is late and we go home now"
+    # the continuation flows into the next phrase; the utterance's end keeps its silence
+    assert len(chunks[0].samples) == 1600 + int(CONTINUATION_TAIL_S * 16000)
+    assert len(chunks[-1].samples) == 1600 + 3200
 
 
 def test_the_engine_aligns_only_a_decode_that_could_commit():
