@@ -172,6 +172,9 @@ def _register_optional(commands: argparse._SubParsersAction) -> None:
         pass
     else:
         security.register(commands)
+    from speechpipe import client_cli  # stream, listen: a client of a running server
+
+    client_cli.register(commands)
     from speechpipe.cluster import cli as cluster_cli  # Ray is imported only when run
 
     cluster_cli.register(commands)

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -83,13 +83,18 @@ async def stream_session(
     drain_timeout_s: float | None = None,
     index: int = 0,
     begin: asyncio.Event | None = None,
+    stop: asyncio.Event | None = None,
+    live: AsyncIterable[NDArray[np.int16]] | None = None,
 ) -> ClientRun:
     """One session at ``url``: ``start`` (``sample_rate`` is ``rate``; ``start`` adds fields),
     then ``audio`` and ``tail_s`` of silence in ``frame_ms`` frames at real time (only the
     first ``send_s`` seconds of it when given), then ``end``: ``stop`` and wait for the
     server to close, or ``abort`` the TCP connection, or ``close`` without ``stop``. ``junk``
     is sent first (robustness benches); ``on_message`` sees every message received;
-    ``begin``: the audio starts once it is set (e.g. once a room's listeners are in).
+    ``begin``: the audio starts once it is set (e.g. once a room's listeners are in);
+    ``stop``: once set, no more audio is sent and ``end`` follows at once (``speechpipe
+    stream`` on Ctrl-C). ``live`` (a microphone) replaces ``audio``: its blocks (at ``rate``)
+    are sent as they come, unpaced (a live source keeps real time itself), until it ends.
     A server that closes mid-stream ends the sending; the run holds its close code. Failing
     to connect raises; bound the whole call with ``asyncio.timeout``."""
     from websockets.asyncio.client import connect
@@ -134,7 +139,14 @@ async def stream_session(
                 await begin.wait()
                 t0 = time.monotonic()
             try:
-                for i, offset in enumerate(range(0, cut, step)):
+                if live is not None:
+                    async for block in live:
+                        if stop is not None and stop.is_set():
+                            break
+                        await ws.send(block.astype("<i2").tobytes())
+                for i, offset in enumerate(range(0, cut if live is None else 0, step)):
+                    if stop is not None and stop.is_set():
+                        break
                     delay = t0 + i * frame_ms / 1000 - time.monotonic()
                     if delay > 0:
                         await asyncio.sleep(delay)
@@ -216,12 +228,14 @@ async def listen_room(
     open_timeout_s: float = 30.0,
     on_started: Callable[[dict[str, Any]], None] | None = None,
     stall: bool = False,
+    on_message: Callable[[str | bytes], None] | None = None,
 ) -> ListenerRun:
     """Listen to ``room`` at ``url`` (``start`` adds fields, e.g. ``target_lang``) until the
     server closes, or ``stop`` is set (then ``stop`` is sent and the close awaited). With
     ``stall`` it stops reading after ``started`` (a small socket buffer, one queued message)
-    until ``stop`` is set, then reads what is left: a listener that does not read. Bound the
-    call with ``asyncio.timeout``."""
+    until ``stop`` is set, then reads what is left: a listener that does not read.
+    ``on_message`` sees every message received (``started`` and a refusal included). Bound
+    the call with ``asyncio.timeout``."""
     import socket
     from urllib.parse import urlsplit
 
@@ -240,7 +254,10 @@ async def listen_room(
     async with connect(url, max_size=None, open_timeout=open_timeout_s, **options) as ws:
         await ws.send(json.dumps({"type": "start", "role": "listener", "room": room,
                                   **(start or {})}))
-        first = json.loads(await ws.recv())
+        raw = await ws.recv()
+        if on_message is not None:
+            on_message(raw)
+        first = json.loads(raw)
         if first.get("type") != "started":
             run.error = first.get("code", first.get("type", ""))
             with contextlib.suppress(ConnectionClosed):
@@ -265,6 +282,8 @@ async def listen_room(
             with contextlib.suppress(ConnectionClosed):
                 async for message in ws:
                     now = time.monotonic()
+                    if on_message is not None:
+                        on_message(message)
                     if isinstance(message, bytes):
                         if header is None:
                             raise ValueError("binary message without an audio header")
