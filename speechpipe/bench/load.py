@@ -34,6 +34,7 @@ seconds of audio, a hard time limit per level; the bench stops by itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import math
@@ -41,7 +42,7 @@ import os
 import resource
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,9 @@ from speechpipe.transport.client import ClientRun, stream_session
 
 __all__ = ["run_load_bench", "register_load", "ClientRun", "commit_latencies", "utterance_offsets",
            "end_offset_split", "speaker_language", "percentile", "LevelReport", "ListenerRule",
-           "ladder_summary", "solo_demand", "committed_by_end"]
+           "ladder_summary", "solo_demand", "committed_by_end", "playlist_recordings",
+           "voiced_span", "recording_offsets", "StartCase", "run_start_case",
+           "run_start_cases"]
 
 RATE = 16_000
 REPO = Path(__file__).resolve().parents[2]
@@ -171,17 +174,24 @@ def find_manifest(explicit: str | None = None) -> Path:
     raise FileNotFoundError("no clips: pass --clips MANIFEST.jsonl")
 
 
-def load_clips(manifest: Path, target: str = "en", limit: int = 12) -> list[Clip]:
-    """Clips whose language differs from the target (x -> English), resampled to 16 kHz."""
+def load_clips(manifest: Path, target: str = "en", limit: int = 12, *,
+               languages: Sequence[str] = (), per_language: int | None = None) -> list[Clip]:
+    """Clips whose language differs from the target (x -> English), resampled to 16 kHz;
+    only ``languages`` when given, at most ``per_language`` of each."""
     import soundfile as sf
     import soxr
 
-    clips = []
+    clips: list[Clip] = []
     for line in manifest.read_text().splitlines():
         if not line.strip():
             continue
         row = json.loads(line)
         if row.get("lang") == target or not row.get("translation_en"):
+            continue
+        if languages and row.get("lang") not in languages:
+            continue
+        if per_language is not None and sum(
+                c.lang == row.get("lang") for c in clips) >= per_language:
             continue
         if row.get("category") not in (None, "core_x_to_en") or (row.get("duration_s") or 0) > 20:
             continue
@@ -218,6 +228,19 @@ def playlist(clips: Sequence[Clip], index: int, seconds: float, gap_s: float = 1
     the playlist cycles through every clip whatever its language and sends ``auto``: the
     server keeps the first language it detects (``asr.keep_detected_language``), so most clips
     are then decoded in a wrong language; a stress of detection, not a conversation."""
+    audio, lang, _ = playlist_recordings(clips, index, seconds=seconds, gap_s=gap_s,
+                                         mix_languages=mix_languages,
+                                         detect_language=detect_language)
+    return audio, lang
+
+
+def playlist_recordings(
+    clips: Sequence[Clip], index: int, *, seconds: float = 0.0, count: int | None = None,
+    gap_s: float = 1.0, mix_languages: bool = False, detect_language: bool = False,
+) -> tuple[np.ndarray, str, list[tuple[float, float]]]:
+    """``playlist``'s audio and language, and each recording's voiced span on the stream
+    clock (``voiced_span``: first voiced frame, end of the last), for ``count`` recordings
+    when given (else as many as fill ``seconds``)."""
     if mix_languages:
         own, k, lang = list(clips), index, "auto"
     else:
@@ -227,22 +250,81 @@ def playlist(clips: Sequence[Clip], index: int, seconds: float, gap_s: float = 1
         if detect_language:
             lang = "auto"
     parts: list[np.ndarray] = []
+    spans: list[tuple[float, float]] = []
     total = 0
     gap = np.zeros(int(gap_s * RATE), np.int16)
-    while total < seconds * RATE:
+    while (len(spans) < count) if count is not None else (total < seconds * RATE):
         clip = own[k % len(own)]
+        first, end = voiced_span(clip.audio)
+        spans.append(((total + first) / RATE, (total + end) / RATE))
         parts += [clip.audio, gap]
         total += len(clip.audio) + len(gap)
         k += 1
-    return np.concatenate(parts), lang
+    return np.concatenate(parts), lang, spans
+
+
+def voiced_span(pcm: np.ndarray, frame_ms: int = 20, below_peak_db: float = 30.0,
+                floor_dbfs: float = -60.0) -> tuple[int, int]:
+    """(first sample, end sample) of a recording's voiced frames: ``frame_ms`` frames whose
+    RMS is within ``below_peak_db`` of its loudest frame and above ``floor_dbfs`` (what the
+    client can tell of its own speech, with no server VAD); the whole recording when no
+    frame is."""
+    step = RATE * frame_ms // 1000
+    n = len(pcm) // step
+    if n == 0:
+        return 0, len(pcm)
+    frames = pcm[: n * step].astype(np.float64).reshape(n, step) / 32768.0
+    rms = np.sqrt(np.mean(frames * frames, axis=1))
+    threshold = max(float(rms.max()) * 10 ** (-below_peak_db / 20), 10 ** (floor_dbfs / 20))
+    voiced = np.flatnonzero(rms >= threshold)
+    if len(voiced) == 0:
+        return 0, len(pcm)
+    return int(voiced[0]) * step, (int(voiced[-1]) + 1) * step
+
+
+def recording_offsets(
+    run: ClientRun, spans: Sequence[tuple[float, float]], margin_s: float = 0.5,
+) -> list[tuple[float, float] | None]:
+    """Per recording of a playlist (its voiced span on the stream clock, ``spans`` in
+    order): (first translated audio after its first voiced frame, end of its translated audio
+    after its last voiced frame), judged at the client: arrival on the client's clock, chunks
+    laid back to back (``evaluation.scores.laid_back_to_back``). The server's utterances
+    belong to the recording during which they started (VAD start at most ``margin_s``
+    before its first voiced frame, and before the next one's); None for a recording of
+    which no translated audio arrived."""
+    if not spans:
+        return []
+    owner: dict[int, int] = {}
+    for e in run.of("vad"):
+        if e["kind"] != "start":
+            continue
+        k = 0
+        for j, (first, _) in enumerate(spans):
+            if e["t"] >= first - margin_s:
+                k = j
+        owner[e["utterance"]] = k
+    chunks = _chunks(run)
+    firsts: dict[int, float] = {}
+    ends: dict[int, float] = {}
+    for (arrived, utterance, _), end in zip(
+            chunks, laid_back_to_back((a, d) for a, _, d in chunks), strict=True):
+        if utterance not in owner:
+            continue
+        firsts.setdefault(owner[utterance], arrived)
+        ends[owner[utterance]] = end
+    return [(firsts[k] - first, ends[k] - end) if k in firsts else None
+            for k, (first, end) in enumerate(spans)]
 
 
 # -- one client -------------------------------------------------------------------------------
 async def run_client(url: str, index: int, audio: np.ndarray, lang: str, *,
                      frame_ms: int = 20, tail_s: float = 2.0, timeout_s: float = 180.0,
-                     output_rate: int = 16_000, phrase_cache: str = "") -> ClientRun:
+                     output_rate: int = 16_000, phrase_cache: str = "",
+                     begin: asyncio.Event | None = None,
+                     on_message: Callable[[str | bytes], None] | None = None) -> ClientRun:
     """One client: stream its playlist at real time and record every event (the one
-    protocol client, ``transport.client.stream_session``)."""
+    protocol client, ``transport.client.stream_session``); ``begin``: the audio starts once
+    it is set (the stream clock starts then)."""
     from websockets.exceptions import ConnectionClosed
 
     try:
@@ -250,7 +332,8 @@ async def run_client(url: str, index: int, audio: np.ndarray, lang: str, *,
             return await stream_session(
                 url, audio, rate=RATE, frame_ms=frame_ms, tail_s=tail_s, index=index,
                 start={"source_lang": lang, "target_lang": "en",
-                       "output_sample_rate": output_rate, "phrase_cache": phrase_cache})
+                       "output_sample_rate": output_rate, "phrase_cache": phrase_cache},
+                begin=begin, on_message=on_message)
     except TimeoutError:
         return ClientRun(index, error="timeout")
     except (OSError, ConnectionClosed) as exc:
@@ -467,6 +550,169 @@ async def run_level(url: str, clips: Sequence[Clip], sessions: int, *, label: st
         language[1].extend(ends)
         report.committed_by_language.setdefault(lang, []).extend(committed_by_end(run))
     return report
+
+
+# -- how sessions start: solo / synchronized / staggered -------------------------------------
+@dataclass
+class StartCase:
+    """One start case's figures, per recording of the playlists, at the client's clock."""
+    label: str
+    sessions: int
+    finished: int = 0
+    errors: int = 0
+    recordings: int = 0  # recordings played, over every session
+    firsts: list[float] = field(default_factory=list)  # first translated audio - first voiced
+    session_firsts: list[float] = field(default_factory=list)  # the same, each first recording
+    ends: list[float] = field(default_factory=list)  # end of translated audio - last voiced
+    together: bool = True  # synchronized: every client was admitted before the audio began
+
+    def add(self, run: ClientRun, spans: Sequence[tuple[float, float]]) -> None:
+        """Take one client's run (``spans``: its recordings' voiced spans)."""
+        self.finished += run.close_code == 1000
+        self.errors += sum(1 for _, e in run.events if e.get("type") == "error") + bool(
+            run.error)
+        self.recordings += len(spans)
+        offsets = recording_offsets(run, spans)
+        for k, pair in enumerate(offsets):
+            if pair is None:
+                continue
+            self.firsts.append(pair[0])
+            self.ends.append(pair[1])
+            if k == 0:
+                self.session_firsts.append(pair[0])
+
+    def row(self) -> dict[str, Any]:
+        """The case's figures as one table row."""
+        def p(values: list[float], q: float) -> float:
+            return round(percentile(values, q), 2)
+        return {"case": self.label, "sessions": self.sessions, "finished": self.finished,
+                "errors": self.errors, "recordings": self.recordings,
+                "heard": len(self.firsts), "first_p50": p(self.firsts, 50),
+                "session_first_p50": p(self.session_firsts, 50),
+                "end_p50": p(self.ends, 50), "end_p95": p(self.ends, 95),
+                "together": self.together}
+
+
+async def run_start_case(
+    url: str, clips: Sequence[Clip], sessions: int, *, label: str, mode: str,
+    recordings: int = 6, gap_s: float = 0.8, stagger_s: float = 0.25, frame_ms: int = 20,
+    begin_timeout_s: float = 60.0,
+) -> StartCase:
+    """``sessions`` clients each playing ``recordings`` recordings (``gap_s`` of silence
+    between) at real time. ``mode``: ``solo`` (one after the other, each alone),
+    ``synchronized`` (all connect, and once every one is admitted, or ``begin_timeout_s``
+    passed, all start streaming at the same instant), ``staggered`` (client ``i`` connects
+    ``i * stagger_s`` after the first)."""
+    if mode not in ("solo", "synchronized", "staggered"):
+        raise ValueError(f"unknown start mode {mode!r}")
+    case = StartCase(label, sessions)
+    begin = asyncio.Event() if mode == "synchronized" else None
+    ready = 0
+
+    def one_ready() -> None:
+        nonlocal ready
+        ready += 1
+        if begin is not None and ready >= sessions:
+            begin.set()
+
+    async def client(i: int) -> tuple[ClientRun, list[tuple[float, float]]]:
+        if mode == "staggered":
+            await asyncio.sleep(i * stagger_s)
+        audio, lang, spans = playlist_recordings(clips, i, count=recordings, gap_s=gap_s)
+        told = False
+
+        def on_message(message: str | bytes) -> None:
+            nonlocal told
+            if not told and isinstance(message, str) and '"started"' in message:
+                told = True
+                one_ready()
+
+        run = await run_client(url, i, audio, lang, frame_ms=frame_ms,
+                               phrase_cache=f"bench-{next(_SESSIONS)}",
+                               timeout_s=len(audio) / RATE * 4 + 120 + begin_timeout_s,
+                               begin=begin, on_message=on_message)
+        if not told:  # refused or failed: the others do not wait for it
+            told = True
+            one_ready()
+        return run, spans
+
+    async def release() -> None:  # a session that never gets in does not hold the rest
+        assert begin is not None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(begin_timeout_s):
+                await begin.wait()
+        if not begin.is_set():
+            case.together = False
+            begin.set()
+
+    released = asyncio.create_task(release()) if begin is not None else None
+    try:
+        if mode == "solo":
+            results = [await client(i) for i in range(sessions)]
+        else:
+            results = await asyncio.gather(*(client(i) for i in range(sessions)))
+    finally:
+        if released is not None:
+            released.cancel()
+    for run, spans in results:
+        case.add(run, spans)
+    return case
+
+
+def _print_cases(rows: Sequence[dict[str, Any]]) -> None:
+    print("per recording, at the client's clock: first translated audio after its first voiced "
+          "frame (all recordings; each session's first), end of translated audio after its "
+          "last voiced frame", flush=True)
+    print(f"{'case':<22} {'N':>3} {'done':>5} {'heard':>9} {'first p50':>10} "
+          f"{'1st rec p50':>12} {'end p50':>8} {'end p95':>8}", flush=True)
+    for row in rows:
+        print(f"{row['case']:<22} {row['sessions']:>3} {row['finished']:>5} "
+              f"{row['heard']:>4}/{row['recordings']:<4} {row['first_p50']:>10} "
+              f"{row['session_first_p50']:>12} {row['end_p50']:>8} {row['end_p95']:>8}"
+              + ("" if row["together"] else "  (not all admitted in time: started apart)"),
+              flush=True)
+
+
+async def run_start_cases(
+    *, url: str | None = None, sessions: int = 8, recordings: int = 6, gap_s: float = 0.8,
+    stagger_s: float = 0.25, languages: Sequence[str] = ("es", "fr"),
+    clips_manifest: str | None = None, capacity: int | None = None,
+    server_args: Sequence[str] = (), report_path: str | None = None, frame_ms: int = 20,
+) -> dict[str, Any]:
+    """Solo, ``sessions`` synchronized and ``sessions`` staggered starts in one run against
+    one server (started here on 127.0.0.1 without ``url``), and the table. Each session
+    plays ``recordings`` recordings of one language (``languages`` in turn), the same
+    recordings in every case (at most ``recordings`` per language are loaded, rotated per
+    session), so *solo* (one session per language, each alone) is the floor of the other
+    two."""
+    manifest = find_manifest(clips_manifest)
+    clips = load_clips(manifest, limit=10_000, languages=languages, per_language=recordings)
+    langs = list(dict.fromkeys(clip.lang for clip in clips))
+    print(f"clips: {len(clips)} from {manifest} ({', '.join(langs)}); {recordings} recordings "
+          f"per session, {gap_s} s of silence between", flush=True)
+    server: ServerProcess | None = None
+    rows: list[dict[str, Any]] = []
+    try:
+        if url is None:
+            server = await asyncio.to_thread(ServerProcess(
+                ["--capacity", str(capacity or sessions), *server_args]).__enter__)
+        target = url or server.url  # type: ignore[union-attr]
+        for label, mode, n in (("solo", "solo", len(langs)),
+                               (f"{sessions} synchronized", "synchronized", sessions),
+                               (f"{sessions} staggered {stagger_s} s", "staggered", sessions)):
+            case = await run_start_case(target, clips, n, label=label, mode=mode,
+                                        recordings=recordings, gap_s=gap_s,
+                                        stagger_s=stagger_s, frame_ms=frame_ms)
+            rows.append(case.row())
+    finally:
+        if server is not None:
+            await asyncio.to_thread(server.__exit__)
+    _print_cases(rows)
+    results: dict[str, Any] = {"cases": rows, "recordings": recordings, "gap_s": gap_s,
+                               "languages": langs}
+    if report_path:
+        await asyncio.to_thread(Path(report_path).write_text, json.dumps(results, indent=2))
+    return results
 
 
 # -- the whole bench --------------------------------------------------------------------------
@@ -732,6 +978,21 @@ def register_load(kinds: Any) -> None:
                           help="each session's playlist cycles through every language and "
                                "sends auto (the server keeps the first it detects; the old "
                                "playlists, a stress of detection)")
+    load.add_argument("--starts", action="store_true",
+                      help="compare how sessions start instead of levels: solo, --sessions "
+                           "synchronized (all stream from the same instant) and --sessions "
+                           "staggered, on playlists of real recordings, figures per recording "
+                           "at the client's clock")
+    load.add_argument("--recordings", type=int, default=6,
+                      help="--starts: recordings per playlist (default %(default)s)")
+    load.add_argument("--gap", type=float, default=0.8,
+                      help="--starts: seconds of silence between recordings (default %(default)s)")
+    load.add_argument("--languages", default="es,fr",
+                      help="--starts: the playlists' languages, one per session in turn "
+                           "(default %(default)s)")
+    load.add_argument("--stagger", type=float, default=0.25,
+                      help="--starts: seconds between the staggered clients' connections "
+                           "(default %(default)s)")
     load.add_argument("--server-arg", action="append", default=[],
                       help="extra argument for the started server (repeatable)")
     load.add_argument("--report", default=None, help="write the figures as JSON here")
@@ -746,6 +1007,14 @@ def _bench_load_main(args: Any) -> int:
     print("command: speechpipe " + shlex.join(sys.argv[1:]), flush=True)  # to re-run it
     print(f"machine: {describe_cpu()}; load average "
           + " ".join(f"{v:.2f}" for v in os.getloadavg()), flush=True)
+    if args.starts:
+        asyncio.run(run_start_cases(
+            url=args.url, sessions=min(args.sessions, args.max_sessions),
+            recordings=args.recordings, gap_s=args.gap, stagger_s=args.stagger,
+            languages=[lang.strip() for lang in args.languages.split(",") if lang.strip()],
+            clips_manifest=args.clips, capacity=args.capacity, server_args=args.server_arg,
+            report_path=args.report, frame_ms=args.frame_ms))
+        return 0
     asyncio.run(run_load_bench(
         url=args.url, sessions=args.sessions, ramp=args.ramp, steps=list(iter_steps(args.steps)),
         batching=args.batching, duration_s=args.duration, target_p95=args.target_p95,

@@ -1,0 +1,134 @@
+"""``speechpipe bench load --starts``: solo / synchronized / staggered starts, judged per
+recording at the client's clock. The maths on scripted runs; one tiny real run (2 sessions,
+1 short clip each, synchronized) against the live server on loopback."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from speechpipe.bench.load import (
+    ClientRun,
+    Clip,
+    StartCase,
+    _print_cases,
+    load_clips,
+    playlist_recordings,
+    recording_offsets,
+    run_start_case,
+    voiced_span,
+)
+from speechpipe.evaluation.scores import end_offset_parts, laid_back_to_back
+
+ROOT = Path(__file__).resolve().parents[2]
+RATE = 16_000
+
+
+def _tone(seconds: float, amplitude: int = 8000) -> np.ndarray:
+    t = np.arange(int(seconds * RATE)) / RATE
+    return (amplitude * np.sin(2 * np.pi * 220 * t)).astype(np.int16)
+
+
+def _recording(lead_s: float, voiced_s: float, tail_s: float) -> np.ndarray:
+    return np.concatenate([np.zeros(int(lead_s * RATE), np.int16), _tone(voiced_s),
+                           np.zeros(int(tail_s * RATE), np.int16)])
+
+
+def test_the_voiced_span_is_where_the_recording_is_loud_not_its_silence():
+    first, end = voiced_span(_recording(0.5, 2.0, 0.3))
+    assert first == pytest.approx(0.5 * RATE, abs=320) and end == pytest.approx(2.5 * RATE,
+                                                                                  abs=320)
+    # a faint hiss 40 dB under the speech is not voiced
+    hiss = (np.random.default_rng(0).standard_normal(RATE) * 60).astype(np.int16)
+    first, end = voiced_span(np.concatenate([hiss, _tone(1.0), hiss]))
+    assert first == pytest.approx(RATE, abs=320) and end == pytest.approx(2 * RATE, abs=320)
+    assert voiced_span(np.zeros(RATE, np.int16)) == (0, RATE)  # nothing voiced: all of it
+
+
+def test_a_playlist_of_n_recordings_knows_each_ones_voiced_span_on_the_stream_clock():
+    clips = [Clip("a", "es", _recording(0.5, 1.0, 0.5)), Clip("b", "es", _recording(0.2, 2.0, 0.2))]
+    audio, lang, spans = playlist_recordings(clips, 0, count=3, gap_s=0.8)
+    assert lang == "es" and len(spans) == 3
+    # a (2.0 s) + 0.8 s, b (2.4 s) + 0.8 s, a again
+    assert len(audio) == pytest.approx((2.0 + 0.8 + 2.4 + 0.8 + 2.0 + 0.8) * RATE, abs=2)
+    expected = [(0.5, 1.5), (2.8 + 0.2, 2.8 + 2.2), (6.0 + 0.5, 6.0 + 1.5)]
+    for (first, end), (f, e) in zip(spans, expected, strict=True):
+        assert first == pytest.approx(f, abs=0.02) and end == pytest.approx(e, abs=0.02)
+    _, _, rotated = playlist_recordings(clips, 1, count=1, gap_s=0.8)  # the next language
+    assert len(rotated) == 1
+
+
+def _chunk(utterance: int, seconds: float) -> dict:
+    return {"utterance": utterance, "samples": int(seconds * RATE), "sample_rate": RATE}
+
+
+def test_recordings_are_judged_by_their_own_utterances_translated_audio():
+    run = ClientRun(0)
+    # recording 0 voiced 0.5..3.0 s (two server utterances), recording 1 voiced 4.0..6.0 s
+    run.events = [
+        (0.6, {"type": "vad", "kind": "start", "utterance": 0, "t": 0.45}),
+        (1.9, {"type": "vad", "kind": "start", "utterance": 1, "t": 1.8}),
+        (4.1, {"type": "vad", "kind": "start", "utterance": 2, "t": 3.7}),  # 0.3 s early
+    ]
+    run.audio = [
+        (2.5, _chunk(0, 1.0), np.zeros(0, np.int16)),   # first audio 2.0 s after 0.5
+        (3.2, _chunk(1, 1.0), np.zeros(0, np.int16)),   # laid 3.5..4.5
+        (4.2, _chunk(2, 1.0), np.zeros(0, np.int16)),   # queued behind it: 4.5..5.5 — but
+        (7.0, _chunk(2, 0.5), np.zeros(0, np.int16)),   # its end arrives late: 7.0..7.5
+    ]
+    (first0, end0), (first1, end1) = recording_offsets(run, [(0.5, 3.0), (4.0, 6.0)])
+    assert first0 == pytest.approx(2.0) and end0 == pytest.approx(4.5 - 3.0)
+    # recording 1's first translated audio is its own (4.2), not recording 0's tail
+    assert first1 == pytest.approx(0.2) and end1 == pytest.approx(7.5 - 6.0)
+    assert recording_offsets(run, [(0.5, 3.0), (4.0, 6.0), (9.0, 10.0)])[2] is None
+
+
+def test_a_case_pools_every_recording_and_the_sessions_first_ones(capsys):
+    run = ClientRun(0, close_code=1000)
+    run.events = [(0.6, {"type": "vad", "kind": "start", "utterance": 0, "t": 0.5}),
+                  (4.1, {"type": "vad", "kind": "start", "utterance": 1, "t": 4.0})]
+    run.audio = [(2.5, _chunk(0, 1.0), np.zeros(0, np.int16)),
+                 (5.0, _chunk(1, 1.5), np.zeros(0, np.int16))]
+    case = StartCase("2 synchronized", 2)
+    case.add(run, [(0.5, 3.0), (4.0, 6.0)])
+    case.add(ClientRun(1, error="timeout"), [(0.5, 3.0), (4.0, 6.0)])
+    row = case.row()
+    assert row["finished"] == 1 and row["errors"] == 1 and row["recordings"] == 4
+    assert row["heard"] == 2 and row["first_p50"] == pytest.approx(1.5)
+    assert row["session_first_p50"] == pytest.approx(2.0)
+    assert row["end_p50"] == pytest.approx(((3.5 - 3.0) + (6.5 - 6.0)) / 2)
+    _print_cases([row])
+    assert "2 synchronized" in capsys.readouterr().out
+    assert math.isnan(StartCase("none", 1).row()["first_p50"])
+
+
+def test_the_end_offset_split_is_one_definition_for_trace_and_client():
+    chunks = [(2.5, 2.0), (5.0, 1.0), (7.5, 1.0)]
+    ends = laid_back_to_back(chunks)
+    assert ends == pytest.approx([4.5, 6.0, 8.5])
+    laid = [(a, e, d) for (a, d), e in zip(chunks, ends, strict=True)]
+    # the speech ending at 3.0 owns the first two chunks: 1.5 s queued, 1 s late, 0.5 s idle
+    queued, late, silence = end_offset_parts(laid, 3.0, [True, True, False])
+    assert (queued, late, silence) == pytest.approx((1.5, 1.0, 0.5))
+    assert queued + late + silence == pytest.approx(ends[1] - 3.0)
+    assert end_offset_parts(laid, 3.0, [False, False, False]) is None
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="session")
+async def test_two_synchronized_sessions_of_one_short_clip_are_both_heard(live_server):
+    clips = load_clips(ROOT / "samples" / "manifest.jsonl", languages=("es",), per_language=1)
+    assert len(clips) == 1 and clips[0].lang == "es"
+    url = f"ws://127.0.0.1:{live_server.server.port}/ws"
+    case = await run_start_case(url, clips, 2, label="2 synchronized", mode="synchronized",
+                                recordings=1)
+    row = case.row()
+    assert case.together, "both admitted before the audio began"
+    assert row["finished"] == 2 and row["errors"] == 0
+    assert row["heard"] == row["recordings"] == 2
+    assert 0 < row["first_p50"] < 30 and row["end_p95"] < 30
+    with pytest.raises(ValueError):
+        await run_start_case(url, clips, 1, label="x", mode="sideways")
