@@ -1,5 +1,6 @@
-"""What a newcomer meets first (issue 21, item 16): the README's quick start, usage block and
-nginx example, ``.gitignore``, and the detected language in ``translate``'s summary and trace.
+"""What a newcomer meets first (issue 21, item 16): the README's quick start, the usage block
+(``docs/usage.md``) and the nginx example (``docs/serving.md``), ``.gitignore``, and the
+detected language in ``translate``'s summary and trace.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from tests.helpers import OWN_SAMPLES
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+USAGE = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
+SERVING = (ROOT / "docs" / "serving.md").read_text(encoding="utf-8")
 
 
 def section(title: str) -> str:
@@ -45,11 +48,11 @@ def test_quick_start_is_two_commands_in_a_virtual_environment_on_python_3_11() -
     assert requires is not None and requires.group(1) == "3.11"
 
 
-def test_every_flag_the_readme_uses_is_in_its_usage_block() -> None:
-    usage = sh_blocks(section("Usage"))[0]
+def test_every_flag_the_docs_use_is_in_the_usage_block() -> None:
+    usage = sh_blocks(USAGE.split("## Commands", 1)[1])[0]
     listed = set(re.findall(r"--[a-z][a-z-]+", usage))
     used: set[str] = set()
-    for block in sh_blocks(README):
+    for block in sh_blocks(README) + sh_blocks(USAGE) + sh_blocks(SERVING):
         if block != usage:
             used |= set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", block))
     assert {"--new-secret", "--client-ip-header"} <= used
@@ -63,7 +66,7 @@ def test_start_and_end_offset_are_defined_where_translate_is_described() -> None
 
 
 def test_the_nginx_example_keeps_metrics_private() -> None:
-    (nginx,) = re.findall(r"```nginx\n(.*?)```", README, re.S)
+    (nginx,) = re.findall(r"```nginx\n(.*?)```", SERVING, re.S)
     private = re.search(r"location\s*=\s*/metrics\s*\{([^}]*)\}", nginx)
     assert private is not None and re.search(r"return 404;|deny all;", private.group(1))
     assert nginx.index("location = /metrics") < nginx.index("location / {")
