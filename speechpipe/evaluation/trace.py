@@ -1,4 +1,4 @@
-"""The trace: session events as JSON-lines records (the contract in the README, "Usage").
+"""The trace: session events as JSON-lines records (the contract in docs/usage.md, "Commands").
 
 Every record has ``event``, ``stream_t`` (seconds of input consumed when it was emitted),
 ``wall_t`` (seconds since the stream started) and ``utterance``, plus the event's payload.
