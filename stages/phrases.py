@@ -57,17 +57,18 @@ def is_continuation(phrase: str, ends_utterance: bool) -> bool:
     return bool(text) and not ends_utterance and not _ends_sentence(text.split()[-1])
 
 
-def continuation_audio(samples: NDArray[np.int16], sample_rate: int) -> NDArray[np.int16]:
+def continuation_audio(samples: NDArray[np.int16], sample_rate: int,
+                       tail_s: float = CONTINUATION_TAIL_S) -> NDArray[np.int16]:
     """A continuation's audio without the voice's end-of-text silence: a voice closes every
     text with ~0.15-0.2 s of quiet (Piper), which between two phrases of one sentence is a
-    pause the speaker did not make. At most ``CONTINUATION_TAIL_S`` of it is kept."""
-    if not len(samples):
+    pause the speaker did not make. At most ``tail_s`` of it is kept (< 0: all)."""
+    if not len(samples) or tail_s < 0:
         return samples
     level = np.abs(samples.astype(np.int32))
     loud = np.flatnonzero(level > _QUIET * int(level.max()))
     if not len(loud):
         return samples
-    end = min(len(samples), int(loud[-1]) + 1 + int(CONTINUATION_TAIL_S * sample_rate))
+    end = min(len(samples), int(loud[-1]) + 1 + int(tail_s * sample_rate))
     return samples[:end]
 
 
@@ -185,6 +186,9 @@ class PhraseOptions:
     # is spoken whole at once, like the final: nothing can join its words until the speaker
     # goes on (False: held until the final, after the VAD's hangover)
     flush_when_caught_up: bool = True
+    # a phrase the speaker's sentence goes on after keeps at most this much of the voice's
+    # closing silence (issue 45: no sentence silence mid-sentence); < 0: all of it
+    continuation_tail_s: float = CONTINUATION_TAIL_S
 
     def __post_init__(self) -> None:
         if self.cut not in ("count", "just_in_time"):

@@ -235,7 +235,8 @@ class TtsStage:
             if not len(samples):
                 continue
             if is_continuation(phrase, ends_utterance):  # the sentence goes on: no pause
-                samples = continuation_audio(samples, self.sample_rate)
+                samples = continuation_audio(samples, self.sample_rate,
+                                             self.phrase_options.continuation_tail_s)
             stamp = self.clock.stamp(hyp.stream_pts)
             self._queued_until = max(self._queued_until, stamp / STREAM_RATE) + (
                 len(samples) / self.sample_rate
