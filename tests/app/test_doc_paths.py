@@ -101,3 +101,12 @@ def test_anchors_are_githubs() -> None:
                                  "long-speech-1"}
     assert slug("Nothing at a window's edge is final (issues 40 and 45, 2026-12-03)") == (
         "nothing-at-a-windows-edge-is-final-issues-40-and-45-2026-12-03")
+
+
+def test_the_readme_stays_a_users_document() -> None:
+    """Issue 43: at most 200 lines; the details live in docs/usage.md and docs/serving.md,
+    the figures in docs/benchmarks.md (the README keeps a few current ones)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 200, "move details to docs/usage.md or docs/serving.md"
+    for title in ("Quick start", "Usage", "Serving", "Library use", "Figures", "Documentation"):
+        assert f"\n## {title}\n" in readme, title
