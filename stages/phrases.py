@@ -61,8 +61,8 @@ def continuation_audio(samples: NDArray[np.int16], sample_rate: int,
                        tail_s: float = CONTINUATION_TAIL_S) -> NDArray[np.int16]:
     """A continuation's audio without the voice's end-of-text silence: a voice closes every
     text with ~0.15-0.2 s of quiet (Piper), which between two phrases of one sentence is a
-    pause the speaker did not make. At most ``tail_s`` of it is kept (< 0: all)."""
-    if not len(samples) or tail_s < 0:
+    pause the speaker did not make. At most ``tail_s`` of it is kept."""
+    if not len(samples):
         return samples
     level = np.abs(samples.astype(np.int32))
     loud = np.flatnonzero(level > _QUIET * int(level.max()))
@@ -187,7 +187,7 @@ class PhraseOptions:
     # goes on (False: held until the final, after the VAD's hangover)
     flush_when_caught_up: bool = True
     # a phrase the speaker's sentence goes on after keeps at most this much of the voice's
-    # closing silence (issue 45: no sentence silence mid-sentence); < 0: all of it
+    # closing silence (issue 45: no sentence silence mid-sentence); 10: all of it
     continuation_tail_s: float = CONTINUATION_TAIL_S
 
     def __post_init__(self) -> None:
