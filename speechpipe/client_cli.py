@@ -212,6 +212,15 @@ class Receiver:
         if kind == "started":
             self.started = event
             self._t0 = time.monotonic()
+            if event.get("role") == "listener":
+                _note(f"listening to the room in {event.get('target_lang', '?')} "
+                      "(Ctrl-C leaves)")
+            else:
+                _note(f"session started: {event.get('source_lang', '?')} to "
+                      f"{event.get('target_lang', '?')} (Ctrl-C stops)")
+            if self.writer is None and self.player is None:
+                _note("the speech is not played: no sound device library (pip install "
+                      "sounddevice); --out OUT.wav saves it")
         elif kind == "audio":
             if event.get("via") != "webrtc":
                 self._header = event
@@ -379,9 +388,7 @@ def _open_outputs(args: argparse.Namespace) -> tuple[SpeechFileWriter | None,
         return SpeechFileWriter(Path(args.out), args.output_rate), None
     try:
         return None, SpeechPlayer(args.output_rate)
-    except InputError:
-        _note("the speech is not played: no sound device library (pip install sounddevice); "
-              "--out OUT.wav saves it")
+    except InputError:  # said once the session starts: a refusal stays one line
         return None, None
 
 
