@@ -18,6 +18,11 @@ class BatchOptions:
     workers: int = 2  # threads taking batches (the engine needs as many CTranslate2 workers)
     group_min_queue: int = 4  # group a bucket only when this many requests wait (see below)
     final_deadline_s: float = 0.3  # finals are on the speech's critical path: sooner
+    # a partial of an utterance with nothing committed yet (``WhisperRequest.opening``): the
+    # listener waits for its first words, so it goes with the finals, ahead of partials that
+    # only refresh tentative text; still a deadline, not a class: a refresh partial that has
+    # waited longer than the difference goes first (docs/design.md, "A burst")
+    opening_deadline_s: float = 0.3
     # beams when the worker has time for them: a partial dispatched while at least this many
     # other requests still wait is decoded greedy (its beam would delay them; the decodes
     # that commit everything keep theirs). One live session never waits behind another, so

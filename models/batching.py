@@ -17,9 +17,11 @@
   is grouped only when ``group_min_queue`` requests wait (a backlog of about two calls per
   worker); below that, calls run one request each.
 - **Order**: each call takes the most urgent request — priority class first (live before
-  replay/bulk), then the earliest deadline (finals get a shorter one than partials), then
-  arrival — together with the other queued requests of its *encode bucket* (equal canonical
-  length: the only ones that batch exactly, see ``whisper_engine``), up to ``max_batch``.
+  replay/bulk), then the earliest deadline (``decode_deadline_s``: finals, and the partials
+  of an utterance with nothing committed yet, get a shorter one than partials that only
+  refresh tentative text), then arrival — together with the other queued requests of its
+  *encode bucket* (equal canonical length: the only ones that batch exactly, see
+  ``whisper_engine``), up to ``max_batch``.
 - **Stale work is dropped, not computed**: ``replace(old, new)`` swaps a still-queued partial
   for a newer request of the same utterance (the new one keeps the old one's place in line;
   the old caller gets ``Superseded``); ``withdraw`` drops one; a request whose caller was
@@ -71,6 +73,7 @@ __all__ = [
     "SessionAsr",
     "PRIORITY_LIVE",
     "PRIORITY_REPLAY",
+    "decode_deadline_s",
 ]
 
 log = logging.getLogger("speechpipe.batching")
@@ -79,6 +82,19 @@ PRIORITY_LIVE = 0
 PRIORITY_REPLAY = 1
 JOIN_TIMEOUT_S = 60.0  # longest an engine call in progress may delay close()
 MAX_STUCK_THREADS = 4  # stuck threads replaced at most; beyond, the breaker stays open
+
+
+def decode_deadline_s(request: WhisperRequest, options: BatchOptions) -> float:
+    """How soon ``request`` should be computed (seconds after it queued): a final (or any
+    decode that commits) ``final_deadline_s``; a partial of an utterance with nothing
+    committed yet (``request.opening``: the listener is waiting for its first words)
+    ``opening_deadline_s``; a partial that only refreshes tentative text
+    ``partial_deadline_s``. Earliest deadline first, so in a burst (sessions starting on the
+    hour) every session's first words and every final go ahead of refreshes, and a refresh
+    that has waited the difference still gets its turn."""
+    if not request.partial:
+        return options.final_deadline_s
+    return options.opening_deadline_s if request.opening else options.partial_deadline_s
 
 
 class BatchObserver(Protocol):
@@ -305,10 +321,7 @@ class AsrBatcher:
         arrival: float, seq: int,
     ) -> _Entry:
         if deadline_s is None:
-            deadline_s = (
-                self.options.partial_deadline_s if request.partial
-                else self.options.final_deadline_s
-            )
+            deadline_s = decode_deadline_s(request, self.options)
         return _Entry(
             request=request,
             priority=priority,

@@ -27,6 +27,7 @@ session is outstanding, so every result applies to the committed text it was ask
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -92,6 +93,18 @@ class _InFlight:
     pending: asyncio.Future[WhisperResult]
     queued: float
     kind: str = "partial"
+
+
+def _marked(decoder: UtteranceDecoder, kind: str) -> WhisperRequest:
+    """``decoder``'s request, marked ``opening`` when it is a partial of an utterance with
+    nothing committed yet on the side the listener hears: its first words, which a shared
+    worker serves with the finals, ahead of partials that only refresh tentative text
+    (``models.batching.decode_deadline_s``). Only the order decodes run in changes, never
+    what they compute or commit."""
+    request = decoder.request(kind)
+    if request.partial and not decoder.text("target" if decoder.translate else "source"):
+        return dataclasses.replace(request, opening=True)
+    return request
 
 
 def _consume(future: asyncio.Future[WhisperResult]) -> None:
@@ -299,13 +312,13 @@ class AsrStage:
         basis = decoder.basis(kind)
         queued = max(0.0, time.monotonic() - self._last_arrival)
         if inflight is None:
-            request = decoder.request(kind)
+            request = _marked(decoder, kind)
             pending = asyncio.ensure_future(self.recognize(request))
             self._inflight = _InFlight(decoder, request, basis, pending, queued, kind)
             return
         if inflight.decoder is not decoder or not self._due_since(decoder, inflight.basis):
             return  # wait for it
-        request = decoder.request(kind)
+        request = _marked(decoder, kind)
         newer = self.queue.replace(inflight.request, request)
         if newer is None:
             return  # already being computed (or a hush decode): its result comes first
@@ -390,7 +403,7 @@ class AsrStage:
             if kind == "pause":
                 decoder.pause_pending = False
         else:
-            request = decoder.request(kind)
+            request = _marked(decoder, kind)
             queued = max(0.0, time.monotonic() - self._last_arrival)
             try:
                 result: WhisperResult | SpeechpipeError = await self.recognize(request)

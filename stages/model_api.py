@@ -74,6 +74,12 @@ class WhisperRequest:
     # translate task sometimes transcribes); one that is not is decoded again with English
     # as the language token, and marked ``wrong_language`` when that fails too
     check_target_language: bool = False
+    # with ``language`` None: the languages the detection chooses among (empty: all)
+    detect_among: frozenset[str] = frozenset()
+    # a partial of an utterance with nothing committed yet (its first words): a shared
+    # worker serves it as urgently as a final, ahead of partials that only refresh
+    # tentative text (``models.batching.decode_deadline_s``); the decode itself is the same
+    opening: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +113,9 @@ class WhisperResult:
     decode_s: float
     timings: dict[str, float] = field(default_factory=dict)
     batch_requests: int = 1  # requests that shared this request's encoder bucket in the call
+    # the detection's most likely languages (among the request's ``detect_among``), most
+    # likely first, summing to at most 1; empty: only ``language`` is known
+    language_probs: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
