@@ -19,6 +19,7 @@ asyncio shell (pipelines, sockets) is ``transport.room_shell``; time is a parame
 from __future__ import annotations
 
 import enum
+import math
 import secrets
 from collections import deque
 from collections.abc import Callable
@@ -27,7 +28,8 @@ from typing import Any
 
 __all__ = [
     "Role", "Outgoing", "Outbox", "Subscriber", "Feed", "Member", "Room", "RoomRegistry",
-    "RoomError", "FULL", "SOURCE_ONLY", "new_room_id", "ROOM_ID_BYTES",
+    "RoomError", "FULL", "SOURCE_ONLY", "new_room_id", "ROOM_ID_BYTES", "presence_of",
+    "Throttle",
 ]
 
 ROOM_ID_BYTES = 24  # 192 random bits: a room id is a capability, unguessable
@@ -214,6 +216,30 @@ class Member:
     handle: object = None  # the shell's object for a speaking member (its pipelines)
 
 
+PRESENCE_EVERY_S = 0.5  # a room's participants get at most one ``presence`` event this often
+
+
+class Throttle:
+    """At most one message per ``interval_s``, carrying the latest state: ``changed`` says
+    after how many seconds to send (None: a send is due already and will carry this change
+    too); ``sent`` records the send."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self.last = -math.inf
+        self.due = False
+
+    def changed(self, now: float) -> float | None:
+        if self.due:
+            return None
+        self.due = True
+        return max(0.0, self.last + self.interval_s - now)
+
+    def sent(self, now: float) -> None:
+        self.due = False
+        self.last = now
+
+
 @dataclass(eq=False)
 class Room:
     """One room: its members and feeds."""
@@ -230,6 +256,7 @@ class Room:
     opener_key: str | None = None
     conversation: bool = False  # opened by a participant
     listener_history: bool = True  # listeners get the history (a conversation: if it allows)
+    presence: Throttle = field(default_factory=lambda: Throttle(PRESENCE_EVERY_S))
 
     @property
     def listeners(self) -> int:
@@ -328,3 +355,13 @@ class RoomRegistry:
                        "participants": sum(1 for m in r.members.values()
                                            if m.role is Role.PARTICIPANT)}
                 for r in self.rooms.values()}
+
+
+def presence_of(room: Room) -> dict[str, Any]:
+    """Who is in ``room``, as its participants see it (the ``presence`` event): each speaking
+    member (session id, role, listening language) in the order they joined, and how many
+    listeners there are (a count: listeners stay unnamed)."""
+    return {"type": "presence",
+            "members": [{"session": m.id, "role": str(m.role), "target_lang": m.target_lang}
+                        for m in room.members.values() if m.role.speaks],
+            "listeners": room.listeners}

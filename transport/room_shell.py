@@ -39,6 +39,7 @@ from speechpipe.transport.room import (
     Room,
     RoomRegistry,
     Subscriber,
+    presence_of,
 )
 from speechpipe.transport.room_access import JoinLimiter
 from speechpipe.transport.room_captions import RoomCaptions
@@ -324,6 +325,7 @@ class RoomHub:
                 if (other.id != member.id and isinstance(other_presence, Presence)
                         and other_presence.feeds is not None):
                     presence.pending.put_nowait(other_presence.feeds)
+        self._present(room)
         return presence
 
     def speaking(self, presence: Presence, feeds: SpeakerFeeds) -> None:
@@ -350,6 +352,34 @@ class RoomHub:
             sub.outbox.offer(status_outgoing(
                 "speaker_left", "a speaker left the room", presence.member.id))
         self._changed()
+        self._present(room)
+
+    def _present(self, room: Room) -> None:
+        """Membership changed: the room's participants get a ``presence`` event (at most one
+        per ``room.PRESENCE_EVERY_S``, with the state then: a join storm sends a few, not
+        one per listener)."""
+        if not any(m.role is Role.PARTICIPANT for m in room.members.values()):
+            return
+        delay = room.presence.changed(self.clock())
+        if delay is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a hub used without a loop (a test of the core): at once
+            delay = 0.0
+        if delay <= 0:
+            self._send_presence(room)
+        else:
+            loop.call_later(delay, self._send_presence, room)
+
+    def _send_presence(self, room: Room) -> None:
+        room.presence.sent(self.clock())
+        if self.registry.rooms.get(room.id) is not room:
+            return  # it ended meanwhile
+        item = Outgoing("presence", (dumps(presence_of(room)),), time.monotonic())
+        for member in room.members.values():
+            if member.role is Role.PARTICIPANT and member.subscriber is not None:
+                member.subscriber.outbox.offer(item)
 
     def _retire_unheard(self, room: Room, key: FeedKey) -> None:
         """A further pipeline nobody listens to any more stops (the speaker's own goes on)."""
