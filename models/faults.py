@@ -8,28 +8,41 @@ injected fault behaves as the model failing there would:
   onnxruntime would raise);
 - ``hang``: the call blocks until ``release()`` / ``clear()`` or ``seconds`` pass (bounded,
   so a test never leaves a thread behind for long), then goes on;
-- ``slow``: the call sleeps ``seconds`` first.
+- ``slow``: the call sleeps ``seconds`` first;
+- ``full`` / ``readonly``: the call raises ``InjectedDiskFault``, an ``OSError`` with
+  ``ENOSPC`` / ``EROFS``, as a write on a full or read-only filesystem would (for the cache
+  points: the tests run as root here, where a read-only folder is writable anyway, and
+  mounting a tiny tmpfs needs root; the seam works for any user).
 
 Points: ``asr`` (the ASR batcher's engine call), ``mt`` (the text-MT worker's batch),
-``tts`` (a voice's synthesis; ``tts:<voice>`` for one voice only). Each armed fault fires
-``times`` times, then disarms itself.
+``tts`` (a voice's synthesis; ``tts:<voice>`` for one voice only), ``cache:write`` (a write
+into the model cache under ``$SPEECHPIPE_HOME``: the restricted decoders' kept tokens). Each
+armed fault fires ``times`` times, then disarms itself.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["InjectedFault", "arm", "armed", "clear", "hit", "injected", "release"]
+__all__ = ["InjectedDiskFault", "InjectedFault", "arm", "armed", "clear", "hit", "injected",
+           "release"]
 
-KINDS = ("raise", "hang", "slow")
+KINDS = ("raise", "hang", "slow", "full", "readonly")
+_DISK = {"full": errno.ENOSPC, "readonly": errno.EROFS}
 
 
 class InjectedFault(RuntimeError):
     """The exception an armed ``raise`` fault throws at a worker boundary."""
+
+
+class InjectedDiskFault(OSError):
+    """The exception an armed ``full`` / ``readonly`` fault throws (``errno`` set)."""
 
 
 @dataclass
@@ -71,7 +84,8 @@ def armed() -> bool:
 
 
 def hit(point: str) -> None:
-    """Called by a worker at ``point`` (e.g. ``tts:en_US-joe-medium``; ``tts`` matches it)."""
+    """Called by a worker at ``point`` (e.g. ``tts:en_US-joe-medium``; ``tts`` matches it;
+    ``cache:write`` matches only itself or ``cache``)."""
     if not _armed:
         return
     with _lock:
@@ -85,6 +99,9 @@ def hit(point: str) -> None:
         fired[name] = fired.get(name, 0) + 1
     if fault.kind == "raise":
         raise InjectedFault(f"injected fault at {point}")
+    if fault.kind in _DISK:
+        code = _DISK[fault.kind]
+        raise InjectedDiskFault(code, os.strerror(code) + f" (injected at {point})")
     if fault.kind == "hang":
         _release.wait(fault.seconds)
     else:

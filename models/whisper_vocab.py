@@ -26,6 +26,7 @@ kept words). Measured on the 49 x-to-English clips before it was made the defaul
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -36,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from speechpipe.models import faults
 
 log = logging.getLogger(__name__)
 
@@ -189,13 +192,18 @@ def restricted_vocabulary(full_dir: Path, languages: Iterable[str], words: int,
         if kept is None:  # no interpreter to start: here, at the cost of the memory
             tokenizer = Tokenizer.from_file(str(full_dir / "tokenizer.json"))
             kept = kept_token_ids(tokenizer, langs, words)
+        tmp = cache_root / f".tmp-{target.name}-{uuid.uuid4().hex[:8]}"
         try:
             cache_root.mkdir(parents=True, exist_ok=True)
-            tmp = cache_root / f".tmp-{target.name}-{uuid.uuid4().hex[:8]}"
+            faults.hit("cache:write")  # a test seam: a no-op unless a test arms it
             tmp.write_text(json.dumps(kept), encoding="utf-8")
             os.replace(tmp, target)
-        except OSError as exc:  # a read-only or full home: computed again next time
-            log.info("kept tokens not cached (%s)", exc)
+        except OSError as exc:  # a read-only or full home: decoded all the same, not kept
+            with contextlib.suppress(OSError):  # never a half-written file left behind
+                tmp.unlink(missing_ok=True)
+            log.warning("cache: cannot write the restricted decoder's kept tokens for %s "
+                        "under %s (%s); decoding goes on, they are computed again next time",
+                        "+".join(langs), cache_root, exc.strerror or exc)
     return RestrictedVocabulary.build(full_tokens, kept)
 
 

@@ -224,3 +224,199 @@ async def test_a_voice_file_truncated_or_removed_while_serving_refuses_only_its_
         assert refused.error == "no_voice", refused.error
     assert _completed(ok[0]) and ok[0].audio
     assert not [r for r in caplog.records if r.exc_info], "no traceback in the server log"
+
+
+# --- the text-MT worker (a CTranslate2 model the test builds) and the cache on disk -------
+
+
+def _own_clip(name: str, gap_s: float = 0.0, *more: str) -> np.ndarray:
+    from speechpipe.transport.file_replay import read_audio
+    from tests.helpers import OWN_SAMPLES
+
+    parts: list[np.ndarray] = []
+    for clip in (name, *more):
+        parts += [read_audio(OWN_SAMPLES / "wav" / clip), np.zeros(int(gap_s * 16_000),
+                                                                    np.int16)]
+    return np.concatenate(parts)
+
+
+@pytest.fixture
+async def tiny_fr_en(pipeline: Any, tmp_path: Any) -> Any:
+    """A tiny fr->en CTranslate2 pair (random weights: the words mean nothing), registered
+    in the run's home for one test, so a session speaking French takes the text-MT route
+    (``--mt auto``) while Spanish sessions keep Whisper's own translation. Its worker gets
+    the drills' short ceiling and cooldown; its deadline is the floor or 4 x the p99 of its
+    own measured calls (a few real translations before the drill). Unregistered after."""
+    from speechpipe.bench.tiny_mt import build_tiny_pair
+    from speechpipe.cli import main
+    from speechpipe.models.mt_registry import locked_registry, resolve_mt_model
+    from speechpipe.stages.model_api import TextMtRequest
+
+    name = f"drill-fr-en-{time.monotonic_ns()}"
+    pair = build_tiny_pair(tmp_path / "tiny-fr-en", "fr", "en")
+    assert main(["models", "add", str(pair), "--name", name]) == 0
+    worker = await asyncio.to_thread(pipeline.text_mt_worker, name)
+    guard = WorkerGuard(worker.guard.name, required=False,
+                        budget=LatencyBudget(floor_s=2.0, ceiling_s=8.0),
+                        breaker=CircuitBreaker(failures=3, window_s=30.0, cooldown_s=1.0))
+    worker.guard = worker._executor.guard = guard
+    for text in ("bonjour", "le chat dort", "merci beaucoup"):
+        await worker.translate(TextMtRequest(text, "fr", "en"))
+    try:
+        yield worker
+    finally:
+        faults.clear()
+        with locked_registry() as data:
+            data["mt"].pop(name, None)
+        with pipeline._text_mt_lock:
+            pipeline._text_mt.pop(str(resolve_mt_model(str(pair))), None)
+        await worker.aclose()
+
+
+async def _mixed(app: Any, french: np.ndarray, spanish: np.ndarray, others: int,
+                 ) -> tuple[ClientRun, list[ClientRun]]:
+    """One French session (the text-MT route) and ``others`` Spanish ones (Whisper's)."""
+    stamp = time.monotonic_ns()
+    async with asyncio.timeout(60):
+        runs = await asyncio.gather(
+            stream_session(_url(app), french, tail_s=2.0, start={
+                "source_lang": "fr", "phrase_cache": f"drill-{stamp}-mt"}),
+            *(stream_session(_url(app), spanish, tail_s=1.5, index=i + 1, start={
+                "source_lang": "es", "phrase_cache": f"drill-{stamp}-{i}"})
+              for i in range(others)))
+    return runs[0], list(runs[1:])
+
+
+@live
+async def test_a_hung_text_mt_call_fails_its_session_s_step_only_and_recovers(
+    live_server: Any, spanish_clip: Any, tiny_fr_en: Any,
+) -> None:
+    """The text-MT worker hangs on the French session's first translation: that request is
+    abandoned at its deadline (``worker_timeout`` to that session only), a new thread serves
+    the worker's queue, the French session's next translation succeeds within 2 s of the
+    deadline, and the Spanish sessions (Whisper's route, never the MT worker) complete with
+    their speech and no error."""
+    worker = tiny_fr_en
+    guard = worker.guard
+    deadline = guard.deadline_s()
+    assert deadline < 8.0, "the deadline is measured (floor or 4 x p99), not the ceiling"
+    recovery: list[float] = []
+
+    async def watch() -> None:
+        await wait_for(lambda: guard.abandoned >= 1, 40.0, "the hung MT call abandoned")
+        abandoned_at, seen = time.monotonic(), guard.successes
+        await wait_for(lambda: guard.successes > seen, 10.0, "an MT call after it")
+        recovery.append(time.monotonic() - abandoned_at)
+
+    fired = faults.fired.get("mt", 0)
+    faults.arm("mt", "hang", seconds=20.0)
+    (french, spanish), _ = await asyncio.gather(
+        _mixed(live_server, _own_clip("fr_croissant.wav"), _clip(spanish_clip), 2), watch())
+    faults.release()
+    assert faults.fired.get("mt", 0) - fired == 1
+    assert _completed(french), (french.close_code, _codes(french))
+    assert _codes(french).count("worker_timeout") == 1
+    timeout_at = next(t for t, e in french.events if e.get("code") == "worker_timeout")
+    assert any(t > timeout_at and e["committed"] for t, e in french.events
+               if e.get("type") == "target"), "translations again after the abandoned one"
+    assert guard.abandoned == 1 and guard.restarts == 1
+    assert recovery and recovery[0] <= 2.0, recovery
+    for run in spanish:
+        assert _completed(run) and run.audio and not _codes(run), (run.close_code, _codes(run))
+
+
+@live
+async def test_a_crashing_text_mt_worker_opens_its_breaker_and_only_its_sessions_see_it(
+    live_server: Any, spanish_clip: Any, tiny_fr_en: Any,
+) -> None:
+    """CTranslate2 raising on every call: the French sessions' failed requests get
+    ``worker_error``, two failures open the MT worker's breaker, requests while it is open
+    are refused at once (``worker_unavailable``, as many as the guard refused), ``/readyz``
+    stays 200 (one pair's model is not the server); once the model works again the half-open
+    probe closes the breaker and the French sessions translate again (their second
+    utterance). The Spanish session (Whisper's route) completes with its speech and no
+    error."""
+    worker = tiny_fr_en
+    guard = worker.guard
+    guard.breaker = CircuitBreaker(failures=2, window_s=30.0, cooldown_s=1.0)
+    seen: dict[str, Any] = {}
+
+    async def watch() -> None:
+        await wait_for(lambda: guard.breaker.opened >= 1, 40.0, "the MT breaker open")
+        faults.clear()  # the model works again: the probe after the cooldown succeeds
+        seen["readyz"] = await _get(live_server, "/readyz")
+        await wait_for(lambda: guard.health().breaker == "closed", 40.0, "closed again")
+
+    fired = faults.fired.get("mt", 0)
+    faults.arm("mt", "raise", times=100)
+    french = _own_clip("fr_croissant.wav", 1.5, "fr_plage.wav")  # two utterances
+    async with asyncio.timeout(60):
+        (*mt_runs, spanish), _ = await asyncio.gather(asyncio.gather(
+            *(stream_session(_url(live_server), french, tail_s=2.0, index=i, start={
+                "source_lang": "fr", "phrase_cache": f"drill-{time.monotonic_ns()}-{i}"})
+              for i in range(2)),
+            stream_session(_url(live_server), _clip(spanish_clip), tail_s=1.5, index=2, start={
+                "source_lang": "es", "phrase_cache": f"drill-{time.monotonic_ns()}-es"})),
+            watch())
+    codes = [code for run in mt_runs for code in _codes(run)]
+    assert all(_completed(run) for run in mt_runs), [(r.close_code, _codes(r)) for r in mt_runs]
+    failed = faults.fired["mt"] - fired  # batches that raised (two sessions' may share one)
+    assert codes.count("worker_error") >= failed >= 2, (codes, failed)
+    assert codes.count("worker_unavailable") == guard.refused, (codes, guard.refused)
+    assert seen["readyz"][0] == 200, seen["readyz"]
+    assert guard.health().breaker == "closed" and guard.breaker.opened >= 1
+    for run in mt_runs:  # each French session translates again after its last failure
+        last_error = max(t for t, e in run.events if e.get("type") == "error")
+        assert any(t > last_error and e["committed"] for t, e in run.events
+                   if e.get("type") == "target"), "translations again once the breaker closed"
+    assert _completed(spanish) and spanish.audio and not _codes(spanish), _codes(spanish)
+
+
+@live
+async def test_a_full_cache_disk_is_one_warning_and_the_sessions_still_speak(
+    live_server: Any, pipeline: Any, spanish_clip: Any, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The model cache on a full (or read-only) filesystem: a session in a language whose
+    restricted decoder is not built yet needs its kept tokens written under
+    ``$SPEECHPIPE_HOME``; the write fails with ENOSPC (the faults seam: the tests run as root
+    here, where a read-only folder is writable, and a tiny tmpfs needs root to mount). One
+    warning line says what could not be written; the session decodes and speaks all the
+    same, the other session completes, no traceback, no half-written file in the cache."""
+    import logging
+
+    from speechpipe.models.home import speechpipe_home
+
+    engine = pipeline.engine
+    cache = speechpipe_home() / "models" / "vocabularies"
+    for old in cache.glob("*-de-en-*.json"):  # this run's home: built again, then not kept
+        old.unlink()
+    with engine._decoders_lock:  # as if no German session had come yet in this process
+        for key in [k for k in engine._decoders if k[0] == "de"]:
+            del engine._decoders[key]
+    fired = faults.fired.get("cache:write", 0)
+    faults.arm("cache:write", "full")
+    with caplog.at_level(logging.WARNING):
+        german, spanish = await _mixed_lang(live_server, _own_clip("de_wetter.wav"),
+                                            _clip(spanish_clip))
+    assert faults.fired.get("cache:write", 0) - fired == 1
+    for run in (german, spanish):
+        assert _completed(run) and run.audio and not _codes(run), (run.close_code, _codes(run))
+    assert german.text("source") and german.text("target")
+    lines = [r.getMessage() for r in caplog.records if "cannot write" in r.getMessage()]
+    assert len(lines) == 1 and "No space left on device" in lines[0], lines
+    assert not [r for r in caplog.records if r.exc_info], "no traceback in the server log"
+    assert not list(cache.glob("*-de-en-*")) and not list(cache.glob(".tmp-*-de-en-*"))
+    assert [v for k, v in engine._decoders.items() if k[0] == "de" and v is not None], \
+        "the restricted decoder was built all the same"
+
+
+async def _mixed_lang(app: Any, german: np.ndarray, spanish: np.ndarray,
+                      ) -> tuple[ClientRun, ClientRun]:
+    stamp = time.monotonic_ns()
+    async with asyncio.timeout(60):
+        first, second = await asyncio.gather(
+            stream_session(_url(app), german, tail_s=1.5, start={
+                "source_lang": "de", "phrase_cache": f"drill-{stamp}-de"}),
+            stream_session(_url(app), spanish, tail_s=1.5, index=1, start={
+                "source_lang": "es", "phrase_cache": f"drill-{stamp}-es"}))
+    return first, second
