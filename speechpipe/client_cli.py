@@ -442,9 +442,12 @@ async def _microphone(stop: asyncio.Event) -> AsyncIterator[NDArray[np.int16]]:
         raise ClientError(f"cannot open the microphone ({exc})") from None
     try:
         while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
+            try:  # never yield inside the timeout: it would fire in the consumer's code
                 async with asyncio.timeout(0.2):
-                    yield await blocks.get()
+                    block = await blocks.get()
+            except TimeoutError:
+                continue
+            yield block
     finally:
         with contextlib.suppress(Exception):
             stream.stop()

@@ -20,7 +20,7 @@ import soundfile as sf
 from speechpipe.evaluation.evaluate import transcribe_speech
 from speechpipe.transport.client import stream_session
 from speechpipe.transport.file_replay import read_audio
-from tests.helpers import OWN_SAMPLES
+from tests.helpers import OWN_SAMPLES, ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="session")]
 
@@ -35,10 +35,11 @@ def page_url(app: Any) -> str:
     return f"http://127.0.0.1:{app.server.port}/"
 
 
-async def start_cli(*args: str) -> asyncio.subprocess.Process:
+async def start_cli(*args: str, env: dict[str, str] | None = None
+                    ) -> asyncio.subprocess.Process:
     # -P: the clone folder (the working directory) must not shadow the installed package
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-P", "-m", "speechpipe", *args,
+        sys.executable, "-P", "-m", "speechpipe", *args, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
 
 
@@ -162,6 +163,34 @@ async def test_sigterm_mid_file_keeps_what_arrived(live_server: Any, tmp_path: P
     samples, _ = sf.read(out, dtype="int16")
     assert np.abs(samples).max() > 1000  # the speech that had arrived
     assert leftovers(tmp_path) == []
+
+
+async def test_mic_in_and_speech_played_through_the_sound_device(
+        live_server: Any, pipeline: Any, tmp_path: Path) -> None:
+    """--mic and playback through the sound device library's API; the device is a stand-in
+    (``tests/fake_sounddevice``: no sound hardware here) that speaks es_gato.wav."""
+    speaker = tmp_path / "speaker.raw"
+    env = {**os.environ, "FAKE_MIC": str(GATO), "FAKE_SPEAKER": str(speaker),
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "fake_sounddevice"),
+                                          os.environ.get("PYTHONPATH", "")])}
+    proc = await start_cli("stream", ws_url(live_server), "--mic", "--source-lang", "es",
+                           env=env)
+    assert proc.stdout is not None
+    try:
+        lines: list[str] = []
+        await read_line_with(proc.stdout, "] en: ", lines, within=60)  # the utterance ended
+        proc.send_signal(signal.SIGINT)  # the way to end a microphone: stop, finish, keep
+        async with asyncio.timeout(40):
+            _, err = await proc.communicate()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0 and "stopped: " in err.decode(), err
+    assert "cat" in " ".join(lines).lower(), lines
+    played = np.frombuffer(speaker.read_bytes(), "<i2")
+    text = transcribe_speech(pipeline.engine.model, played, 22_050).lower()
+    assert "cat" in text, text  # the translation came out of the loudspeaker
 
 
 def speech_written(folder: Path) -> bool:
