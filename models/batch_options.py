@@ -19,10 +19,11 @@ class BatchOptions:
     group_min_queue: int = 4  # group a bucket only when this many requests wait (see below)
     final_deadline_s: float = 0.3  # finals are on the speech's critical path: sooner
     # a partial of an utterance with nothing committed yet (``WhisperRequest.opening``): the
-    # listener waits for its first words, so it goes with the finals, ahead of partials that
-    # only refresh tentative text; still a deadline, not a class: a refresh partial that has
-    # waited longer than the difference goes first (docs/design.md, "A burst")
-    opening_deadline_s: float = 0.3
+    # listener waits for its first words, so it goes right after the finals (a final queued
+    # up to 0.1 s later still goes first), ahead of partials that only refresh tentative
+    # text; a deadline, not a class: a refresh partial that has waited longer than the
+    # difference goes first (docs/design.md, "A burst")
+    opening_deadline_s: float = 0.4
     # beams when the worker has time for them: a partial dispatched while at least this many
     # other requests still wait is decoded greedy (its beam would delay them; the decodes
     # that commit everything keep theirs). One live session never waits behind another, so

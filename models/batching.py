@@ -88,10 +88,10 @@ def decode_deadline_s(request: WhisperRequest, options: BatchOptions) -> float:
     """How soon ``request`` should be computed (seconds after it queued): a final (or any
     decode that commits) ``final_deadline_s``; a partial of an utterance with nothing
     committed yet (``request.opening``: the listener is waiting for its first words)
-    ``opening_deadline_s``; a partial that only refreshes tentative text
+    ``opening_deadline_s``, just after; a partial that only refreshes tentative text
     ``partial_deadline_s``. Earliest deadline first, so in a burst (sessions starting on the
-    hour) every session's first words and every final go ahead of refreshes, and a refresh
-    that has waited the difference still gets its turn."""
+    hour) every final, then every session's first words go ahead of refreshes, and a
+    refresh that has waited the difference still gets its turn."""
     if not request.partial:
         return options.final_deadline_s
     return options.opening_deadline_s if request.opening else options.partial_deadline_s

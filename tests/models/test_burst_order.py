@@ -62,7 +62,8 @@ def test_in_a_burst_first_words_and_finals_go_ahead_of_refreshes():
     finally:
         batcher.close()
     order = [call[0] for call in engine.calls[1:]]
-    assert [id(r) for r in order] == [id(r) for r in (*first_words, final, *refreshes)]
+    # finals before partials stays; then the first words, then the refreshes, each in turn
+    assert [id(r) for r in order] == [id(r) for r in (final, *first_words, *refreshes)]
 
 
 def test_a_refresh_that_waited_long_enough_is_not_starved():
