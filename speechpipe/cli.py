@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from speechpipe import __version__
 from speechpipe.errors import InputError, SpeechpipeError
+from speechpipe.output_paths import check_outputs_spare_the_input
 
 if TYPE_CHECKING:
     from speechpipe.config import PipelineOptions
@@ -248,27 +249,6 @@ def _subtitle_paths(args: argparse.Namespace) -> list[tuple[Side, str]]:
     return paths
 
 
-def _same_file(a: str | Path, b: str | Path) -> bool:
-    """Whether two paths name one file (links and hard links included)."""
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one does not exist (yet)
-        return Path(a).resolve() == Path(b).resolve()
-
-
-def _check_outputs_spare_the_input(source: str, outputs: list[tuple[str, str | None]]) -> None:
-    """``InputError`` when an output would be written over the input (the input would be
-    lost: the output replaces it at the end) or two outputs are one file."""
-    given = [(flag, path) for flag, path in outputs if path]
-    for i, (flag, path) in enumerate(given):
-        if _same_file(path, source):
-            raise InputError(f"{flag} {path}: is the input file; writing there would replace "
-                             "it (choose another file)")
-        for other_flag, other in given[i + 1:]:
-            if _same_file(path, other):
-                raise InputError(f"{flag} and {other_flag} name the same file ({path})")
-
-
 def cmd_translate(args: argparse.Namespace) -> int:
     """``speechpipe translate``: one file in, translated speech (and trace) out."""
     from speechpipe.evaluation.trace import source_languages
@@ -284,7 +264,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
     if args.trace:
         check_output_path(args.trace)
     subtitles = _subtitle_paths(args)
-    _check_outputs_spare_the_input(args.input, [("--out", args.out), ("--trace", args.trace),
+    check_outputs_spare_the_input(args.input, [("--out", args.out), ("--trace", args.trace),
                                                 *(("--subtitles" if side == "target"
                                                    else "--source-subtitles", path)
                                                   for side, path in subtitles)])

@@ -574,9 +574,9 @@ def cmd_stream(args: argparse.Namespace) -> int:
         probe_audio(args.input)  # one line for a missing, empty or unreadable file
         audio = read_audio(args.input)
         if args.out:
-            from speechpipe.cli import _check_outputs_spare_the_input
+            from speechpipe.output_paths import check_outputs_spare_the_input
 
-            _check_outputs_spare_the_input(args.input, [("--out", args.out)])
+            check_outputs_spare_the_input(args.input, [("--out", args.out)])
     return asyncio.run(_stream(args, address, audio))
 
 
