@@ -100,7 +100,7 @@ async def test_a_hung_asr_call_is_abandoned_and_the_other_sessions_complete(
 
     async def inject() -> None:
         # the deadline from this run's own measured calls, not the ceiling
-        await wait_for(lambda: asr.budget.count >= 3, 10.0, "three calls measured")
+        await wait_for(lambda: asr.budget.count >= 3, 25.0, "three calls measured")
         faults.arm("asr", "hang", seconds=20.0)
         await wait_for(lambda: asr.abandoned >= 1, 18.0, "the hung call abandoned")
         abandoned_at = time.monotonic()

@@ -45,7 +45,11 @@ async def test_metrics_show_the_shared_model_and_the_restricted_decoders(
     assert _value(body, "speechpipe_asr_model_bytes", '{kind="shared"}') == shared
     restricted = _value(body, "speechpipe_asr_model_bytes", '{kind="restricted"}')
     assert 0 < restricted <= max(memory["budget_bytes"], memory["bytes"])
-    assert restricted < shared  # rows, not models
-    assert _value(body, "speechpipe_asr_restricted_decoders") >= 2
+    # rows, not models: each decoder holds gathered output rows, far less than the model;
+    # the total may pass the model's size when the suite's earlier tests left decoders on
+    # several worker threads (each thread evicts only its own: models.prefill)
+    held = _value(body, "speechpipe_asr_restricted_decoders")
+    assert held >= 2
+    assert restricted / held < shared / 2
     assert _value(body, "speechpipe_asr_restricted_budget_bytes") == 128 << 20
     assert _value(body, "speechpipe_asr_restricted_built_total") >= 2
