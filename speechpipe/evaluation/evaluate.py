@@ -50,6 +50,7 @@ from speechpipe.evaluation.regret import (
     commit_fields,
     print_commit_figures,
     short_of_offline,
+    utterance_regret_fields,
     utterance_spans,
 )
 from speechpipe.evaluation.scores import (
@@ -320,6 +321,8 @@ async def evaluate_clips(
         if offline is not None:
             row.update(await span_coverage(offline, clip, audio, run.records,
                                            run.input_seconds, target))
+            row.update(await utterance_regret(offline, clip, audio, run.records,
+                                              run.input_seconds, target))
         rows.append(row)
         total_cpu += run.cpu_seconds
         total_audio += run.input_seconds
@@ -351,6 +354,33 @@ async def span_coverage(offline: OfflineRun, clip: dict[str, Any], audio: np.nda
     short = sum(1 for u, text in zip(numbers, offline_texts, strict=True)
                 if short_of_offline(texts[u], text))
     return {"utterances_spanned": len(numbers), "utterances_short_of_offline": short}
+
+
+async def utterance_regret(offline: OfflineRun, clip: dict[str, Any], audio: np.ndarray,
+                           records: list[dict[str, Any]], seconds: float, target: str
+                           ) -> dict[str, Any]:
+    """Commit regret per side with each utterance held against the same model's offline
+    decode of its own audio span (``regret.utterance_regret_fields``): after the clip's
+    run, on the loaded model; the target spans are the ones ``span_coverage`` decodes
+    (cached, decoded once). A clip of one utterance is that utterance: its whole-clip
+    offline texts serve, with no second decode."""
+    spans = utterance_spans(records, seconds)
+    ends = {r["utterance"]: r for r in records if r["event"] == "utterance.end"}
+    numbers = [u for u in sorted(spans) if u in ends]
+    if not numbers:
+        return {}
+    out: dict[str, Any] = {}
+    for side, field in (("source", "source_text"), ("target", "text")):
+        whole = (offline.source_texts if side == "source" else offline.texts).get(clip["id"])
+        if len(numbers) == 1 and whole is not None:
+            offline_texts = [whole]
+        else:
+            offline_texts = await asyncio.to_thread(offline.span_texts, clip, audio,
+                                                    [spans[u] for u in numbers], target, side)
+        out.update(utterance_regret_fields(
+            [(ends[u].get(field) or "", text)
+             for u, text in zip(numbers, offline_texts, strict=True)], side))
+    return out
 
 
 def offline_scores(offline_text: str, bleu: float | None, reference: str) -> dict[str, Any]:

@@ -219,15 +219,18 @@ class OfflineRun:
         return text, True
 
     def span_texts(self, clip: dict[str, Any], audio: Any, spans: list[tuple[float, float]],
-                   target: str) -> list[str]:
-        """The offline target text of each span (seconds) of ``clip``'s 16 kHz int16
-        ``audio``, padded by ``SPAN_PAD_S``; cached by the clip's audio, the task and the
-        span. Blocking (run it between clips, never while one is timed)."""
+                   target: str, side: str = "target") -> list[str]:
+        """The offline text of each span (seconds) of ``clip``'s 16 kHz int16 ``audio``,
+        padded by ``SPAN_PAD_S``: its translation (``side="target"``) or its captions
+        (``side="source"``); cached by the clip's audio, the task and the span. Blocking
+        (run it between clips, never while one is timed)."""
         import numpy as np
 
         if self.whisper is None and self.decode is None:
             raise RuntimeError("span_texts needs the loaded model")
-        task = "transcribe" if clip["lang"] == target else "translate"
+        if side not in ("source", "target"):
+            raise ValueError(f"side must be 'source' or 'target', not {side!r}")
+        task = "transcribe" if side == "source" or clip["lang"] == target else "translate"
         audio_sha = self.audio_sha256.get(clip["id"]) or file_sha256(clip["path"])
         decode = self.decode or decode_whole
         rate = 16000

@@ -9,6 +9,11 @@ functions over a trace and the offline reference's texts).
   regret weighs its clips by their committed words (unmatched sum / committed sum). It needs
   no reference translation: the model's own unhurried answer is the yardstick, so it cannot
   be tuned to a reference (docs/design.md, "Commit regret").
+- **Utterance regret** (per side): the same share, each utterance's committed words held
+  against the same weights' offline decode of that utterance's own audio span (beam search,
+  nothing forced): the issue's "final decode of the whole utterance", without the whole
+  clip's context, which a streamed utterance never has. The whole-clip figure above counts
+  that context too (other wording from other context, not words committed too early).
 - **Extra sentence ends**: sentence ends (a word ending in ``. ? ! …``, abbreviations such
   as "Mr." and initials not counted) in the streamed translation minus those in the offline
   one; a clip "has extra" when that is above 0. Beside it, the same **inside an utterance**:
@@ -36,7 +41,8 @@ from speechpipe.stages.target_language import in_language
 __all__ = ["regret_counts", "regret", "sentence_ends", "extra_sentence_ends",
            "mid_sentence_ends", "extra_mid_sentence_ends",
            "wrong_language_utterances", "utterance_spans", "short_of_offline",
-           "incomplete_events", "commit_fields", "commit_aggregate", "print_commit_figures",
+           "incomplete_events", "utterance_regret_fields", "commit_fields",
+           "commit_aggregate", "print_commit_figures",
            "SPAN_COVERAGE", "WORST_CLIPS"]
 
 SPAN_COVERAGE = 0.5  # an utterance's translation under this share of the offline one's words
@@ -147,6 +153,19 @@ def incomplete_events(records: Iterable[dict[str, Any]]) -> int:
                if r["event"] == "error" and r.get("code") == "translation_incomplete")
 
 
+def utterance_regret_fields(pairs: Sequence[tuple[str, str]], side: str) -> dict[str, Any]:
+    """A clip's utterance regret on one ``side`` from (committed, offline span text) per
+    utterance: the share and the word counts behind it."""
+    unmatched = total = 0
+    for committed, offline in pairs:
+        u, t = regret_counts(committed, offline)
+        unmatched += u
+        total += t
+    return {f"utterance_regret_{side}": None if not total else round(unmatched / total, 4),
+            f"utterance_unmatched_words_{side}": unmatched,
+            f"utterance_committed_words_{side}": total}
+
+
 def commit_fields(
     records: Sequence[dict[str, Any]], source_text: str, target_text: str, target: str,
     source: str, offline_source: str | None = None, offline_target: str | None = None,
@@ -185,6 +204,11 @@ def commit_aggregate(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             total = sum(r[f"committed_words_{side}"] for r in counted)
             unmatched = sum(r[f"unmatched_words_{side}"] for r in counted)
             out[f"regret_{side}"] = round(unmatched / total, 4) if total else None
+        counted = [r for r in rows if f"utterance_committed_words_{side}" in r]
+        if counted:
+            total = sum(r[f"utterance_committed_words_{side}"] for r in counted)
+            unmatched = sum(r[f"utterance_unmatched_words_{side}"] for r in counted)
+            out[f"utterance_regret_{side}"] = round(unmatched / total, 4) if total else None
     judged = [r for r in rows if "extra_sentence_ends" in r]
     if judged:
         extra = sum(1 for r in judged if r["extra_sentence_ends"] > 0)
@@ -239,13 +263,19 @@ def print_commit_figures(report: dict[str, Any], out: TextIO | None = None) -> N
           f"{len(judged)} clips ({_pct(a.get('share_extra_sentence_ends'))}), inside an "
           f"utterance on {a.get('clips_with_extra_mid_sentence_ends', 0)} "
           f"({_pct(a.get('share_extra_mid_sentence_ends'))})", file=out)
+    if "utterance_regret_target" in a or "utterance_regret_source" in a:
+        print(f"utterance regret (committed words the same model's decode of each "
+              f"utterance's own audio lacks): captions {_pct(a.get('utterance_regret_source'))}"
+              f", translation {_pct(a.get('utterance_regret_target'))}", file=out)
     categories = a.get("by_category") or {}
     if categories:
-        print(f"{'category':<28}{'regret capt':>12}{'regret transl':>14}{'extra ends':>12}"
-              f"{'inside':>8}{'wrong lang':>12}", file=out)
+        print(f"{'category':<28}{'regret capt':>12}{'regret transl':>14}{'utt capt':>10}"
+              f"{'utt transl':>11}{'extra ends':>12}{'inside':>8}{'wrong lang':>12}", file=out)
         for name, figures in categories.items():
             print(f"{name[:27]:<28}{_pct(figures.get('regret_source')):>12}"
                   f"{_pct(figures.get('regret_target')):>14}"
+                  f"{_pct(figures.get('utterance_regret_source')):>10}"
+                  f"{_pct(figures.get('utterance_regret_target')):>11}"
                   f"{_pct(figures.get('share_extra_sentence_ends')):>12}"
                   f"{_pct(figures.get('share_extra_mid_sentence_ends')):>8}"
                   f"{_num(figures.get('clips_wrong_language')):>12}", file=out)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from speechpipe.evaluation.evaluate import _aggregate, span_coverage
+from speechpipe.evaluation.evaluate import _aggregate, span_coverage, utterance_regret
 from speechpipe.evaluation.offline import OfflineCache, cache_key, offline_references
 from speechpipe.evaluation.regret import (
     commit_fields,
@@ -169,8 +169,11 @@ def test_commit_figures_from_a_scripted_trace_per_clip_and_category():
                   text[text.index("regret capt"):text.index("worst clips")].splitlines()[1:]}
     # captions, translation, share of clips with extra sentence ends (all, inside an
     # utterance), clips in another language
-    assert categories["read"] == ["0.0", "%", "16.7", "%", "100.0", "%", "0.0", "%", "0"]
-    assert categories["phone"] == ["0.0", "%", "69.2", "%", "0.0", "%", "0.0", "%", "1"]
+    # (no utterance regret in these rows: "-")
+    assert categories["read"] == ["0.0", "%", "16.7", "%", "-", "-", "100.0", "%", "0.0", "%",
+                                  "0"]
+    assert categories["phone"] == ["0.0", "%", "69.2", "%", "-", "-", "0.0", "%", "0.0", "%",
+                                   "1"]
     worst = text[text.index("worst clips"):].splitlines()[2:]
     assert [line.split()[0] for line in worst] == ["good", "bad"]  # worst first
     assert "-12.50" in worst[1]  # its streamed - offline BLEU beside it
@@ -261,3 +264,40 @@ def test_a_span_is_part_of_the_cache_key():
     assert len({cache_key(*base), cache_key(*base, (0.5, 3.0)), cache_key(*base, (0.5, 3.1))}) \
         == 3
     assert cache_key(*base, None) == cache_key(*base)  # whole-clip keys are unchanged
+
+
+async def test_utterance_regret_holds_each_utterance_against_its_own_span(tmp_path: Path):
+    clip = _clip(tmp_path)
+    decode = ScriptedDecoder()
+    run = offline_references(None, _model_dir(tmp_path), [clip], 5, "en",
+                             cache=OfflineCache(tmp_path / "cache"), progress=False,
+                             decode=decode)
+    decode.calls.clear()
+    # the first utterance says what its span says offline, the second one word of it that
+    # the span lacks ("very") and one it has ("two")
+    records = _trace("one two three four five six seven eight", "very two")
+    audio = np.zeros(6 * RATE, np.int16)
+    figures = await utterance_regret(run, clip, audio, records, 6.0, "en")
+    # both sides, each span decoded once (padded by 0.2 s): captions, then translation
+    assert decode.calls == [("fr", "transcribe", 2.9), ("fr", "transcribe", 2.2),
+                            ("fr", "translate", 2.9), ("fr", "translate", 2.2)]
+    assert figures["utterance_unmatched_words_target"] == 1
+    assert figures["utterance_committed_words_target"] == 10
+    assert figures["utterance_regret_target"] == 0.1
+    # captions "le bâtiment est chauffé" / "très très finement" against "un deux": all unmatched
+    assert figures["utterance_regret_source"] == 1.0
+    # the translate spans are the ones span_coverage decodes: from the cache
+    await span_coverage(run, clip, audio, records, 6.0, "en")
+    assert len(decode.calls) == 4
+    rows = [{"id": "c", "bleu": None, "wer": None, "duration_s": 6.0, "cpu_per_audio_s": 0.5,
+             "rtf": 1.0, "words_in_non_speech": 0, "utterances_invented": 0,
+             "utterances_dropped": 0, "utterances_repeated": 0, **figures}]
+    aggregate = _aggregate(rows, [{"id": "c", "category": "read"}], {}, 6.0, 6.0, 6.0)
+    assert aggregate["utterance_regret_target"] == 0.1
+    # one utterance is the whole clip: its whole-clip offline texts, no decode
+    single = await utterance_regret(run, clip, audio, records[:5], 6.0, "en")
+    assert len(decode.calls) == 4
+    assert single["utterance_committed_words_target"] == 8
+    assert single["utterance_regret_target"] == 0.0  # the whole clip says these eight
+    with pytest.raises(ValueError):
+        run.span_texts(clip, audio, [(0.0, 1.0)], "en", "both")
