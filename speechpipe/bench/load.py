@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from speechpipe.bench.own_samples import own_samples
 from speechpipe.bench.server_process import ServerProcess, scrape
 from speechpipe.evaluation.scores import end_offset_parts, laid_back_to_back, percentile
 from speechpipe.machine import describe_cpu, usable_cores
@@ -61,7 +62,6 @@ __all__ = ["run_load_bench", "register_load", "ClientRun", "commit_latencies", "
            "run_start_cases"]
 
 RATE = 16_000
-REPO = Path(__file__).resolve().parents[2]
 # one phrase-cache namespace per client session of this process (see ``run_level``)
 _SESSIONS = itertools.count()
 
@@ -166,7 +166,7 @@ def find_manifest(explicit: str | None = None) -> Path:
     """``explicit``, else the project's own ``samples/manifest.jsonl``."""
     candidates = [Path(explicit)] if explicit else [
         Path.cwd() / "samples" / "manifest.jsonl",
-        REPO / "samples" / "manifest.jsonl",
+        own_samples() / "manifest.jsonl",  # the package's own clips, installed or not
     ]
     for path in candidates:
         if path.is_file():

@@ -12,7 +12,9 @@ import json
 import tomllib
 from pathlib import Path
 
-from speechpipe.bench import room, soak
+import pytest
+
+from speechpipe.bench import load, room, soak
 from speechpipe.bench.own_samples import own_samples
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +31,15 @@ def test_the_benches_defaults_are_the_own_samples() -> None:
     assert room.DEFAULT_CLIP == folder / "wav" / "es_gato.wav" and room.DEFAULT_CLIP.is_file()
     assert soak.SAMPLES_DIR == folder
     assert all((folder / name).is_file() for name in manifest_files(folder))
+
+
+def test_bench_load_finds_the_own_clips_from_any_folder(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # no samples/ here
+    assert load.find_manifest() == own_samples() / "manifest.jsonl"
+    explicit = tmp_path / "m.jsonl"
+    explicit.write_text("")
+    assert load.find_manifest(str(explicit)) == explicit
 
 
 def test_the_package_ships_every_clip_the_manifest_names() -> None:
