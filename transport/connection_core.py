@@ -23,6 +23,7 @@ from speechpipe.transport.protocol import (
     Flush,
     Ice,
     Offer,
+    Playout,
     ProtocolError,
     Start,
     Stop,
@@ -33,7 +34,8 @@ from speechpipe.transport.protocol import (
 from speechpipe.transport.quotas import Expired
 
 __all__ = ["State", "ConnectionCore", "SendError", "Fail", "AcceptStart", "PushAudio",
-           "FlushInput", "StopInput", "OpenPeer", "AddIce", "Action", "fail"]
+           "FlushInput", "StopInput", "OpenPeer", "AddIce", "ReportPlayout", "Action",
+           "fail"]
 
 
 class State(enum.Enum):
@@ -98,7 +100,14 @@ class AddIce:
     ice: Ice
 
 
-Action = SendError | Fail | AcceptStart | PushAudio | FlushInput | StopInput | OpenPeer | AddIce
+@dataclass(frozen=True, slots=True)
+class ReportPlayout:
+    """The client's playout clock, for the echo guard (``transport.echo_guard``)."""
+    played_s: object
+
+
+Action = (SendError | Fail | AcceptStart | PushAudio | FlushInput | StopInput | OpenPeer | AddIce
+          | ReportPlayout)
 
 
 def fail(exc: ProtocolError, code: int | None = None) -> Fail:
@@ -170,6 +179,8 @@ class ConnectionCore:
             return [FlushInput()]
         if isinstance(parsed, Stop):
             return [StopInput()]
+        if isinstance(parsed, Playout):
+            return [ReportPlayout(parsed.played_s)]
         if isinstance(parsed, Offer):
             if self.stopping:
                 return [SendError(ErrorCode.STOPPING, "the session is stopping")]

@@ -4,7 +4,8 @@ Nothing here touches a socket or the event loop, so every rule of the protocol i
 as plain functions (the websockets library's sans-I/O idea). ``docs/protocol.md`` is the
 reference for clients; the constants below are the single source of its numbers.
 
-Client -> server: JSON text messages (``start``, ``flush``, ``stop``, ``offer``, ``ice``) and
+Client -> server: JSON text messages (``start``, ``flush``, ``stop``, ``offer``, ``ice``,
+``playout``) and
 binary messages of little-endian int16 mono PCM at the rate declared in ``start``.
 
 Server -> client: JSON text events (``started``, ``vad``, ``source``, ``target``, ``audio``,
@@ -49,6 +50,7 @@ __all__ = [
     "Stop",
     "Offer",
     "Ice",
+    "Playout",
     "ClientMessage",
     "parse_text",
     "parse_start",
@@ -133,7 +135,15 @@ class Ice:
     sdp_mline_index: int | None = None
 
 
-ClientMessage = Start | Flush | Stop | Offer | Ice
+@dataclass(frozen=True, slots=True)
+class Playout:
+    """A participant's playout clock: it has played (or skipped) ``played_s`` seconds of the
+    speech the room sent it (``transport.echo_guard`` checks the value against what was sent)."""
+
+    played_s: object
+
+
+ClientMessage = Start | Flush | Stop | Offer | Ice | Playout
 
 
 def parse_text(text: str) -> ClientMessage:
@@ -151,6 +161,8 @@ def parse_text(text: str) -> ClientMessage:
         return Flush()
     if kind == "stop":
         return Stop()
+    if kind == "playout":
+        return Playout(data.get("played_s"))
     if kind == "offer":
         sdp = data.get("sdp")
         if not isinstance(sdp, str) or not sdp:

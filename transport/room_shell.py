@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from speechpipe.errors import SpeechpipeError
 from speechpipe.stages.frames import AudioFrame, OutputEvent, SpeechChunk, TextHypothesis
 from speechpipe.transport.audio_io import OutputResampler
+from speechpipe.transport.echo_guard import EchoGuard
 from speechpipe.transport.protocol import dumps, encode_event
 from speechpipe.transport.room import (
     FULL,
@@ -259,12 +260,8 @@ class Presence:
     wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     overflow: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     output_sample_rate: int = 16_000
-    playing_until: float = 0.0  # the echo guard: when the speech sent to it ends playing
-
-    def played(self, seconds: float, now: float, tail_s: float) -> None:
-        """``seconds`` of speech were sent to this member at ``now``: it plays them after what
-        it is still playing (back to back), then ``tail_s`` of echo may follow."""
-        self.playing_until = max(self.playing_until - tail_s, now) + seconds + tail_s
+    # the echo guard (transport.echo_guard): when the speech sent to it ends playing
+    echo: EchoGuard = dataclasses.field(default_factory=EchoGuard)
 
     def notify(self) -> None:
         """Its outbox changed (the outbox's ``wake``)."""
@@ -275,7 +272,7 @@ class Presence:
 
     def hears_itself(self, now: float) -> bool:
         """Whether its microphone may now pick up speech the room sent it."""
-        return now < self.playing_until
+        return self.echo.hears_itself(now)
 
 
 class RoomHub:

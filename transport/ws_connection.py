@@ -46,10 +46,12 @@ from speechpipe.transport.connection_core import (
     FlushInput,
     OpenPeer,
     PushAudio,
+    ReportPlayout,
     SendError,
     StopInput,
     fail,
 )
+from speechpipe.transport.echo_guard import EchoGuard
 from speechpipe.transport.frame_guard import (
     GuardedConnection,
     Violation,
@@ -466,6 +468,10 @@ class WsConnection:
             presence = self.presence
             if presence is not None:
                 presence.output_sample_rate = out_rate
+                rooms = self.limits.rooms
+                presence.echo = EchoGuard(tail_s=rooms.echo_tail_s,
+                                          report_tail_s=rooms.echo_report_tail_s,
+                                          max_lag_s=rooms.echo_max_lag_s)
                 self.feeds = SpeakerFeeds(self.server.rooms, presence.room, presence.member.id,
                                           request, self.server.factory, session, out_rate,
                                           slot=self._extra_slot(start))
@@ -542,11 +548,24 @@ class WsConnection:
                     await self._stop(session)
                 elif isinstance(action, OpenPeer):
                     await self._offer(action.offer, session, start.sample_rate, tg)
+                elif isinstance(action, ReportPlayout):
+                    await self._playout(action.played_s)
                 elif isinstance(action, AddIce) and self.peer is not None:
                     try:
                         await self.peer.add_ice(action.ice)
                     except ProtocolError as exc:
                         await self._reply_error(exc.code, str(exc))
+
+    async def _playout(self, played_s: object) -> None:
+        """The client's playout clock (``playout``) for the echo guard; a bad value is a
+        recoverable ``bad_message``. Where no guard runs (not a participant) it is ignored."""
+        presence = self.presence
+        if presence is None or not presence.member.role.listens:
+            return
+        try:
+            presence.echo.report(played_s, time.monotonic())
+        except ValueError as exc:
+            await self._reply_error(ErrorCode.BAD_MESSAGE, str(exc))
 
     async def _stop(self, session: LiveSession) -> None:
         """No more input: after ``stop``, or when the session reached its maximum length."""
@@ -624,7 +643,6 @@ class WsConnection:
         gets arms the echo guard for as long as it plays."""
         sub = presence.member.subscriber
         assert sub is not None
-        tail = self.limits.rooms.echo_tail_s
         while True:
             await presence.wake.wait()
             presence.wake.clear()
@@ -632,7 +650,7 @@ class WsConnection:
                 raise self._too_slow()
             for item in sub.outbox.take():
                 if item.kind == "audio":
-                    presence.played(item.speech_s, time.monotonic(), tail)
+                    presence.echo.sent(item.speech_s, time.monotonic())
                 try:
                     await self.outgoing.put(list(item.parts))
                 except ChannelClosed:

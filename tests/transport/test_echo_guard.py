@@ -1,0 +1,195 @@
+"""Issue 46: the echo guard follows the participant's reported playout clock (``playout``),
+with the fixed tail as the fallback when a client reports nothing; hostile reports are a
+recoverable ``bad_message`` and change nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+
+from speechpipe.stages.channels import Channel
+from speechpipe.stages.frames import AudioFrame, OutputEvent, SpeechChunk
+from speechpipe.stages.request import SessionRequest
+from speechpipe.transport.connection_core import ConnectionCore, ReportPlayout, SendError
+from speechpipe.transport.echo_guard import EchoGuard
+from speechpipe.transport.limits import RoomOptions, ServerLimits
+from speechpipe.transport.protocol import Playout, Start, parse_text
+from speechpipe.transport.websocket_server import SpeechServer
+from tests.helpers import pcm, recv_json
+
+# -- the rule, without sockets ---------------------------------------------------------------
+
+
+def test_without_reports_the_fixed_tail_after_back_to_back_playback() -> None:
+    guard = EchoGuard(tail_s=0.5)
+    assert not guard.hears_itself(0.0)
+    guard.sent(2.0, now=10.0)
+    guard.sent(1.0, now=10.5)  # queued behind the first: ends at 13.0
+    assert guard.closed_until() == pytest.approx(13.5)
+    assert guard.hears_itself(13.4) and not guard.hears_itself(13.6)
+
+
+def test_a_late_client_keeps_its_microphone_closed_until_its_reported_end() -> None:
+    guard = EchoGuard(tail_s=0.5, report_tail_s=0.25)
+    guard.sent(2.0, now=10.0)  # the server alone would open at 12.5
+    guard.report(0.5, now=11.5)  # 1.5 s still to play: it runs 1 s late
+    assert guard.lag_s == pytest.approx(1.0)
+    assert guard.closed_until() == pytest.approx(13.25)
+    assert guard.hears_itself(13.0)  # the fixed tail would have opened at 12.5
+    guard.sent(1.0, now=20.0)  # later speech: the learned lag applies at once
+    assert guard.closed_until() == pytest.approx(22.25)
+
+
+def test_an_early_client_opens_its_microphone_sooner() -> None:
+    guard = EchoGuard(tail_s=0.5, report_tail_s=0.25)
+    guard.sent(2.0, now=10.0)
+    guard.report(2.0, now=10.1)  # played it all (or skipped it)
+    assert guard.closed_until() == pytest.approx(10.35)
+    assert not guard.hears_itself(10.4)
+
+
+def test_the_reported_lag_is_bounded() -> None:
+    guard = EchoGuard(tail_s=0.5, report_tail_s=0.0, max_lag_s=3.0)
+    guard.sent(100.0, now=0.0)
+    guard.report(0.0, now=90.0)  # "still 100 s to play" 90 s later: at most 3 s of lag
+    assert guard.lag_s == 3.0
+    assert guard.closed_until() == pytest.approx(103.0)
+
+
+@pytest.mark.parametrize("bad", ["1", None, True, [], {}, -0.1, math.nan, math.inf, 1e308,
+                                 2.2, 10**400])
+def test_a_hostile_report_is_refused_and_changes_nothing(bad: object) -> None:
+    guard = EchoGuard(tail_s=0.5)
+    guard.sent(2.0, now=10.0)
+    before = guard.closed_until()
+    with pytest.raises(ValueError):
+        guard.report(bad, now=10.0)
+    assert guard.closed_until() == before and not guard.reported
+
+
+def test_a_report_never_goes_back() -> None:
+    guard = EchoGuard()
+    guard.sent(2.0, now=0.0)
+    guard.report(1.5, now=1.0)
+    with pytest.raises(ValueError, match="went back"):
+        guard.report(0.5, now=1.1)
+    guard.report(1.49, now=1.2)  # rounding: taken as no progress
+    assert guard.played_s == 1.5
+
+
+def test_playout_parses_and_the_core_hands_it_over() -> None:
+    assert parse_text('{"type": "playout", "played_s": 1.5}') == Playout(1.5)
+    core = ConnectionCore(max_message_bytes=1 << 17, max_lead_s=5.0)
+    assert isinstance(core.receive('{"type": "playout"}', 0.0)[0], SendError)  # no start yet
+    start = parse_text('{"type": "start"}')
+    assert isinstance(start, Start)
+    core.session_opened(start)
+    assert core.receive('{"type": "playout", "played_s": 2.5}', 0.0) == [ReportPlayout(2.5)]
+    hostile = core.receive('{"type": "playout", "played_s": NaN}', 0.0)  # the guard refuses
+    assert isinstance(hostile[0], ReportPlayout) and math.isnan(hostile[0].played_s)  # type: ignore[arg-type]
+
+
+# -- over a real socket -------------------------------------------------------------------
+
+SPEECH_S = 20.0  # what Alice's pipeline says to Bob: far longer than the test runs
+RATE = 16_000
+
+
+class Talker:
+    """A ``LiveSession`` without models: Alice's pipeline into Bob's language says
+    ``SPEECH_S`` of speech on her first audio; every pipeline records whether the audio
+    pushed into it was held (zeroed) by the echo guard."""
+
+    def __init__(self, request: SessionRequest, heard: dict[str, list[bool]]) -> None:
+        self.request = request
+        self.heard = heard.setdefault(f"{request.source_lang}>{request.target_lang}", [])
+        self.spoke = False
+        self.channel: Channel[OutputEvent] = Channel(64, name="talker")
+
+    async def __aenter__(self) -> Talker:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        pass
+
+    async def push(self, frame: AudioFrame) -> None:
+        self.heard.extend([bool(frame.samples.any())] * len(frame.samples))
+        PUSHED.set()
+        if (not self.spoke and self.request.source_lang == "fr"
+                and self.request.target_lang == "es" and frame.samples.any()):
+            self.spoke = True
+            tone = (np.sin(np.arange(int(SPEECH_S * RATE)) / 5) * 3000).astype(np.int16)
+            await self.channel.put(SpeechChunk(tone, RATE, 0, "hola", frame.end))
+
+    def flush(self) -> None:
+        pass
+
+    async def finish(self) -> None:
+        self.channel.close()
+
+    async def events(self) -> AsyncIterator[OutputEvent]:
+        async for event in self.channel:
+            yield event
+
+
+PUSHED = asyncio.Event()  # a Talker got audio
+
+
+async def _until(cond: Any, within: float = 10.0) -> None:
+    async with asyncio.timeout(within):
+        while not cond():
+            await PUSHED.wait()
+            PUSHED.clear()
+
+
+async def _speech(ws: ClientConnection) -> int:
+    """Read ``ws`` until an ``audio`` event and its PCM: the samples received."""
+    async with asyncio.timeout(10):
+        while True:
+            message = await ws.recv()
+            if isinstance(message, bytes):
+                return len(message) // 2
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_the_guard_follows_the_clock_a_participant_reports() -> None:
+    heard: dict[str, list[bool]] = {}
+    limits = ServerLimits(rooms=RoomOptions(echo_tail_s=0.5, echo_report_tail_s=0.0))
+    async with SpeechServer(lambda r: Talker(r, heard), limits=limits) as srv:
+        url = f"ws://127.0.0.1:{srv.port}/ws"
+        async with connect(url, max_size=4 << 20) as alice, \
+                connect(url, max_size=4 << 20) as bob:
+            await alice.send(json.dumps({"type": "start", "role": "participant",
+                                         "source_lang": "fr", "target_lang": "de"}))
+            started = await recv_json(alice)
+            await bob.send(json.dumps({"type": "start", "role": "participant",
+                                       "room": started["room"], "invite": started["invite"],
+                                       "source_lang": "de", "target_lang": "es",
+                                       "output_sample_rate": RATE}))
+            assert (await recv_json(bob))["type"] == "started"
+            await asyncio.sleep(0.5)  # Bob's language reaches Alice's feeds
+            await alice.send(pcm(0.2))
+            received = await _speech(bob)  # 20 s of Alice's translated speech
+            assert received == SPEECH_S * RATE
+            bob_heard = heard.setdefault("de>en", [])  # his own (captions) pipeline
+
+            await bob.send(pcm(0.4))  # no report: the server's estimate holds his mic
+            await _until(lambda: len(bob_heard) >= 0.4 * RATE)
+            assert not any(bob_heard), "his microphone was held while the speech plays"
+
+            await bob.send(json.dumps({"type": "playout", "played_s": 1e9}))  # hostile
+            error = await recv_json(bob)
+            assert error["type"] == "error" and error["code"] == "bad_message"
+            assert not error.get("fatal")
+
+            await bob.send(json.dumps({"type": "playout", "played_s": received / RATE}))
+            await bob.send(pcm(0.4))  # he reports it all played: his mic opens at once
+            await _until(lambda: len(bob_heard) >= 0.8 * RATE)
+            assert all(bob_heard[int(0.4 * RATE):]), "the report opened his microphone"
