@@ -376,9 +376,34 @@ def register_room(kinds: Any) -> None:
     room.add_argument("--port", type=int, default=0,
                       help="port of the server the bench starts on 127.0.0.1 (default 0: any "
                            "free one; the bench always starts its own)")
+    room.add_argument("--join-storm", type=float, default=0.0, metavar="RATE",
+                      help="instead: a talk alone, then the same talk while listeners join "
+                           "at RATE per second (/healthz latency, the speaker's caption lag)")
+    room.add_argument("--storm-listeners", type=int, default=1000,
+                      help="with --join-storm: at most this many joins (default 1000)")
+    room.add_argument("--storm-addresses", type=int, default=40,
+                      help="with --join-storm: loopback source addresses the joins come from "
+                           "(127.0.0.2...; default 40)")
     room.add_argument("--server-arg", action="append", default=[],
                       help="extra argument for the started server (repeatable)")
     room.set_defaults(handler=_bench_room)
+
+
+def _bench_storm(args: argparse.Namespace, clip: Path) -> int:
+    from speechpipe.bench.room_storm import MAX_RATE, MAX_STORM, run_storm_bench
+    from speechpipe.transport.file_replay import read_audio
+
+    if not (0 < args.join_storm <= MAX_RATE and 1 <= args.storm_listeners <= MAX_STORM
+            and 1 <= args.storm_addresses <= 250):
+        raise InputError(f"--join-storm must be above 0 and at most {MAX_RATE:g} joins/s, "
+                         f"--storm-listeners 1-{MAX_STORM}, --storm-addresses 1-250")
+    try:
+        return run_storm_bench(args.join_storm, args.storm_listeners, args.storm_addresses,
+                               read_audio(clip), clip.name, args.source_lang, args.server_arg,
+                               port=args.port)
+    except RuntimeError as exc:
+        print(f"speechpipe bench room: {exc}", file=sys.stderr)
+        return 1
 
 
 def _bench_room(args: argparse.Namespace) -> int:
@@ -392,6 +417,8 @@ def _bench_room(args: argparse.Namespace) -> int:
     clip = Path(args.clip)
     if not clip.is_file():
         raise InputError(f"no such clip: {clip}")
+    if args.join_storm:
+        return _bench_storm(args, clip)
     try:
         return run_room_bench(args.listeners, clip, args.source_lang, args.server_arg,
                               stalled=args.stalled, repeat=args.repeat,
