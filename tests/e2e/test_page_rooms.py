@@ -127,6 +127,11 @@ async def test_a_two_party_conversation_in_two_browsers(
             assert await es.locator("#stats").get_attribute("data-audio") == "0", (
                 "no en->es model here: captions, never invented speech")
             assert "participant" in await en.locator("#room-role").inner_text()
+            # the English page reports its playout clock (the echo guard follows it), and the
+            # server took every report (a refused one is a bad_message error on the page)
+            await en.wait_for_function(
+                "() => window.speechpipeState.playout.reported > 0", timeout=30_000)
+            assert await en.locator("#stats").get_attribute("data-errors") in (None, "0")
             for page in (en, es):
                 await page.click("#stop")
                 await page.wait_for_function(

@@ -201,6 +201,40 @@ function playPcm(header, data) {
   const at = Math.max(s.ctx.currentTime + 0.03, s.playhead); // back to back, never overlapping
   node.start(at);
   s.playhead = at + buffer.duration;
+  if (s.role && s.role.role === "participant") notePlayout(at, buffer.duration);
+}
+
+// -- the echo guard's clock (participants): how much of the room's speech has played --------
+// The server holds a participant's microphone while the speech it was sent plays; the page
+// tells it when that is ({"type": "playout", "played_s": ...}, docs/protocol.md), every
+// 250 ms while speech is queued and once when it ends.
+function notePlayout(at, duration) {
+  s.playout.queue.push({ at, duration });
+  if (!s.playout.timer) s.playout.timer = setInterval(reportPlayout, 250);
+}
+
+function playedSeconds() {
+  const p = s.playout;
+  const now = s.ctx.currentTime - (s.ctx.outputLatency || 0); // what is audible now
+  while (p.queue.length && p.queue[0].at + p.queue[0].duration <= now) {
+    p.done += p.queue.shift().duration;
+  }
+  const head = p.queue[0];
+  const partial = head && now > head.at ? now - head.at : 0;
+  p.reported = Math.max(p.reported, p.done + partial); // never goes back
+  return p.reported;
+}
+
+function reportPlayout() {
+  const p = s.playout;
+  const played = playedSeconds();
+  if (s.ws.readyState === WebSocket.OPEN) {
+    s.ws.send(JSON.stringify({ type: "playout", played_s: Math.round(played * 1000) / 1000 }));
+  }
+  if (!p.queue.length) { // it all played: the last report went out
+    clearInterval(p.timer);
+    p.timer = null;
+  }
 }
 
 function noteSpeechArrived(header) {
@@ -419,6 +453,7 @@ async function start() {
     capturing: false, samplesSent: 0, streamStart: null, playhead: 0, pendingAudio: null, stopping: false,
     lines: { source: new Map(), target: new Map() }, speechStarts: new Map(),
     spokenUtterances: new Set(), captionLag: null, speechOffset: null,
+    playout: { queue: [], done: 0, reported: 0, timer: null },
   };
   window.speechpipeState = s;
   if (capture) {
@@ -481,6 +516,7 @@ function teardown() {
   if (old.stream) for (const track of old.stream.getTracks()) track.stop();
   if (old.worklet) old.worklet.port.onmessage = null;
   if (old.pc) old.pc.close();
+  if (old.playout.timer) clearInterval(old.playout.timer);
   // let queued speech finish playing before closing the audio context
   const remaining = Math.max(0, old.playhead - old.ctx.currentTime);
   setTimeout(() => old.ctx.close(), remaining * 1000 + 200);
