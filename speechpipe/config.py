@@ -437,6 +437,8 @@ RANGES: dict[str, Range] = {
     "rooms.max_listeners_per_room": NON_NEGATIVE,  # 0: no limit
     "rooms.max_listeners": NON_NEGATIVE,  # 0: no limit
     "rooms.echo_tail_s": NON_NEGATIVE,
+    "rooms.echo_report_tail_s": NON_NEGATIVE,
+    "rooms.echo_max_lag_s": NON_NEGATIVE,  # 0: a reported playout never runs later
     "rooms.join_per_ip_s": NON_NEGATIVE,  # 0: no per-address join limit
     "rooms.join_ip_burst": AT_LEAST_ONE,
     "rooms.join_per_room_s": NON_NEGATIVE,  # 0: no per-room join limit

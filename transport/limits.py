@@ -27,8 +27,8 @@ class RoomOptions:
     history_s: float = 60.0  # committed captions a late joiner receives: the last this long
     history_items: int = 256  # ... and at most this many
     echo_guard: bool = True  # hold a participant's input while its received speech plays
-    echo_tail_s: float = 0.5  # ... and this long after (room reverb, the device's latency),
-    # while the client reports no playout clock (``playout``: transport.echo_guard)
+    echo_tail_s: float = 0.5  # ... and this long after, for a client reporting no playout
+    # clock (``playout``, transport.echo_guard): room reverb, the device's latency
     echo_report_tail_s: float = 0.25  # after the reported playout end (reverb, the mic's lag)
     echo_max_lag_s: float = 3.0  # a reported playout at most this far behind the server's
     mt: str = ""  # "ct2:MODEL": room pipelines into languages other than English use it
