@@ -107,8 +107,10 @@ class Talker:
     ``SPEECH_S`` of speech on her first audio; every pipeline records whether the audio
     pushed into it was held (zeroed) by the echo guard."""
 
-    def __init__(self, request: SessionRequest, heard: dict[str, list[bool]]) -> None:
+    def __init__(self, request: SessionRequest, heard: dict[str, list[bool]],
+                 speech_s: float = SPEECH_S) -> None:
         self.request = request
+        self.speech_s = speech_s
         self.heard = heard.setdefault(f"{request.source_lang}>{request.target_lang}", [])
         self.spoke = False
         self.channel: Channel[OutputEvent] = Channel(64, name="talker")
@@ -125,7 +127,7 @@ class Talker:
         if (not self.spoke and self.request.source_lang == "fr"
                 and self.request.target_lang == "es" and frame.samples.any()):
             self.spoke = True
-            tone = (np.sin(np.arange(int(SPEECH_S * RATE)) / 5) * 3000).astype(np.int16)
+            tone = (np.sin(np.arange(int(self.speech_s * RATE)) / 5) * 3000).astype(np.int16)
             await self.channel.put(SpeechChunk(tone, RATE, 0, "hola", frame.end))
 
     def flush(self) -> None:
@@ -193,3 +195,30 @@ async def test_the_guard_follows_the_clock_a_participant_reports() -> None:
             await bob.send(pcm(0.4))  # he reports it all played: his mic opens at once
             await _until(lambda: len(bob_heard) >= 0.8 * RATE)
             assert all(bob_heard[int(0.4 * RATE):]), "the report opened his microphone"
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_late_playout_report_holds_the_microphone_past_the_servers_estimate() -> None:
+    heard: dict[str, list[bool]] = {}
+    # the server's own estimate: 0.3 s of speech, no tail; a report holds 60 s past its end
+    limits = ServerLimits(rooms=RoomOptions(echo_tail_s=0.0, echo_report_tail_s=60.0))
+    async with SpeechServer(lambda r: Talker(r, heard, speech_s=0.3), limits=limits) as srv:
+        url = f"ws://127.0.0.1:{srv.port}/ws"
+        async with connect(url) as alice, connect(url) as bob:
+            await alice.send(json.dumps({"type": "start", "role": "participant",
+                                         "source_lang": "fr", "target_lang": "de"}))
+            started = await recv_json(alice)
+            await bob.send(json.dumps({"type": "start", "role": "participant",
+                                       "room": started["room"], "invite": started["invite"],
+                                       "source_lang": "de", "target_lang": "es",
+                                       "output_sample_rate": RATE}))
+            assert (await recv_json(bob))["type"] == "started"
+            await asyncio.sleep(0.5)  # Bob's language reaches Alice's feeds
+            await alice.send(pcm(0.2))
+            assert await _speech(bob) == 0.3 * RATE
+            await bob.send(json.dumps({"type": "playout", "played_s": 0.0}))  # not yet
+            await asyncio.sleep(1.0)  # the server's estimate (0.3 s from sending) has passed
+            bob_heard = heard.setdefault("de>en", [])
+            await bob.send(pcm(0.4))
+            await _until(lambda: len(bob_heard) >= 0.4 * RATE)
+            assert not any(bob_heard), "held: the reported playout has not ended"
