@@ -108,6 +108,7 @@ class NativePrefill:
         self._restricted: dict[tuple[int, str, str], int] = {}
         self._owners: dict[int, threading.Thread] = {}
         self.restricted_built = 0  # restricted decoders built (misses), for the metrics
+        self._refusals: dict[str, str | None] = {}  # restriction_refused, per folder
 
     def preload(self, folder: Path) -> None:
         """Load ``folder``'s weights now (blocking) and keep them: the threads' decoders of
@@ -149,6 +150,24 @@ class NativePrefill:
                 self._restricted.pop((thread, *old), None)
         decoders[key] = made
         return made
+
+    def restriction_refused(self, folder: Path, keep: Sequence[int]) -> str | None:
+        """Why a restricted decoder of ``folder`` cannot be built here, or None when it can
+        (checked once per folder by building one that keeps ``keep``, e.g. the special
+        tokens, and dropping it). With Intel MKL's GEMM, CTranslate2 packs every linear
+        weight at load (``CT2_PACKED_GEMM``, on by default with MKL), and the rows of a
+        packed output layer cannot be gathered ("Can't select pre-packed weight")."""
+        with self._lock:
+            if str(folder) in self._refusals:
+                return self._refusals[str(folder)]
+        try:
+            self._module.PrefillDecoder(str(folder), self._threads, sorted(int(i) for i in keep))
+            reason = None
+        except (RuntimeError, ValueError) as exc:
+            reason = str(exc) or type(exc).__name__
+        with self._lock:
+            self._refusals[str(folder)] = reason
+        return reason
 
     def restricted_usage(self, thread: int | None = None) -> tuple[int, int]:
         """(restricted decoders held, their bytes) across threads, or by one ``thread`` (its

@@ -354,6 +354,7 @@ class WhisperEngine:
         self._decoders: dict[tuple[str, int], RestrictedVocabulary | None] = {}
         self._prefill: NativePrefill | None = None
         self._prefill_checked = False
+        self._restriction_refusal_logged = False
         self._prefill_lock = threading.Lock()
         self._decoders_lock = threading.Lock()
         self.stats = EngineStats()
@@ -467,12 +468,23 @@ class WhisperEngine:
 
     def _load_decoder(self, language: str, words: int) -> RestrictedVocabulary | None:
         """None: the full vocabulary decodes this language (no word list, no native decoder
-        to restrict, or the kept set could not be read: logged once, sessions go on)."""
+        to restrict, a CTranslate2 build whose output layer cannot be restricted here (Intel
+        MKL's packed weights: there the full vocabulary costs less, docs/benchmarks.md), or
+        the kept set could not be read: logged once, sessions go on)."""
         if language not in vocabulary_languages():
             return None
-        if self.prefill() is None:
+        native = self.prefill()
+        if native is None:
             log.warning("no restricted decoder for %s (the native decoder is not built); "
                         "decoding with the full vocabulary", language)
+            return None
+        refused = native.restriction_refused(
+            self.model_dir, range(self.eot, self.tokenizer.get_vocab_size()))
+        if refused is not None:  # Intel MKL's packed weights: the full vocabulary is faster
+            if not self._restriction_refusal_logged:
+                self._restriction_refusal_logged = True
+                log.info("restricted decoders unavailable here (%s); decoding with the full "
+                         "vocabulary", refused)
             return None
         try:
             return restricted_vocabulary(self.model_dir, {language, "en"}, words,

@@ -37,6 +37,12 @@ def pytest_configure(config: pytest.Config) -> None:
     global _TEST_HOME
     _TEST_HOME = Path(tempfile.mkdtemp(prefix="speechpipe-test-home-"))
     os.environ["SPEECHPIPE_HOME"] = str(_TEST_HOME)
+    # CTranslate2 packs linear weights for Intel MKL's GEMM (CT2_PACKED_GEMM, default on with
+    # MKL), and a packed output layer cannot be restricted: the engine then decodes with the
+    # full vocabulary. Off for the run, so the restricted decoders (models/prefill.py) are
+    # tested on every CPU; the packed default has its own test in fresh processes
+    # (tests/models/test_prefill.py). Inherited by the subprocesses the tests start.
+    os.environ.setdefault("CT2_PACKED_GEMM", "0")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -167,3 +167,57 @@ def test_the_restricted_budget_forgets_the_decoders_of_threads_that_ended() -> N
     assert native.restricted_usage() == (2, 80)  # both fit: nothing evicted for a ghost
     build("pt")  # 120 > 100: this thread's least recently used goes
     assert native.restricted_usage() == (2, 80)
+
+
+_RESTRICTION_PROBE = """
+import json
+from speechpipe.config import PipelineOptions
+from speechpipe.session import Pipeline
+engine = Pipeline.load(PipelineOptions()).engine
+native = engine.prefill()
+_, vocabulary = engine.decoder("es", 30000)
+print(json.dumps({
+    "refused": native.restriction_refused(
+        engine.model_dir, range(engine.eot, engine.tokenizer.get_vocab_size())),
+    "restricted": vocabulary is not None,
+}))
+"""
+
+
+@pytest.mark.parametrize("packed", ["0", "1"])
+def test_an_output_layer_that_cannot_be_restricted_decodes_with_the_full_vocabulary(
+        tmp_path: Path, packed: str) -> None:
+    """With Intel MKL's GEMM, CTranslate2 packs every linear weight at load (its switch
+    ``CT2_PACKED_GEMM``, on by default with MKL; oneDNN never packs), and the rows of a packed
+    output layer cannot be gathered ("Can't select pre-packed weight"). The engine must find
+    that out once and decode with the full vocabulary (there it is also the cheaper path,
+    docs/benchmarks.md), not fail every request: this build did, on an Intel Xeon, with
+    "ASR request failed" and no words. CTranslate2 reads the switch once per process (the
+    test run turns it off, tests/conftest.py), so each setting gets fresh processes: the
+    probe, then a real translation."""
+    import json
+    import subprocess
+    import sys
+
+    from speechpipe.machine import cpu_info
+
+    _native()
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "CT2_PACKED_GEMM": packed}
+    probe = subprocess.run([sys.executable, "-P", "-c", _RESTRICTION_PROBE], env=env,
+                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    found = json.loads(probe.stdout.strip().splitlines()[-1])
+    packs = packed == "1" and cpu_info().gemm == "MKL"
+    assert (found["refused"] is not None) == packs, found
+    assert found["restricted"] == (not packs)
+    out = tmp_path / "out.wav"
+    run = subprocess.run(
+        [sys.executable, "-P", "-m", "speechpipe", "translate",
+         str(repo / "samples" / "wav" / "es_gato.wav"), "--out", str(out), "--source-lang", "es"],
+        env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "request failed" not in run.stderr
+    spoken = [line for line in run.stdout.splitlines() if "->" in line]
+    assert spoken and spoken[0].split("->", 1)[1].strip(), run.stdout  # words, translated
+    assert out.stat().st_size > 44
