@@ -339,3 +339,13 @@ def http_request(path: str, headers: list[tuple[str, str]]) -> bytes:
         lines += ["Upgrade: websocket", "Connection: Upgrade", f"Sec-WebSocket-Key: {key}",
                   "Sec-WebSocket-Version: 13"]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def says_gato_in_english(text: str) -> bool:
+    """Whether ``text`` carries es_gato.wav's translation ("The cat sleeps in the house because
+    it is very cold."). Whisper base's first words of it vary with the CPU's arithmetic (an
+    Intel Xeon with MKL: "And I'm going to sleep in the house because it's very cold."; an AMD
+    EPYC with oneDNN: "The cat is sleeping in the house ..."), so this asks for the words
+    every CPU measured gives, in English: the Spanish transcript has neither."""
+    lowered = text.lower()
+    return "house" in lowered and "cold" in lowered
