@@ -273,12 +273,13 @@ class AsrBatcher:
 
         audio = (np.random.default_rng(1).standard_normal(16_000) * 0.01).astype(np.float32)
         tasks = (DecodeTask("transcribe"), DecodeTask("translate"))
+        measured = self.guard.budget.measured()
         futures = [self.submit(WhisperRequest(audio=audio[: n], language="en", tasks=tasks,
                                               max_new_tokens=8, partial=True))
                    for n in (16_000, 12_000)]
         for future in futures:
             future.result(timeout=timeout_s)
-        self.guard.budget.clear()  # 1 s and 8 tokens: not what real calls cost
+        self.guard.budget.restore(measured)  # 1 s and 8 tokens: not what real calls cost
 
     def close(self, timeout_s: float = JOIN_TIMEOUT_S) -> None:
         """Stop accepting work (queued requests fail with ``WorkerError``) and join the worker

@@ -71,8 +71,19 @@ class LatencyBudget:
         self._samples.append(max(0.0, seconds))
 
     def clear(self) -> None:
-        """Forget the measured calls (after a warm-up: its short calls are not the work's)."""
+        """Forget the measured calls."""
         self._samples.clear()
+
+    def measured(self) -> tuple[float, ...]:
+        """The measured calls, oldest first (for ``restore``)."""
+        return tuple(self._samples)
+
+    def restore(self, samples: tuple[float, ...]) -> None:
+        """Back to ``samples``: after a warm-up, whose short calls are not the work's. A
+        warm-up on a serving worker (a drill's, a reload's) keeps what real calls measured
+        before it, so the next deadline is still theirs and not the ceiling."""
+        self._samples.clear()
+        self._samples.extend(samples)
 
     @property
     def count(self) -> int:

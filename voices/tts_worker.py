@@ -83,8 +83,9 @@ class TtsWorker:
     def warm_up(self) -> None:
         """Synthesize one short phrase on the worker's thread (blocking). Its time is not
         kept for the deadline (one word is not what real phrases cost)."""
+        measured = self.guard.budget.measured()
         self._executor.submit(self._synthesize, "Hello.", self.sample_rate, 1.0).result()
-        self.guard.budget.clear()
+        self.guard.budget.restore(measured)
 
     def close(self) -> None:
         """Cancel queued syntheses and join the thread (one in progress finishes first)."""

@@ -89,6 +89,9 @@ def register_cascade(kinds: argparse._SubParsersAction) -> None:
     cascade.add_argument("--source-lang", default="en")
     cascade.add_argument("--target-lang", default="es")
     cascade.add_argument("--pace", choices=("realtime", "fast"), default="realtime")
+    cascade.add_argument("--voice", default=None,
+                         help="Piper voice name (default: by target language); the MT figures "
+                         "do not depend on it, so any installed voice measures them")
     cascade.add_argument("--report", default=None, help="write the figures as JSON here")
     cascade.set_defaults(handler=_run)
 
@@ -117,7 +120,8 @@ def _run(args: argparse.Namespace) -> int:
                 [sys.executable, "-P", "-m", "speechpipe", "translate", path, "--out",
                  str(Path(tmp) / f"{i}.wav"), "--trace", str(trace), "--pace", args.pace,
                  "--source-lang", args.source_lang, "--target-lang", args.target_lang,
-                 "--mt", f"ct2:{model}"], stdout=subprocess.DEVNULL, check=False).returncode
+                 "--mt", f"ct2:{model}", *(["--voice", args.voice] if args.voice else [])],
+                stdout=subprocess.DEVNULL, check=False).returncode
             if code != 0:
                 return code
             runs.append(cascade_figures(read_trace(trace), sf.info(path).duration))

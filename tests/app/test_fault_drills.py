@@ -169,6 +169,28 @@ async def test_a_hung_synthesis_fails_one_phrase_and_every_session_completes(
     assert clean and all(run.audio for run in clean), "the other session got its speech"
 
 
+@live
+async def test_a_raising_synthesis_fails_one_phrase_and_every_session_completes(
+    live_server: Any, spanish_clip: Any, drill_guard: Any,
+) -> None:
+    """onnxruntime raising inside Piper: that phrase fails with ``worker_error`` (a worker
+    failure counted by its breaker, not the caller's bad input), the voice's thread goes
+    on, the session speaks its next phrases and the other session all of its speech."""
+    _, tts = drill_guard
+    audio = _clip(spanish_clip)
+    fired = faults.fired.get("tts", 0)
+    faults.arm("tts", "raise", times=1)
+    runs = await _sessions(live_server, audio, 2)
+    assert all(_completed(run) for run in runs), [(r.close_code, _codes(r)) for r in runs]
+    assert faults.fired.get("tts", 0) - fired == 1, "the fault fired once"
+    assert sum(_codes(run).count("worker_error") for run in runs) == 1
+    assert tts.failures == 1 and tts.abandoned == 0 and tts.restarts == 0
+    assert not tts.health().down, "one failure does not open the breaker"
+    clean = [run for run in runs if "worker_error" not in _codes(run)]
+    assert clean and all(run.audio for run in clean), "the other session got its speech"
+    assert all(run.text("target") for run in runs), "captions and translations went on"
+
+
 def test_the_worker_codes_are_the_docs_rows() -> None:
     """The worker codes against docs/protocol.md's error table: each is a recoverable row
     (the session goes on), and at ``start`` ``worker_unavailable`` closes as the code table

@@ -181,3 +181,19 @@ def test_mt_worker_survives_a_hang_and_an_exception_storm(nllb_path: Path) -> No
             assert guard.health().breaker is BreakerState.CLOSED
 
     asyncio.run(asyncio.wait_for(drill(), 20.0))
+
+
+def test_a_warm_up_on_a_serving_worker_keeps_what_real_calls_measured() -> None:
+    """``measured``/``restore``: a warm-up's tiny calls are not kept, and what real calls
+    measured before it is (a drill or a reload warms a worker that is serving: its next
+    deadline must still be the real calls', not the ceiling)."""
+    budget = LatencyBudget(floor_s=0.5, ceiling_s=20.0)
+    for seconds in (0.3, 0.4, 0.5):
+        budget.observe(seconds)
+    before = budget.deadline_s()
+    kept = budget.measured()
+    budget.observe(0.001)  # the warm-up's call
+    budget.restore(kept)
+    assert budget.count == 3 and budget.deadline_s() == before == 2.0
+    budget.restore(())  # a worker that never served: the ceiling, as before any call
+    assert budget.deadline_s() == 20.0
