@@ -92,6 +92,8 @@ def register_cascade(kinds: argparse._SubParsersAction) -> None:
     cascade.add_argument("--voice", default=None,
                          help="Piper voice name (default: by target language); the MT figures "
                          "do not depend on it, so any installed voice measures them")
+    cascade.add_argument("--voices-dir", action="append", default=[], metavar="DIR",
+                         help="extra folder with Piper voices (repeatable)")
     cascade.add_argument("--report", default=None, help="write the figures as JSON here")
     cascade.set_defaults(handler=_run)
 
@@ -120,7 +122,8 @@ def _run(args: argparse.Namespace) -> int:
                 [sys.executable, "-P", "-m", "speechpipe", "translate", path, "--out",
                  str(Path(tmp) / f"{i}.wav"), "--trace", str(trace), "--pace", args.pace,
                  "--source-lang", args.source_lang, "--target-lang", args.target_lang,
-                 "--mt", f"ct2:{model}", *(["--voice", args.voice] if args.voice else [])],
+                 "--mt", f"ct2:{model}", *(["--voice", args.voice] if args.voice else []),
+                 *[arg for folder in args.voices_dir for arg in ("--voices-dir", folder)]],
                 stdout=subprocess.DEVNULL, check=False).returncode
             if code != 0:
                 return code
