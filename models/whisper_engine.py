@@ -100,6 +100,7 @@ __all__ = [
 SAMPLE_RATE = 16_000
 TRAILING_SILENCE_S = 1.0
 ENCODE_BUCKET_S = 1.0  # encode lengths are multiples of this (see "Batching" above)
+DETECTED_KEPT = 5  # a detection's most likely languages kept in ``WhisperResult.language_probs``
 MAX_LENGTH_STEP = 4  # max_length granularity: requests within a step share generate calls
 CONTEXT_BUCKET_TOKENS = 8  # context lengths are multiples of this (generate needs
 # <|startoftranscript|> at the same position in every item of a call)
@@ -424,11 +425,15 @@ class WhisperEngine:
         output = self.model.model.encode(ctranslate2.StorageView.from_array(stacked), to_cpu=True)
         return np.array(output, dtype=np.float32)  # a copy: the StorageView is freed after
 
-    def detect_language(self, encoder_output) -> tuple[str, float]:
-        """The most likely language of an encoded utterance and its probability."""
+    def detect_language(self, encoder_output, among: frozenset[str] = frozenset()
+                        ) -> tuple[tuple[str, float], ...]:
+        """The most likely languages of an encoded utterance (at most ``DETECTED_KEPT``,
+        among ``among`` when it is not empty), most likely first, with their probabilities
+        (Whisper's, not renormalized: they sum to at most 1)."""
         results = self.model.model.detect_language(encoder_output)[0]
-        token, prob = results[0]
-        return token[2:-2], float(prob)
+        ranked = ((token[2:-2], float(prob)) for token, prob in results)
+        kept = tuple(pair for pair in ranked if not among or pair[0] in among)
+        return kept[:DETECTED_KEPT] or ((results[0][0][2:-2], float(results[0][1])),)
 
     def decoder(self, language: str, words: int) -> tuple[Any, RestrictedVocabulary | None]:
         """The CTranslate2 model that decodes ``language`` (captions, and translation into
@@ -571,14 +576,17 @@ class WhisperEngine:
         encoded = self._encode_rows([self.mel(r.audio) for r in requests])
         t1 = time.perf_counter()
         languages: list[tuple[str, float]] = []
+        detected: list[tuple[tuple[str, float], ...]] = []
         for row, request in enumerate(requests):
             if request.language:
+                detected.append(())
                 languages.append((request.language, 1.0))
             else:
                 view = ctranslate2.StorageView.from_array(
                     np.ascontiguousarray(encoded[row : row + 1])
                 )
-                languages.append(self.detect_language(view))
+                detected.append(self.detect_language(view, request.detect_among))
+                languages.append(detected[-1][0])
         t2 = time.perf_counter()
         # one decode item per (request, task); grouped by what a generate call shares: the
         # beam size, the context length and max_length. max_length is per request (the
@@ -704,6 +712,7 @@ class WhisperEngine:
             WhisperResult(
                 language=languages[row][0],
                 language_prob=languages[row][1],
+                language_probs=detected[row],
                 decodes=tuple(decodes[row]),
                 encode_s=t1 - t0,
                 decode_s=t3 - t2,
