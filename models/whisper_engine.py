@@ -78,6 +78,7 @@ from speechpipe.stages.coverage import (
     classify_utterance,
     coverage_gap,
 )
+from speechpipe.stages.language_vote import top_languages
 from speechpipe.stages.model_api import DecodeResult, DecodeTask, WhisperRequest, WhisperResult
 from speechpipe.stages.target_language import in_language
 
@@ -100,7 +101,6 @@ __all__ = [
 SAMPLE_RATE = 16_000
 TRAILING_SILENCE_S = 1.0
 ENCODE_BUCKET_S = 1.0  # encode lengths are multiples of this (see "Batching" above)
-DETECTED_KEPT = 5  # a detection's most likely languages kept in ``WhisperResult.language_probs``
 MAX_LENGTH_STEP = 4  # max_length granularity: requests within a step share generate calls
 CONTEXT_BUCKET_TOKENS = 8  # context lengths are multiples of this (generate needs
 # <|startoftranscript|> at the same position in every item of a call)
@@ -427,13 +427,11 @@ class WhisperEngine:
 
     def detect_language(self, encoder_output, among: frozenset[str] = frozenset()
                         ) -> tuple[tuple[str, float], ...]:
-        """The most likely languages of an encoded utterance (at most ``DETECTED_KEPT``,
-        among ``among`` when it is not empty), most likely first, with their probabilities
-        (Whisper's, not renormalized: they sum to at most 1)."""
+        """The most likely languages of an encoded utterance, most likely first, with
+        Whisper's probabilities (``stages.language_vote.top_languages``: at most five; with
+        ``among``, those languages only, renormalized over them)."""
         results = self.model.model.detect_language(encoder_output)[0]
-        ranked = ((token[2:-2], float(prob)) for token, prob in results)
-        kept = tuple(pair for pair in ranked if not among or pair[0] in among)
-        return kept[:DETECTED_KEPT] or ((results[0][0][2:-2], float(results[0][1])),)
+        return top_languages(((token[2:-2], float(prob)) for token, prob in results), among)
 
     def decoder(self, language: str, words: int) -> tuple[Any, RestrictedVocabulary | None]:
         """The CTranslate2 model that decodes ``language`` (captions, and translation into

@@ -113,8 +113,9 @@ class WhisperResult:
     decode_s: float
     timings: dict[str, float] = field(default_factory=dict)
     batch_requests: int = 1  # requests that shared this request's encoder bucket in the call
-    # the detection's most likely languages (among the request's ``detect_among``), most
-    # likely first, summing to at most 1; empty: only ``language`` is known
+    # the detection's most likely languages, most likely first, summing to at most 1 (with
+    # the request's ``detect_among``: those only, renormalized over them); empty: the
+    # language was given
     language_probs: tuple[tuple[str, float], ...] = ()
 
 
