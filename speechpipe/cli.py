@@ -251,7 +251,7 @@ def _subtitle_paths(args: argparse.Namespace) -> list[tuple[Side, str]]:
 
 def cmd_translate(args: argparse.Namespace) -> int:
     """``speechpipe translate``: one file in, translated speech (and trace) out."""
-    from speechpipe.evaluation.trace import source_languages
+    from speechpipe.evaluation.trace import source_language_confidence
     from speechpipe.file_translation import translate_file, utterance_lines
     from speechpipe.session import check_output_rate
     from speechpipe.transport.file_output import SpeechFileWriter, check_output_path
@@ -285,10 +285,19 @@ def cmd_translate(args: argparse.Namespace) -> int:
     def fmt(value: float | None) -> str:
         return "n/a" if value is None else f"{value:.2f} s"
 
-    languages = source_languages(run.records)
-    how = "detected" if args.source_lang.strip().lower() == "auto" else "given"
-    print(f"language:    {', '.join(languages)} ({how})" if languages
-          else "language:    none (no speech found)")
+    languages = source_language_confidence(run.records)
+    if not languages:
+        print("language:    none (no speech found)")
+    elif args.source_lang.strip().lower() != "auto":
+        print(f"language:    {', '.join(languages)} (given)")
+    else:  # how sure the detection is: Whisper's votes (stages/language_vote.py)
+        sure = _options(args).asr.language_confident
+        print("language:    " + ", ".join(
+            f"{language} (detected, confidence {confidence or 0:.2f})"
+            for language, confidence in languages.items()))
+        if any((confidence or 0) < sure for confidence in languages.values()):
+            print(f"             unsure (under {sure:g}): if you know the language, pass "
+                  "--source-lang; --set asr.detect_among=es,en limits the choice")
     for line in utterance_lines(run.records):
         print(line)
     pace = ("" if args.pace == "realtime"

@@ -485,8 +485,21 @@ def _catch_up_pairs(section: Any) -> str | None:
     return None
 
 
-# Rules across the leaves of one group, where one leaf alone cannot be judged.
-GROUP_RULES: dict[str, Callable[[Any], str | None]] = {"catch_up": _catch_up_pairs}
+def _detect_among(section: Any) -> str | None:
+    from speechpipe.models.ct2_folder import WHISPER_LANGUAGES  # a table, no model
+
+    unknown = [code for code in section.detect_among if code not in WHISPER_LANGUAGES]
+    if unknown:
+        return (f"asr.detect_among: {', '.join(map(repr, unknown))} not Whisper language "
+                f"codes (lowercase ISO 639-1, such as es,en; Whisper knows "
+                f"{' '.join(sorted(WHISPER_LANGUAGES))})")
+    return None
+
+
+# Rules across the leaves of one group, where one leaf alone cannot be judged (and string
+# leaves a table checks).
+GROUP_RULES: dict[str, Callable[[Any], str | None]] = {"catch_up": _catch_up_pairs,
+                                                      "asr": _detect_among}
 
 
 def check_group(group: str, section: Any) -> None:

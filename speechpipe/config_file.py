@@ -96,8 +96,15 @@ _MORE = {
     "catch_up.finish_speed": "the least rate for the rest of an utterance once the speaker "
                              "stopped",
     "catch_up.speed_step": "rates are rounded to multiples of this (0: not rounded)",
-    "asr.language_confident": "auto: the detection probability that fixes the language",
-    "asr.language_min_s": "auto: the least audio (s) a confident detection needs",
+    "asr.language_confident": "auto: the vote's share (0-1) that fixes the language early "
+                              "and that a session keeps",
+    "asr.language_min_s": "auto: the least audio (s) a sure vote needs",
+    "asr.language_lock_s": "auto: the audio (s) after which the vote's leader is fixed "
+                           "however unsure",
+    "asr.keep_detected_language": "auto: later utterances keep a language found sure "
+                                  "(false: each utterance detects its own)",
+    "asr.detect_among": "auto: the languages the detection chooses among, e.g. es,en "
+                        "(empty: all)",
     "asr.align_margin_s": "align policy: commit the words aligned this far (s) before the "
                           "audio end",
     "phrases.first_words": "words the first phrase of an utterance needs before it is spoken",

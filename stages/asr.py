@@ -50,6 +50,7 @@ from speechpipe.stages.frames import (
     TextHypothesis,
     VadEvent,
 )
+from speechpipe.stages.language_vote import LanguageVote
 from speechpipe.stages.model_api import (
     WhisperRequest,
     WhisperResult,
@@ -149,7 +150,12 @@ class AsrStage:
         self._closed: deque[UtteranceDecoder] = deque()
         self._inflight: _InFlight | None = None
         self._last_arrival = time.monotonic()
+        # ``source_lang=auto``: the language the session keeps (found with confidence), and
+        # the votes of its utterances so far (``stages.language_vote``), which an utterance
+        # that must detect again starts from
         self.detected_language: str | None = None
+        self.detected_confidence: float | None = None
+        self.language_evidence = LanguageVote()
         self.superseded = 0  # partial decodes dropped before they were computed
 
     @property
@@ -241,6 +247,10 @@ class AsrStage:
                 start_pts=event.pts,
                 options=self.options,
                 language=self.language or self.detected_language,
+                language_confidence=(self.detected_confidence if self.language is None
+                                     else None),
+                vote=(self.language_evidence.copy()
+                      if self.options.keep_detected_language else LanguageVote()),
                 translate=self.translate,
                 faithfulness=self.faithfulness,
                 speech=self.speech if self.faithfulness.guard else None,
@@ -448,10 +458,24 @@ class AsrStage:
                 "translation_wrong_language",
                 "a translation came out in the spoken language, not English, and was not "
                 "spoken", self.clock.stamp(basis), decoder.utterance))
-        if (self.options.keep_detected_language and decoder.language_locked
-                and self.language is None):
-            self.detected_language = decoder.language
+        if decoder.detecting:
+            self._learn_language(decoder, kind)
         return changed, timings
+
+    def _learn_language(self, decoder: UtteranceDecoder, kind: str) -> None:
+        """What the session keeps of an utterance that detected its language: the language,
+        once found with confidence (``asr.keep_detected_language``: later utterances are
+        decoded in it from their first words); else, at the utterance's end, its votes, so
+        the next utterance detects again from them instead of from nothing."""
+        options = self.options
+        if not options.keep_detected_language:
+            return
+        confidence = decoder.language_confidence or 0.0
+        if decoder.language_locked and confidence >= options.language_confident:
+            self.detected_language = decoder.language
+            self.detected_confidence = confidence
+        elif kind == "final":
+            self.language_evidence = decoder.vote.carried()
 
     async def _retranslate_missing(self, decoder: UtteranceDecoder) -> bool:
         """An utterance whose final translation is still much shorter than its captions
@@ -518,6 +542,7 @@ class AsrStage:
                 committed=committed,
                 tentative=tentative,
                 language=(decoder.language or "") if side == "source" else self.target_language,
+                language_confidence=decoder.language_confidence if side == "source" else None,
                 audio_start=decoder.start_pts,
                 audio_end=basis,
                 stream_pts=stamp,

@@ -95,6 +95,9 @@ class TextHypothesis:
     stream_pts: int
     final: bool = False
     timings: tuple[StageTiming, ...] = ()
+    # source side, ``source_lang=auto``: how sure the detection is of ``language`` (the
+    # vote's share, 0-1; ``stages.language_vote``); None: the language was given
+    language_confidence: float | None = None
 
     @property
     def text(self) -> str:

@@ -1,11 +1,11 @@
 """Which language a speaker speaks, from every detection heard so far (``source_lang=auto``).
 
 Whisper's detector answers on the audio a decode heard: early answers, on half a second,
-are often wrong, and one answer at the moment the language must be fixed can be wrong too
-(docs/design.md, "Detecting the language"). ``LanguageVote`` keeps every answer: each
-detection's probabilities count with the seconds of audio it heard, so a later answer on
-more audio weighs more, and one odd answer does not outvote the ones before it. Its
-``leader`` is the language with the most weight and its **share** of all the weight (a
+are often wrong, and one answer at the moment the language must be fixed can be wrong too,
+even a sure-looking one (docs/design.md, "Detecting the language"). ``LanguageVote`` keeps
+every answer: each detection's probabilities count with the seconds of audio it heard, so a
+later answer on more audio weighs more, and one odd answer does not outvote the ones before
+it. Its ``leader`` is the language with the largest **share** of the evidence (a
 probability-weighted mean, between 0 and 1): the confidence shown to the user, and the
 figure the lock rule compares with ``asr.language_confident``.
 
@@ -36,10 +36,17 @@ def top_languages(probabilities: Iterable[tuple[str, float]], among: frozenset[s
 
 @dataclass
 class LanguageVote:
-    """Detections weighed by the audio each heard."""
+    """Detections weighed by the audio each heard, after what earlier utterances said.
 
-    weight: dict[str, float] = field(default_factory=dict)
-    total: float = 0.0  # the seconds of all detections (the probabilities not listed too)
+    An utterance's detections are of growing prefixes of the same speech, so they count as
+    their weighted mean, worth the newest one's seconds; earlier utterances of the session
+    (``carried``) count each as one answer worth its length."""
+
+    weight: dict[str, float] = field(default_factory=dict)  # this utterance: probability x s
+    total: float = 0.0  # ... the seconds of its detections
+    heard_s: float = 0.0  # ... the audio its newest detection heard
+    prior: dict[str, float] = field(default_factory=dict)  # earlier utterances: share x s
+    prior_s: float = 0.0  # ... their seconds
 
     def add(self, probabilities: Iterable[tuple[str, float]], heard_s: float) -> None:
         """One detection: its languages' probabilities, on ``heard_s`` seconds of audio."""
@@ -47,24 +54,35 @@ class LanguageVote:
         for language, probability in probabilities:
             self.weight[language] = self.weight.get(language, 0.0) + probability * heard_s
         self.total += heard_s
+        self.heard_s = max(self.heard_s, heard_s)
 
-    def merge(self, other: LanguageVote) -> None:
-        """Add another vote's weight (a session's earlier utterances)."""
-        for language, weight in other.weight.items():
-            self.weight[language] = self.weight.get(language, 0.0) + weight
-        self.total += other.total
+    def share(self, language: str) -> float:
+        """``language``'s share of all the evidence, 0-1 (0 when nothing was heard)."""
+        own = self.weight.get(language, 0.0) * self.heard_s / self.total if self.total else 0.0
+        seconds = self.prior_s + (self.heard_s if self.total else 0.0)
+        if seconds <= 0:
+            return 0.0
+        return min(1.0, (self.prior.get(language, 0.0) + own) / seconds)
 
     def leader(self) -> tuple[str, float]:
-        """The language with the most weight and its share of all weight; ("", 0) if none."""
-        if not self.weight or self.total <= 0:
+        """The language with the largest share and that share; ("", 0) if none."""
+        languages = set(self.weight) | set(self.prior)
+        if not languages:
             return "", 0.0
-        language = max(self.weight, key=lambda lang: (self.weight[lang], lang))
-        return language, min(1.0, self.weight[language] / self.total)
+        language = max(languages, key=lambda lang: (self.share(lang), lang))
+        return language, self.share(language)
+
+    def carried(self) -> LanguageVote:
+        """What a later utterance starts from: all of this as earlier evidence."""
+        languages = set(self.weight) | set(self.prior)
+        seconds = self.prior_s + (self.heard_s if self.total else 0.0)
+        return LanguageVote(prior={lang: self.share(lang) * seconds for lang in languages},
+                            prior_s=seconds)
 
     def copy(self) -> LanguageVote:
         """An independent copy."""
-        return LanguageVote(dict(self.weight), self.total)
-
+        return LanguageVote(dict(self.weight), self.total, self.heard_s, dict(self.prior),
+                            self.prior_s)
 
 
 def settle_language(vote: LanguageVote, heard_s: float, confident: float, min_s: float,

@@ -26,6 +26,7 @@ from speechpipe.stages.faithfulness import (
     guard_decodes,
 )
 from speechpipe.stages.frames import STREAM_RATE
+from speechpipe.stages.language_vote import LanguageVote, settle_language
 from speechpipe.stages.model_api import DecodeTask, WhisperRequest, WhisperResult
 from speechpipe.stages.window import quiet_tail
 
@@ -58,6 +59,12 @@ class UtteranceDecoder:
     last_caption_end: int = -1  # ... of the last decode that decoded the captions
     last_voiced_end: int = 0
     language_locked: bool = False
+    # ``source_lang=auto`` (``stages.language_vote``): every detection of this utterance so
+    # far (seeded with the session's earlier unsure utterances), and the confidence of the
+    # language in ``language`` (the vote's share); None: the language was given
+    vote: LanguageVote = field(default_factory=LanguageVote)
+    language_confidence: float | None = None
+    detecting: bool = field(init=False, default=False)  # the language is this one's to find
     # the last hypothesis of each side before the language was fixed, with the language it
     # was decoded in: the decode that fixes the language may commit what agrees with it
     unlocked_words: dict[str, tuple[str | None, list[str]]] = field(default_factory=dict)
@@ -105,6 +112,7 @@ class UtteranceDecoder:
                                    options.agreement_lookback, options.align_margin_s,
                                    settle_margin_s=options.settle_margin_s)
         self.language_locked = self.language is not None
+        self.detecting = self.language is None
         self.source_settled_pts = self.start_pts
 
     @property
@@ -230,6 +238,7 @@ class UtteranceDecoder:
         return self._with_recovery(kind, WhisperRequest(
             audio=audio.astype(np.float32) / 32768.0,
             language=self.language if self.language_locked else None,
+            detect_among=frozenset(self.options.detect_among),
             tasks=self.tasks(kind),
             beam_size=self.options.beam_size if partial else self.options.final_beam_size,
             tokens_per_second=self.options.tokens_per_second,
@@ -276,11 +285,8 @@ class UtteranceDecoder:
         if kind == "hush" or basis_pts >= self.hush_at:
             self.hush_pending = False  # this decode heard the hush
         self.last_truncated = any(d.truncated for d in result.decodes)
-        locking = False
-        if not self.language_locked:
-            self.language = result.language
-            locking = self.language_locked = self._language_settled(result.language_prob)
         commit_all = kind in ("final", "pause", "cut")
+        locking = not self.language_locked and self._vote_language(result, basis_pts, commit_all)
         heard_s = (basis_pts - self.window_start) / STREAM_RATE
         changed = []
         # captions first: the translation commits only what the committed captions cover
@@ -303,8 +309,10 @@ class UtteranceDecoder:
                 self._hold_end(side, policy, kind)
                 if side == "source":
                     self.source_settled_pts = max(self.source_settled_pts, basis_pts)
-            elif not self.language_locked:
-                policy.tentative = words  # language still uncertain: show, never commit
+            elif not self.language_locked or result.language != self.language:
+                # language still uncertain, or this decode was in another than the one the
+                # vote fixed: show, never commit
+                policy.tentative = words
                 self.unlocked_words[side] = (result.language, words)
             else:
                 if locking:
@@ -340,12 +348,24 @@ class UtteranceDecoder:
                 self._mark_commit_point(basis_pts)
         return changed
 
-    def _language_settled(self, probability: float) -> bool:
-        """Is the detected language (of probability ``probability``) to be fixed now?"""
-        heard = self.n_samples / STREAM_RATE
-        return heard >= self.options.language_lock_s or (
-            heard >= self.options.language_min_s
-            and probability >= self.options.language_confident)
+    def _vote_language(self, result: WhisperResult, basis_pts: int, commit_all: bool) -> bool:
+        """Count this decode's detection in the vote; fix the language when the vote settles
+        (``stages.language_vote.settle_language``). Returns whether it was fixed now. Until
+        then ``language`` is the one this decode was in (its words are shown in it)."""
+        options = self.options
+        heard_s = (basis_pts - self.window_start) / STREAM_RATE
+        self.vote.add(result.language_probs or ((result.language, result.language_prob),),
+                      heard_s)
+        settled = settle_language(self.vote, heard_s, options.language_confident,
+                                  options.language_min_s, options.language_lock_s)
+        if settled is None or (commit_all and settled[0] != result.language):
+            # a decode that commits everything commits it in its own language
+            self.language = result.language
+            self.language_confidence = self.vote.share(result.language)
+            return False
+        self.language, self.language_confidence = settled
+        self.language_locked = True
+        return True
 
     def _shown(self, tentative: list[str]) -> str:
         """The tentative words a hypothesis shows: the first ``asr.shown_tentative_words``

@@ -403,6 +403,9 @@ def encode_event(event: OutputEvent) -> dict[str, Any]:
             "stream_t": _t(event.stream_pts),
             "audio_start": _t(event.audio_start),
             "audio_end": _t(event.audio_end),
+            # source captions of a detected language only: how sure the detection is
+            **({"language_confidence": round(event.language_confidence, 2)}
+               if event.language_confidence is not None else {}),
         }
     if isinstance(event, SpeechChunk):
         return {

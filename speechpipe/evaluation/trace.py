@@ -32,7 +32,8 @@ from speechpipe.stages.frames import (
 )
 from speechpipe.transport.file_replay import ReplayEvent
 
-__all__ = ["TraceBuilder", "write_trace", "read_trace", "source_languages"]
+__all__ = ["TraceBuilder", "write_trace", "read_trace", "source_languages",
+           "source_language_confidence"]
 
 
 def _sec(pts: int) -> float:
@@ -54,6 +55,7 @@ class TraceBuilder:
             (start, samples)))
         self._committed: dict[tuple[str, int], str] = {}
         self._languages: dict[int, str] = {}  # utterance -> its captions' (detected) language
+        self._confidences: dict[int, float] = {}  # ... and how sure the detection was
         self._laid_end = 0.0
 
     def add(self, item: ReplayEvent) -> dict[str, Any]:
@@ -72,6 +74,8 @@ class TraceBuilder:
             kind = "commit" if grew or event.final else "partial"
             if event.side == "source" and event.language:
                 self._languages[event.utterance] = event.language
+                if event.language_confidence is not None:
+                    self._confidences[event.utterance] = event.language_confidence
             record = {"event": f"{prefix}.{kind}", "stream_t": _sec(event.stream_pts),
                       "utterance": event.utterance, "revision": event.revision,
                       "committed": event.committed, "tentative": event.tentative,
@@ -92,6 +96,8 @@ class TraceBuilder:
                       "utterance": event.utterance, "source_text": event.source_text,
                       "text": event.target_text,
                       "language": self._languages.get(event.utterance),
+                      **({"language_confidence": round(self._confidences[event.utterance], 2)}
+                         if event.utterance in self._confidences else {}),
                       **faithfulness_fields(event)}
         elif isinstance(event, StatusEvent):
             record = {"event": "status", "stream_t": _sec(event.stream_pts), "utterance": None,
@@ -130,11 +136,18 @@ def faithfulness_fields(event: UtteranceEnd) -> dict[str, Any]:
 def source_languages(records: Iterable[dict[str, Any]]) -> list[str]:
     """The languages the captions were in (given, or detected by Whisper with no source
     language), each once, in the order the utterances ended."""
-    seen: list[str] = []
+    return list(source_language_confidence(records))
+
+
+def source_language_confidence(records: Iterable[dict[str, Any]]) -> dict[str, float | None]:
+    """Each language the captions were in, in the order the utterances ended, with the
+    detection's confidence in it at the last utterance in it (None: the language was given)."""
+    seen: dict[str, float | None] = {}
     for record in records:
         language = record.get("language") if record["event"] == "utterance.end" else None
-        if language and language not in seen:
-            seen.append(language)
+        if language:
+            confidence = record.get("language_confidence")
+            seen[language] = confidence if confidence is not None else seen.get(language)
     return seen
 
 

@@ -84,6 +84,17 @@ def test_catch_up_steps_come_in_pairs() -> None:
     assert len(config.pipeline.catch_up.speeds) == 3, "both set together is fine"
 
 
+def test_detection_among_languages_takes_whisper_codes_only() -> None:
+    """``asr.detect_among`` (issue 47): a code Whisper does not know would make the
+    detection choose among nothing; refused in one line naming it."""
+    with pytest.raises(InputError, match="'xx' not Whisper language codes") as info:
+        apply_overrides(Config(), ["asr.detect_among=de,xx"])
+    assert "\n" not in str(info.value)
+    config = apply_overrides(Config(), ["asr.detect_among=de,en"])
+    assert config.pipeline.asr.detect_among == ("de", "en")
+    assert apply_overrides(Config(), ["asr.detect_among="]).pipeline.asr.detect_among == ()
+
+
 @pytest.mark.parametrize("override", [
     "quotas.min_audio_ratio=0", "admission.max_queue=0", "limits.ping_interval_s=none",
     "quotas.max_sessions_per_ip=0", "batching.window_s=0", "degrade.max_level=0",

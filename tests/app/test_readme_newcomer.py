@@ -13,7 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from speechpipe.evaluation.trace import TraceBuilder, source_languages
+from speechpipe.evaluation.trace import (
+    TraceBuilder,
+    source_language_confidence,
+    source_languages,
+)
 from speechpipe.stages.frames import TextHypothesis, UtteranceEnd
 from speechpipe.transport.file_replay import ReplayEvent
 from tests.helpers import OWN_SAMPLES
@@ -87,6 +91,19 @@ def test_the_trace_records_each_utterances_language() -> None:
     ends = [r for r in builder.records if r["event"] == "utterance.end"]
     assert [r["language"] for r in ends] == ["de", "de", "la"]
     assert source_languages(builder.records) == ["de", "la"]
+    assert source_language_confidence(builder.records) == {"de": None, "la": None}  # given
+
+
+def test_the_trace_records_how_sure_a_detected_language_is() -> None:
+    builder = TraceBuilder(16000)
+    for utterance, confidence in ((0, 0.55), (1, 0.91)):
+        builder.add(ReplayEvent(0.0, TextHypothesis(
+            "source", utterance, 1, "wort", "", "de", 0, 16000, 16000,
+            language_confidence=confidence)))
+        builder.add(ReplayEvent(0.0, UtteranceEnd(utterance, 16000, "wort", "word")))
+    ends = [r for r in builder.records if r["event"] == "utterance.end"]
+    assert [r["language_confidence"] for r in ends] == [0.55, 0.91]
+    assert source_language_confidence(builder.records) == {"de": 0.91}  # the latest
 
 
 @pytest.mark.slow
@@ -97,8 +114,13 @@ def test_translate_prints_the_detected_language_and_traces_it(tmp_path: Path) ->
          "--trace", "t.jsonl", "--pace", "fast"],
         capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    shown = re.search(r"^language:\s+(\S+) \(detected\)$", result.stdout, re.M)
+    shown = re.search(r"^language:\s+(\S+) \(detected, confidence (\d\.\d\d)\)$",
+                      result.stdout, re.M)
     assert shown is not None, result.stdout
     records = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
-    traced = source_languages(records)
-    assert traced and shown.group(1).rstrip(",") == traced[0], (shown.group(0), traced)
+    traced = source_language_confidence(records)
+    language, confidence = next(iter(traced.items()))
+    assert shown.group(1) == language, (shown.group(0), traced)
+    assert confidence is not None and f"{confidence:.2f}" == shown.group(2)
+    # an unsure detection says what to do about it
+    assert (confidence < 0.8) == ("pass --source-lang" in result.stdout), result.stdout
