@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from speechpipe.evaluation.scores import percentile
+from speechpipe.bench.stats import percentile_or_none
 
 __all__ = ["register_cascade", "cascade_figures"]
 
@@ -65,7 +65,7 @@ def cascade_figures(records: Sequence[dict[str, Any]], audio_s: float) -> dict[s
             waiting = kept
 
     def p(values: list[float], q: float) -> float | None:
-        return round(percentile(values, q), 4) if values else None
+        return percentile_or_none(values, q, 4)
 
     return {
         "audio_s": round(audio_s, 3), "mt_s": round(mt_s, 4),

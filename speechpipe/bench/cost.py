@@ -230,9 +230,9 @@ def print_summary(summary: list[dict[str, Any]], out: Any = None) -> None:
 
 
 def _pct(values: list[float], q: float) -> float | None:
-    from speechpipe.evaluation.scores import percentile  # the project's one definition
+    from speechpipe.bench.stats import percentile_or_none  # the project's one definition
 
-    return percentile(values, q) if values else None
+    return percentile_or_none(values, q)
 
 
 def clip_offsets(records: list[dict[str, Any]], spans: tuple[tuple[float, float], ...],

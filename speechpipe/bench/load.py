@@ -51,7 +51,8 @@ import numpy as np
 
 from speechpipe.bench.own_samples import own_samples
 from speechpipe.bench.server_process import ServerProcess, scrape
-from speechpipe.evaluation.scores import end_offset_parts, laid_back_to_back, percentile
+from speechpipe.bench.stats import percentile, rounded_percentile
+from speechpipe.evaluation.scores import end_offset_parts, laid_back_to_back
 from speechpipe.machine import describe_cpu, usable_cores
 from speechpipe.transport.client import ClientRun, stream_session
 
@@ -411,8 +412,7 @@ class LevelReport:
 
     def row(self) -> dict[str, Any]:
         """The level's figures as one table row."""
-        def p(values: list[float], q: float) -> float:
-            return round(percentile(values, q), 2)
+        p = rounded_percentile
         return {
             "config": self.label, "sessions": self.sessions, "started": self.started,
             "queued": self.queued, "refused": self.refused, "finished": self.finished,
@@ -429,7 +429,7 @@ class LevelReport:
             "asr_wait_mean": round(self.asr_wait_mean, 3), "max_degrade": int(self.max_degrade),
             "ladder": ladder_summary(self.ladder), "holds": self.holds(),
             # medians of EndOffset's parts (each part's own median: they need not add up)
-            "end_split_p50": {part: round(percentile([s[k] for s in self.end_split], 50), 2)
+            "end_split_p50": {part: rounded_percentile([s[k] for s in self.end_split], 50)
                               for k, part in enumerate(("queued", "late", "silence"))},
             "by_language": {
                 lang: {"utterances": len(ends), "start_offset_p50": p(starts, 50),
@@ -440,8 +440,8 @@ class LevelReport:
 
     def _committed_by_end(self, lang: str) -> dict[str, float]:
         shares = self.committed_by_language.get(lang, [])
-        return {"source_committed_by_end_p50": round(percentile([s for s, _ in shares], 50), 2),
-                "target_committed_by_end_p50": round(percentile([t for _, t in shares], 50), 2)}
+        return {"source_committed_by_end_p50": rounded_percentile([s for s, _ in shares], 50),
+                "target_committed_by_end_p50": rounded_percentile([t for _, t in shares], 50)}
 
 
 def _machine_cpu() -> float:
@@ -583,8 +583,7 @@ class StartCase:
 
     def row(self) -> dict[str, Any]:
         """The case's figures as one table row."""
-        def p(values: list[float], q: float) -> float:
-            return round(percentile(values, q), 2)
+        p = rounded_percentile
         return {"case": self.label, "sessions": self.sessions, "finished": self.finished,
                 "errors": self.errors, "recordings": self.recordings,
                 "heard": len(self.firsts), "first_p50": p(self.firsts, 50),
@@ -890,8 +889,8 @@ async def run_load_bench(
                 row["holds"] = report.holds(rule)
                 if overload is not None:
                     row["capacity"] = overload_sessions[label][0]
-                    row["admitted_at_once_commit_p95"] = round(
-                        percentile(report.target_commit_admitted_at_once, 95), 2)
+                    row["admitted_at_once_commit_p95"] = rounded_percentile(
+                        report.target_commit_admitted_at_once, 95)
                     row["retry_after_s"] = report.retry_after
                     row["waited_s"] = [round(w, 1) for w in report.waited]
                 results["levels"].append(row)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from speechpipe.evaluation.scores import percentile
+from speechpipe.bench.stats import percentile_ms
 from speechpipe.models.ct2_translator import Ct2TextTranslator, TextMtRequest
 from speechpipe.stages.text_mt import IncrementalTextTranslation, TextMtOptions
 
@@ -90,7 +90,7 @@ def _replay(
         "words": len(words),
         "updates": len(cuts),
         "latency_median_ms": 1000 * statistics.median(latencies),
-        "latency_p95_ms": 1000 * percentile(latencies, 95),
+        "latency_p95_ms": percentile_ms(latencies, 95),
         "tokens_per_update_mean": statistics.fmean(work),
         "tokens_per_update_max": max(work),
         "tokens_total": sum(work),

@@ -35,8 +35,8 @@ import numpy as np
 
 from speechpipe.bench.own_samples import own_samples
 from speechpipe.bench.server_process import ServerProcess
+from speechpipe.bench.stats import percentile_ms
 from speechpipe.errors import InputError
-from speechpipe.evaluation.scores import percentile
 from speechpipe.transport.client import ListenerRun, listen_room, stream_session
 
 __all__ = ["register_room", "run_room_bench", "spread", "listener_digest"]
@@ -320,7 +320,7 @@ def run_room_bench(listeners: int, clip: Path, source_lang: str,
     chunks, messages = spread(runs)
     identical = len(digests) == 1 and bool(runs) and bool(runs[0].audio)
     within = room_cpu <= (1 + CPU_MARGIN) * lone_cpu + fanout
-    p = lambda xs, q: percentile(xs, q) * 1000 if xs else math.nan  # noqa: E731 (ms)
+    p = percentile_ms
     plays = f"{repeat} plays, " if repeat > 1 else ""
     print(f"speechpipe bench room: {listeners} listeners, clip {clip.name} "
           f"({len(one) / 16000:.1f} s; {plays}{len(audio) / 16000:.1f} s streamed with 1 s of "

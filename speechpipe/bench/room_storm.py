@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import threading
 import time
 import urllib.request
@@ -32,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from speechpipe.evaluation.scores import percentile
+from speechpipe.bench.stats import percentile, percentile_ms
 
 __all__ = ["StormPhase", "run_storm_phase", "run_storm_bench", "caption_lags", "MAX_STORM",
            "MAX_RATE"]
@@ -56,7 +55,7 @@ class StormPhase:
     joins: Counter[str] = field(default_factory=Counter)  # "ok", or the refusal's close code
 
     def line(self, name: str) -> str:
-        p = lambda xs, q: percentile(xs, q) * 1000 if xs else math.nan  # noqa: E731 (ms)
+        p = percentile_ms
         text = (f"  {name:<9} /healthz p50 {p(self.health_s, 50):.1f} ms, p99 "
                 f"{p(self.health_s, 99):.1f} ms ({len(self.health_s)} probes"
                 f"{f', {self.health_failed} failed' if self.health_failed else ''}); speaker's "
@@ -246,7 +245,7 @@ def run_storm_bench(rate: float, count: int, addresses: int, audio: np.ndarray, 
           f"listeners at {rate:g}/s from {addresses} loopback address(es)")
     print(base.line("baseline"))
     print(storm.line("storm"))
-    p = lambda xs, q: percentile(xs, q) if xs else math.nan  # noqa: E731
+    p = percentile  # nan for no values
     health, lag = p(storm.health_s, 99), p(storm.lags_s, 95) - p(base.lags_s, 95)
     print(f"  target:   storm /healthz p99 {health * 1000:.1f} ms <= 50 ms: "
           f"{'yes' if health <= 0.05 else 'NO'}; caption lag p95 {lag:+.2f} s vs baseline "
