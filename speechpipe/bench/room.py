@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from speechpipe.bench.own_samples import own_samples
-from speechpipe.bench.server_process import ServerProcess
+from speechpipe.bench.server_process import ServerProcess, metric
 from speechpipe.bench.stats import percentile_ms
 from speechpipe.errors import InputError
 from speechpipe.transport.client import ListenerRun, listen_room, stream_session
@@ -109,17 +109,6 @@ async def _speak(url: str, audio: np.ndarray, start: dict[str, Any],
         await ws.send(json.dumps({"type": "stop"}))
         received = await reader
     return {"close_code": ws.close_code, "messages": received}
-
-
-def _metric(url: str, name: str) -> float:
-    import urllib.request
-
-    http = url.replace("ws://", "http://").rsplit("/ws", 1)[0] + "/metrics"
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(http, timeout=10) as response:
-        text = response.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name + " ") or line.startswith(name + "{"))
 
 
 @dataclass
@@ -304,7 +293,7 @@ def run_room_bench(listeners: int, clip: Path, source_lang: str,
         asyncio.run(asyncio.wait_for(lone(), PHASE_LIMIT_S))
         lone_cpu, lone_wall = server.cpu_seconds() - cpu0, time.monotonic() - t0
 
-        fan0 = _metric(url, "speechpipe_room_fanout_cpu_seconds_total")
+        fan0 = metric(url, "speechpipe_room_fanout_cpu_seconds_total")
         cpu0 = server.cpu_seconds()
         t0 = time.monotonic()
         phase = asyncio.run(asyncio.wait_for(
@@ -312,8 +301,8 @@ def run_room_bench(listeners: int, clip: Path, source_lang: str,
             PHASE_LIMIT_S))
         spoke, runs = phase.spoke, phase.runs
         room_cpu, room_wall = server.cpu_seconds() - cpu0, time.monotonic() - t0
-        fanout = _metric(url, "speechpipe_room_fanout_cpu_seconds_total") - fan0
-        drops = _metric(url, "speechpipe_room_fanout_drops_total")
+        fanout = metric(url, "speechpipe_room_fanout_cpu_seconds_total") - fan0
+        drops = metric(url, "speechpipe_room_fanout_drops_total")
 
     digests = {listener_digest(r) for r in runs}
     closed_ok = sum(1 for r in runs if r.close_code == 1000)

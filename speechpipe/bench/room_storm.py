@@ -23,7 +23,6 @@ import contextlib
 import json
 import threading
 import time
-import urllib.request
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from speechpipe.bench.server_process import endpoint, loopback_opener
 from speechpipe.bench.stats import percentile, percentile_ms
 
 __all__ = ["StormPhase", "run_storm_phase", "run_storm_bench", "caption_lags", "MAX_STORM",
@@ -82,8 +82,8 @@ def caption_lags(events: list[tuple[float, dict[str, Any]]], t0: float) -> list[
 
 
 def _probe_health(url: str, stop: threading.Event, phase: StormPhase) -> None:
-    http = url.replace("ws://", "http://").rsplit("/ws", 1)[0] + "/healthz"
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    http = endpoint(url, "/healthz")
+    opener = loopback_opener()
     deadline = time.monotonic() + PHASE_LIMIT_S
     while not stop.is_set() and time.monotonic() < deadline:
         t = time.monotonic()

@@ -11,10 +11,11 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
-__all__ = ["ServerProcess", "scrape"]
+__all__ = ["ServerProcess", "scrape", "metric", "metric_sums", "metrics_text", "endpoint",
+           "loopback_opener"]
 
 
 # -- the server -------------------------------------------------------------------------------
@@ -77,26 +78,56 @@ class ServerProcess:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def scrape(url: str) -> dict[str, float]:
-    """A few sums from ``/metrics`` (Prometheus text)."""
-    http = url.replace("ws://", "http://").rsplit("/ws", 1)[0] + "/metrics"
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
-    try:
-        with opener.open(http, timeout=10) as response:
-            text = response.read().decode()
-    except OSError:
-        return {}
+# -- its HTTP endpoints -----------------------------------------------------------------------
+SCRAPED = ("speechpipe_asr_batch_size_sum", "speechpipe_asr_batch_size_count",
+           "speechpipe_asr_dropped_total", "speechpipe_degrade_level",
+           "speechpipe_degrade_transitions_total", "speechpipe_asr_queue_wait_seconds_sum",
+           "speechpipe_asr_queue_wait_seconds_count", "speechpipe_sessions_refused_total",
+           "speechpipe_capacity_sessions")
+
+
+def endpoint(url: str, path: str) -> str:
+    """The HTTP address of ``path`` (``/metrics``, ``/healthz``) on the server of a
+    ``ws://host:port/ws`` URL."""
+    return url.replace("ws://", "http://").rsplit("/ws", 1)[0] + path
+
+
+def loopback_opener() -> urllib.request.OpenerDirector:
+    """A URL opener that ignores proxy settings (the benches' servers are on loopback)."""
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def metrics_text(url: str) -> str:
+    """The server's ``/metrics`` (Prometheus text); ``OSError`` when it cannot be read."""
+    with loopback_opener().open(endpoint(url, "/metrics"), timeout=10) as response:
+        return response.read().decode()
+
+
+def metric_sums(text: str, names: Collection[str]) -> dict[str, float]:
+    """Per metric of ``names`` present in ``text`` (Prometheus text), the sum of its samples
+    over every label set."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("#") or " " not in line:
             continue
         name, value = line.rsplit(" ", 1)
         key = name.split("{", 1)[0]
-        if key in ("speechpipe_asr_batch_size_sum", "speechpipe_asr_batch_size_count",
-                   "speechpipe_asr_dropped_total", "speechpipe_degrade_level",
-                   "speechpipe_degrade_transitions_total", "speechpipe_asr_queue_wait_seconds_sum",
-                   "speechpipe_asr_queue_wait_seconds_count", "speechpipe_sessions_refused_total",
-                   "speechpipe_capacity_sessions"):
+        if key in names:
             with contextlib.suppress(ValueError):
                 out[key] = out.get(key, 0.0) + float(value)
     return out
+
+
+def scrape(url: str) -> dict[str, float]:
+    """A few sums from ``/metrics`` (``SCRAPED``); empty when it cannot be read."""
+    try:
+        text = metrics_text(url)
+    except OSError:
+        return {}
+    return metric_sums(text, SCRAPED)
+
+
+def metric(url: str, name: str) -> float:
+    """One metric's sum over its label sets from ``/metrics`` (0 when absent; ``OSError``
+    when it cannot be read)."""
+    return metric_sums(metrics_text(url), (name,)).get(name, 0.0)
