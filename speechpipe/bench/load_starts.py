@@ -1,0 +1,186 @@
+"""``bench load --starts``: solo, synchronized and staggered starts against one server, judged
+per recording of the playlists at the client's clock."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from speechpipe.bench.clips import RATE, Clip, find_manifest, load_clips, playlist_recordings
+from speechpipe.bench.load_client import (
+    ClientRun,
+    phrase_cache_name,
+    recording_offsets,
+    run_client,
+)
+from speechpipe.bench.server_process import ServerProcess
+from speechpipe.bench.stats import rounded_percentile
+
+__all__ = ["StartCase", "run_start_case", "run_start_cases", "print_cases"]
+
+
+# -- how sessions start: solo / synchronized / staggered -------------------------------------
+@dataclass
+class StartCase:
+    """One start case's figures, per recording of the playlists, at the client's clock."""
+    label: str
+    sessions: int
+    finished: int = 0
+    errors: int = 0
+    recordings: int = 0  # recordings played, over every session
+    firsts: list[float] = field(default_factory=list)  # first translated audio - first voiced
+    session_firsts: list[float] = field(default_factory=list)  # the same, each first recording
+    ends: list[float] = field(default_factory=list)  # end of translated audio - last voiced
+    together: bool = True  # synchronized: every client was admitted before the audio began
+
+    def add(self, run: ClientRun, spans: Sequence[tuple[float, float]]) -> None:
+        """Take one client's run (``spans``: its recordings' voiced spans)."""
+        self.finished += run.close_code == 1000
+        self.errors += sum(1 for _, e in run.events if e.get("type") == "error") + bool(
+            run.error)
+        self.recordings += len(spans)
+        offsets = recording_offsets(run, spans)
+        for k, pair in enumerate(offsets):
+            if pair is None:
+                continue
+            self.firsts.append(pair[0])
+            self.ends.append(pair[1])
+            if k == 0:
+                self.session_firsts.append(pair[0])
+
+    def row(self) -> dict[str, Any]:
+        """The case's figures as one table row."""
+        p = rounded_percentile
+        return {"case": self.label, "sessions": self.sessions, "finished": self.finished,
+                "errors": self.errors, "recordings": self.recordings,
+                "heard": len(self.firsts), "first_p50": p(self.firsts, 50),
+                "session_first_p50": p(self.session_firsts, 50),
+                "end_p50": p(self.ends, 50), "end_p95": p(self.ends, 95),
+                "together": self.together}
+
+
+async def run_start_case(
+    url: str, clips: Sequence[Clip], sessions: int, *, label: str, mode: str,
+    recordings: int = 6, gap_s: float = 0.8, stagger_s: float = 0.25, frame_ms: int = 20,
+    begin_timeout_s: float = 60.0,
+) -> StartCase:
+    """``sessions`` clients each playing ``recordings`` recordings (``gap_s`` of silence
+    between) at real time. ``mode``: ``solo`` (one after the other, each alone),
+    ``synchronized`` (all connect, and once every one is admitted, or ``begin_timeout_s``
+    passed, all start streaming at the same instant), ``staggered`` (client ``i`` connects
+    ``i * stagger_s`` after the first)."""
+    if mode not in ("solo", "synchronized", "staggered"):
+        raise ValueError(f"unknown start mode {mode!r}")
+    case = StartCase(label, sessions)
+    begin = asyncio.Event() if mode == "synchronized" else None
+    ready = 0
+
+    def one_ready() -> None:
+        nonlocal ready
+        ready += 1
+        if begin is not None and ready >= sessions:
+            begin.set()
+
+    async def client(i: int) -> tuple[ClientRun, list[tuple[float, float]]]:
+        if mode == "staggered":
+            await asyncio.sleep(i * stagger_s)
+        audio, lang, spans = playlist_recordings(clips, i, count=recordings, gap_s=gap_s)
+        told = False
+
+        def on_message(message: str | bytes) -> None:
+            nonlocal told
+            if not told and isinstance(message, str) and '"started"' in message:
+                told = True
+                one_ready()
+
+        run = await run_client(url, i, audio, lang, frame_ms=frame_ms,
+                               phrase_cache=phrase_cache_name(),
+                               timeout_s=len(audio) / RATE * 4 + 120 + begin_timeout_s,
+                               begin=begin, on_message=on_message)
+        if not told:  # refused or failed: the others do not wait for it
+            told = True
+            one_ready()
+        return run, spans
+
+    async def release() -> None:  # a session that never gets in does not hold the rest
+        assert begin is not None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(begin_timeout_s):
+                await begin.wait()
+        if not begin.is_set():
+            case.together = False
+            begin.set()
+
+    released = asyncio.create_task(release()) if begin is not None else None
+    try:
+        if mode == "solo":
+            results = [await client(i) for i in range(sessions)]
+        else:
+            results = await asyncio.gather(*(client(i) for i in range(sessions)))
+    finally:
+        if released is not None:
+            released.cancel()
+    for run, spans in results:
+        case.add(run, spans)
+    return case
+
+
+def print_cases(rows: Sequence[dict[str, Any]]) -> None:
+    print("per recording, at the client's clock: first translated audio after its first voiced "
+          "frame (all recordings; each session's first), end of translated audio after its "
+          "last voiced frame", flush=True)
+    print(f"{'case':<22} {'N':>3} {'done':>5} {'heard':>9} {'first p50':>10} "
+          f"{'1st rec p50':>12} {'end p50':>8} {'end p95':>8}", flush=True)
+    for row in rows:
+        print(f"{row['case']:<22} {row['sessions']:>3} {row['finished']:>5} "
+              f"{row['heard']:>4}/{row['recordings']:<4} {row['first_p50']:>10} "
+              f"{row['session_first_p50']:>12} {row['end_p50']:>8} {row['end_p95']:>8}"
+              + ("" if row["together"] else "  (not all admitted in time: started apart)"),
+              flush=True)
+
+
+async def run_start_cases(
+    *, url: str | None = None, sessions: int = 8, recordings: int = 6, gap_s: float = 0.8,
+    stagger_s: float = 0.25, languages: Sequence[str] = ("es", "fr"),
+    clips_manifest: str | None = None, capacity: int | None = None,
+    server_args: Sequence[str] = (), report_path: str | None = None, frame_ms: int = 20,
+) -> dict[str, Any]:
+    """Solo, ``sessions`` synchronized and ``sessions`` staggered starts in one run against
+    one server (started here on 127.0.0.1 without ``url``), and the table. Each session
+    plays ``recordings`` recordings of one language (``languages`` in turn), the same
+    recordings in every case (at most ``recordings`` per language are loaded, rotated per
+    session), so *solo* (one session per language, each alone) is the floor of the other
+    two."""
+    manifest = find_manifest(clips_manifest)
+    clips = load_clips(manifest, limit=10_000, languages=languages, per_language=recordings)
+    langs = list(dict.fromkeys(clip.lang for clip in clips))
+    print(f"clips: {len(clips)} from {manifest} ({', '.join(langs)}); {recordings} recordings "
+          f"per session, {gap_s} s of silence between", flush=True)
+    server: ServerProcess | None = None
+    rows: list[dict[str, Any]] = []
+    try:
+        if url is None:
+            server = await asyncio.to_thread(ServerProcess(
+                ["--capacity", str(capacity or sessions), *server_args]).__enter__)
+        target = url or server.url  # type: ignore[union-attr]
+        for label, mode, n in (("solo", "solo", len(langs)),
+                               (f"{sessions} synchronized", "synchronized", sessions),
+                               (f"{sessions} staggered {stagger_s} s", "staggered", sessions)):
+            case = await run_start_case(target, clips, n, label=label, mode=mode,
+                                        recordings=recordings, gap_s=gap_s,
+                                        stagger_s=stagger_s, frame_ms=frame_ms)
+            rows.append(case.row())
+    finally:
+        if server is not None:
+            await asyncio.to_thread(server.__exit__)
+    print_cases(rows)
+    results: dict[str, Any] = {"cases": rows, "recordings": recordings, "gap_s": gap_s,
+                               "languages": langs}
+    if report_path:
+        await asyncio.to_thread(Path(report_path).write_text, json.dumps(results, indent=2))
+    return results
