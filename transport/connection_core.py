@@ -4,12 +4,21 @@ As websockets keeps its connection in ``protocol.py`` (``receive_data`` in, even
 ``State`` enum) with the asyncio layer only moving bytes, ``ConnectionCore`` decides what each
 client message means in the connection's state, and returns what to do: send a recoverable
 error, end the connection with a close code, accept ``start``, push audio, flush, stop, open
-or feed a WebRTC peer. ``transport.websocket_server`` performs the actions (sockets, the
+or feed a WebRTC peer. ``transport.ws_connection`` performs the actions (sockets, the
 session, the peer) and tells the core when the session opens and ends. Time is a parameter.
+
+The core also decides what an accepted ``start`` becomes (``plan_start``): a solo session, a
+room speaker, a participant or a listener, by the ``role`` it names and what the client's
+token claims (``Claims``); which room entry that is (``enter``, over
+``transport.room_access.decide``); the WebRTC preconditions of an ``offer`` (a peer already
+active, WebRTC disabled, an oversized SDP); and what a listener may send (no audio, no
+``flush``, no ``playout``). Refusals come back as ``Fail``: the close code and error event
+the shell sends, by the code table (``transport.codes``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from typing import Any
@@ -17,8 +26,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from speechpipe.errors import AdmissionError, SessionRedirect, SpeechpipeError
 from speechpipe.transport.audio_io import RealtimeGuard
-from speechpipe.transport.codes import CloseCode, ErrorCode
+from speechpipe.transport.codes import CloseCode, ErrorCode, refusal_close
 from speechpipe.transport.protocol import (
     Flush,
     Ice,
@@ -31,11 +41,16 @@ from speechpipe.transport.protocol import (
     parse_text,
     validate_audio,
 )
-from speechpipe.transport.quotas import Expired
+from speechpipe.transport.quotas import Expired, check_sdp_size
+from speechpipe.transport.room import Role, Room
+from speechpipe.transport.room_access import EntryRequest, Join, Open, Refuse, decide
 
 __all__ = ["State", "ConnectionCore", "SendError", "Fail", "AcceptStart", "PushAudio",
            "FlushInput", "StopInput", "OpenPeer", "AddIce", "ReportPlayout", "Action",
-           "fail"]
+           "fail", "Claims", "StartPlan", "CAPTION_TARGET", "room_refusal", "room_redirect",
+           "too_many_joins", "listener_too_slow", "session_refused"]
+
+CAPTION_TARGET = "en"  # a participant's own pipeline translates into this (the embedded default)
 
 
 class State(enum.Enum):
@@ -117,14 +132,100 @@ def fail(exc: ProtocolError, code: int | None = None) -> Fail:
     return Fail(close, exc.code, encode_error(exc.code, str(exc), fatal=True))
 
 
+def room_refusal(code: str, message: str, **detail: Any) -> Fail:
+    """A room refusal (``RoomError``'s ``code``, message and detail) as its close: the close
+    code of its row in the code table (``no_room``, 4014, for a code that has none)."""
+    row = ErrorCode.lookup(code) or ErrorCode.NO_ROOM
+    return Fail(row.close or CloseCode.NO_ROOM, row,
+                encode_error(row, message, fatal=True, **detail))
+
+
+def room_redirect(url: str) -> Fail:
+    """Cluster mode: the room lives on another node, at ``url`` (4020)."""
+    return Fail(CloseCode.REDIRECT, ErrorCode.REDIRECT, encode_error(
+        ErrorCode.REDIRECT, "this room is on another node: reconnect there with the "
+        "same start", fatal=True, url=url, ticket=None, expires_in_s=None))
+
+
+def too_many_joins(retry_s: float) -> Fail:
+    """Listeners join this room (or from this address) too fast: retry after ``retry_s``."""
+    return room_refusal(ErrorCode.TOO_MANY_JOINS, "listeners join too fast: retry in a moment",
+                        retry_after_s=round(retry_s, 2))
+
+
+def listener_too_slow() -> Fail:
+    """A listening member's outbox overflowed (no error event: it does not read)."""
+    return Fail(CloseCode.LISTENER_TOO_SLOW, ErrorCode.LISTENER_TOO_SLOW)
+
+
+def session_refused(exc: SpeechpipeError) -> Fail:
+    """The capacity gate or the session factory refused the start: the close code by the
+    code table, with the redirect's or the retry's fields."""
+    extra: dict[str, Any] = {}
+    if isinstance(exc, SessionRedirect):
+        extra = {"url": exc.url, "ticket": exc.ticket,
+                 "expires_in_s": round(exc.expires_in_s, 1)}
+    elif isinstance(exc, AdmissionError):
+        extra = {"retry_after_s": exc.retry_after_s}
+    return Fail(refusal_close(exc), exc.code, encode_error(exc.code, str(exc), fatal=True,
+                                                           **extra))
+
+
+@dataclass(frozen=True, slots=True)
+class Claims:
+    """What the connection's verified token says: ``key`` (None: no token, or the one
+    shared token), the ``room`` and ``role`` it is for."""
+    key: str | None = None
+    room: str | None = None
+    role: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StartPlan:
+    """What an accepted ``start`` becomes. ``role`` None: a solo session (no room);
+    ``Role.LISTENER``: no pipeline and no capacity slot. ``request``: the pipeline's
+    request (a participant's translates into ``CAPTION_TARGET``: the captions' source);
+    ``entry``: the room entry to ask for (None: no room)."""
+    start: Start
+    role: Role | None
+    request: Any
+    entry: EntryRequest | None
+
+    @property
+    def listener(self) -> bool:
+        return self.role is Role.LISTENER
+
+    @property
+    def room_id(self) -> str | None:
+        """The room the start names, else its token's room claim (None: a new room)."""
+        if self.entry is None:
+            return None
+        return self.entry.room or self.entry.claim_room
+
+    @property
+    def member_target(self) -> str:
+        """The language this member hears the room in."""
+        return str(self.start.request.target_lang).strip().lower()
+
+    def room_options(self) -> dict[str, Any]:
+        """``RoomHub.new_room``'s options for a room this start opens."""
+        return {"opener_key": self.entry.key if self.entry is not None else None,
+                "conversation": self.role is Role.PARTICIPANT,
+                "listener_history": self.start.history}
+
+
 class ConnectionCore:
     """The protocol rules of one connection (see the module docs)."""
 
-    def __init__(self, *, max_message_bytes: int, max_lead_s: float) -> None:
+    def __init__(self, *, max_message_bytes: int, max_lead_s: float, webrtc: bool = True,
+                 max_sdp_bytes: int | None = None) -> None:
         self.state = State.AWAITING_START
         self.started = False  # a session ran on this connection (for the metrics)
         self.max_message_bytes = max_message_bytes
         self.max_lead_s = max_lead_s
+        self.webrtc = webrtc  # the server answers WebRTC offers
+        self.max_sdp_bytes = max_sdp_bytes  # None: no limit on an offer's SDP
+        self.role: Role | None = None  # once ``plan_start`` accepted the start
         self.sample_rate = 16_000
         self._guard = RealtimeGuard(max_lead_s)
 
@@ -137,6 +238,36 @@ class ConnectionCore:
     def session_open(self) -> bool:
         """A session is running."""
         return self.state in (State.STREAMING, State.STOPPING)
+
+    # -- what an accepted start becomes -----------------------------------------------------
+    def plan_start(self, start: Start, claims: Claims, *,
+                   tokens_required: bool = False) -> StartPlan | Fail:
+        """The role, room entry and pipeline request of ``start``, or the refusal. A token
+        with a ``role`` claim is for that role only: a listener token cannot speak, at all
+        (nor a speaker token start a solo session)."""
+        if claims.role and claims.role != start.role:
+            return room_refusal(ErrorCode.UNAUTHORIZED, f"this token is for a {claims.role}")
+        role = Role(start.role) if start.role is not None else None
+        request = start.request
+        if role is Role.PARTICIPANT:  # its own pipeline: the captions' source
+            request = dataclasses.replace(request, target_lang=CAPTION_TARGET)
+        entry = None
+        if role is not None:
+            entry = EntryRequest(role, start.room, start.invite, key=claims.key,
+                                 claim_room=claims.room, claim_role=claims.role,
+                                 tokens_required=tokens_required)
+        self.role = role
+        return StartPlan(start, role, request, entry)
+
+    @staticmethod
+    def enter(plan: StartPlan, room: Room | None) -> Join | Open | Fail:
+        """Where ``plan`` enters: ``room`` is the room it names (``plan.room_id``) when that
+        room exists on this server (the rules: ``transport.room_access``)."""
+        assert plan.entry is not None, "a solo session enters no room"
+        entry = decide(plan.entry, room)
+        if isinstance(entry, Refuse):
+            return room_refusal(entry.code, entry.message)
+        return entry
 
     # -- what the I/O layer tells the core ---------------------------------------------------
     def session_opened(self, start: Start) -> None:
@@ -168,7 +299,11 @@ class ConnectionCore:
                               "the session reached its maximum length: finishing (as after "
                               "'stop')"), StopInput()]
         if isinstance(message, bytes):
-            return self._audio(message, now, peer)
+            actions = self._audio(message, now, peer)
+            if self.role is Role.LISTENER and isinstance(actions[0], PushAudio):
+                return [SendError(ErrorCode.LISTENER_CANNOT_SPEAK,
+                                  "a listener sends no audio: binary ignored")]
+            return actions
         try:
             parsed = parse_text(message)
         except ProtocolError as exc:
@@ -176,18 +311,30 @@ class ConnectionCore:
         if isinstance(parsed, Start):
             return [SendError(ErrorCode.BAD_START, "the session has already started")]
         if isinstance(parsed, Flush):
-            return [FlushInput()]
+            return [] if self.role is Role.LISTENER else [FlushInput()]
         if isinstance(parsed, Stop):
             return [StopInput()]
-        if isinstance(parsed, Playout):
-            return [ReportPlayout(parsed.played_s)]
+        if isinstance(parsed, Playout):  # the echo guard runs for a participant only
+            return [ReportPlayout(parsed.played_s)] if self.role is Role.PARTICIPANT else []
         if isinstance(parsed, Offer):
-            if self.stopping:
-                return [SendError(ErrorCode.STOPPING, "the session is stopping")]
-            return [OpenPeer(parsed)]
+            return [self._offer(parsed, peer)]
         if not peer:
             return [SendError(ErrorCode.BAD_MESSAGE, "'ice' before 'offer'")]
         return [AddIce(parsed)]
+
+    def _offer(self, offer: Offer, peer: bool) -> Action:
+        if self.stopping:
+            return SendError(ErrorCode.STOPPING, "the session is stopping")
+        if peer:
+            return SendError(ErrorCode.WEBRTC_ACTIVE, "a WebRTC peer is already connected")
+        if not self.webrtc:
+            return SendError(ErrorCode.WEBRTC_FAILED, "WebRTC is disabled on this server")
+        if self.max_sdp_bytes is not None:
+            try:
+                check_sdp_size(offer.sdp, self.max_sdp_bytes)
+            except ProtocolError as exc:
+                return SendError(exc.code, str(exc))
+        return OpenPeer(offer)
 
     def start_timed_out(self) -> Fail:
         """No ``start`` within the start timeout."""

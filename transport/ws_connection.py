@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import secrets
@@ -33,14 +32,15 @@ import numpy as np
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from speechpipe.errors import AdmissionError, SessionRedirect, SpeechpipeError
+from speechpipe.errors import AdmissionError, SpeechpipeError
 from speechpipe.stages.channels import Channel, ChannelClosed
 from speechpipe.stages.frames import STREAM_RATE, AudioFrame, OutputEvent, SpeechChunk, StatusEvent
 from speechpipe.transport.audio_io import InputResampler, OutputResampler
-from speechpipe.transport.codes import CloseCode, ErrorCode, refusal_close
+from speechpipe.transport.codes import CloseCode, ErrorCode
 from speechpipe.transport.connection_core import (
     AcceptStart,
     AddIce,
+    Claims,
     ConnectionCore,
     Fail,
     FlushInput,
@@ -48,8 +48,14 @@ from speechpipe.transport.connection_core import (
     PushAudio,
     ReportPlayout,
     SendError,
+    StartPlan,
     StopInput,
     fail,
+    listener_too_slow,
+    room_redirect,
+    room_refusal,
+    session_refused,
+    too_many_joins,
 )
 from speechpipe.transport.echo_guard import EchoGuard
 from speechpipe.transport.frame_guard import (
@@ -70,13 +76,12 @@ from speechpipe.transport.protocol import (
     encode_event,
     encode_started,
 )
-from speechpipe.transport.quotas import Expired, QuotaGuard, check_sdp_size
+from speechpipe.transport.quotas import Expired, QuotaGuard
 from speechpipe.transport.room import Member, Outgoing, Role, RoomError
-from speechpipe.transport.room_access import EntryRequest, Join, Refuse, decide
+from speechpipe.transport.room_access import Join
 from speechpipe.transport.room_shell import (
     Presence,
     RoomHub,
-    RoomRedirect,
     SpeakerFeeds,
     encode_outgoing,
 )
@@ -84,8 +89,6 @@ from speechpipe.transport.session_api import LiveSession, SessionFactory
 
 if TYPE_CHECKING:
     from speechpipe.transport.webrtc import WebRtcPeer
-
-CAPTION_TARGET = "en"  # a participant's own pipeline translates into this (the embedded default)
 
 __all__ = ["ServerObserver", "CapacityGate", "ServerSide", "WsConnection", "NullObserver"]
 
@@ -224,7 +227,8 @@ class WsConnection:
         self.observer = server.observer
         self.id = secrets.token_hex(4)
         self.core = ConnectionCore(max_message_bytes=self.limits.max_message_bytes,
-                                   max_lead_s=self.limits.max_lead_s)
+                                   max_lead_s=self.limits.max_lead_s, webrtc=server.webrtc,
+                                   max_sdp_bytes=self.limits.quotas.max_sdp_bytes)
         self.peer: WebRtcPeer | None = None
         self.last_pts = 0
         self.outgoing: Channel[list[str | bytes]] = Channel(
@@ -431,36 +435,31 @@ class WsConnection:
         except ExceptionGroup as group:  # e.g. the client left while the session was set up:
             return self._outcome(group)  # ConnectionClosed through the session's TaskGroup
 
-    async def _session(self, start: Start) -> _Close | None:
+    def _claims(self) -> Claims:
+        """What this connection's verified token claims (nothing without a token)."""
         identity = getattr(self.admission, "identity", None)
-        claim_role = getattr(identity, "role", None)
-        if claim_role and claim_role != start.role:  # a listener token cannot speak, at all
-            return self._room_refusal(RoomError(ErrorCode.UNAUTHORIZED,
-                                                f"this token is for a {claim_role}"))
-        if start.role == Role.LISTENER:
-            return await self._listen(start)
+        return Claims(getattr(identity, "key", None), getattr(identity, "room", None),
+                      getattr(identity, "role", None))
+
+    async def _session(self, start: Start) -> _Close | None:
+        plan = self.core.plan_start(start, self._claims(),
+                                    tokens_required=self.server.gate.tokens_required)
+        if isinstance(plan, Fail):
+            return _raise(plan)
+        if plan.listener:
+            return await self._listen(plan)
         async with contextlib.AsyncExitStack() as stack:
-            request = start.request
-            if start.role is not None:
-                try:
-                    self.presence = await self._enter_room(start)
-                except (RoomError, RoomRedirect) as exc:
-                    return self._room_refusal(exc)
+            if plan.entry is not None:
+                entered = await self._enter_room(plan)
+                if isinstance(entered, Fail):
+                    return _raise(entered)
+                self.presence = entered
                 stack.callback(self.server.rooms.leave, self.presence)
-                if start.role == Role.PARTICIPANT:  # its own pipeline: the captions' source
-                    request = dataclasses.replace(request, target_lang=CAPTION_TARGET)
             try:
                 await self._hold_capacity(stack, start)
-                session = await stack.enter_async_context(self.server.factory(request))
+                session = await stack.enter_async_context(self.server.factory(plan.request))
             except SpeechpipeError as exc:  # refused: the close code by the code table
-                extra: dict[str, Any] = {}
-                if isinstance(exc, SessionRedirect):
-                    extra = {"url": exc.url, "ticket": exc.ticket,
-                             "expires_in_s": round(exc.expires_in_s, 1)}
-                elif isinstance(exc, AdmissionError):
-                    extra = {"retry_after_s": exc.retry_after_s}
-                return _Close(refusal_close(exc), exc.code,
-                              encode_error(exc.code, str(exc), fatal=True, **extra))
+                return _raise(session_refused(exc))
             self.core.session_opened(start)
             self.observer.session_opened()
             self.quota.begin_session()
@@ -473,7 +472,7 @@ class WsConnection:
                                           report_tail_s=rooms.echo_report_tail_s,
                                           max_lag_s=rooms.echo_max_lag_s)
                 self.feeds = SpeakerFeeds(self.server.rooms, presence.room, presence.member.id,
-                                          request, self.server.factory, session, out_rate,
+                                          plan.request, self.server.factory, session, out_rate,
                                           slot=self._extra_slot(start))
             await self.ws.send(dumps(encode_started(
                 self.id, start, output_sample_rate=out_rate,
@@ -660,60 +659,45 @@ class WsConnection:
                 return
 
     def _too_slow(self) -> _Close:
-        return _Close(CloseCode.LISTENER_TOO_SLOW, ErrorCode.LISTENER_TOO_SLOW)
+        return _raise(listener_too_slow())
 
     # -- rooms ---------------------------------------------------------------------------------
-    async def _enter_room(self, start: Start) -> Presence:
-        """Join (or, for a speaking role without ``room``, make) the room, by the rules of
-        ``transport.room_access``; ``RoomError``, or ``RoomRedirect`` in cluster mode when
-        the room lives on another node."""
+    async def _enter_room(self, plan: StartPlan) -> Presence | Fail:
+        """Join (or, for a speaking role without ``room``, make) the room the core's
+        ``enter`` decides; refused, or redirected in cluster mode when the room lives on
+        another node."""
         hub = self.server.rooms
-        identity = getattr(self.admission, "identity", None)
-        role = Role(start.role or Role.SPEAKER)
-        ask = EntryRequest(
-            role, start.room, start.invite, key=getattr(identity, "key", None),
-            claim_room=getattr(identity, "room", None),
-            claim_role=getattr(identity, "role", None),
-            tokens_required=self.server.gate.tokens_required)
-        room_id = ask.room or ask.claim_room
+        room_id = plan.room_id
         if room_id is not None and room_id not in hub.registry.rooms and hub.locate:
             url = await hub.locate(room_id)
-            if url is not None:
-                raise RoomRedirect(url)
-        entry = decide(ask, hub.registry.rooms.get(room_id) if room_id is not None else None)
-        if isinstance(entry, Refuse):
-            raise RoomError(entry.code, entry.message)
-        if isinstance(entry, Join):
-            room = hub.room_of(entry.room_id)
-            if role is Role.LISTENER:
-                retry = hub.joins.admit(getattr(self.admission, "ip", None), room.id,
-                                        time.monotonic())
-                if retry is not None:
-                    raise RoomError(ErrorCode.TOO_MANY_JOINS, "listeners join too fast: "
-                                    "retry in a moment", retry_after_s=round(retry, 2))
-        else:
-            room = hub.new_room(entry.room_id, opener_key=ask.key,
-                                conversation=role is Role.PARTICIPANT,
-                                listener_history=start.history)
-        target = start.request.target_lang.strip().lower()
-        return hub.join(room, Member(self.id, role, target))
+            if url is not None:  # a room lives on one node: reconnect there
+                return room_redirect(url)
+        entry = self.core.enter(plan, hub.registry.rooms.get(room_id)
+                                if room_id is not None else None)
+        if isinstance(entry, Fail):
+            return entry
+        try:
+            if isinstance(entry, Join):
+                room = hub.room_of(entry.room_id)
+                if plan.listener:
+                    retry = hub.joins.admit(getattr(self.admission, "ip", None), room.id,
+                                            time.monotonic())
+                    if retry is not None:
+                        return too_many_joins(retry)
+            else:
+                room = hub.new_room(entry.room_id, **plan.room_options())
+            return hub.join(room, Member(self.id, plan.role or Role.SPEAKER,
+                                         plan.member_target))
+        except RoomError as exc:
+            return room_refusal(exc.code, str(exc), **exc.detail)
 
-    def _room_refusal(self, exc: RoomError | RoomRedirect) -> _Close:
-        if isinstance(exc, RoomRedirect):  # a room lives on one node: reconnect there
-            return _Close(CloseCode.REDIRECT, ErrorCode.REDIRECT, encode_error(
-                ErrorCode.REDIRECT, "this room is on another node: reconnect there with the "
-                "same start", fatal=True, url=exc.url, ticket=None, expires_in_s=None))
-        code = ErrorCode.lookup(exc.code) or ErrorCode.NO_ROOM
-        close = code.close or CloseCode.NO_ROOM
-        return _Close(close, code, encode_error(code, str(exc), fatal=True, **exc.detail))
-
-    async def _listen(self, start: Start) -> _Close | None:
+    async def _listen(self, plan: StartPlan) -> _Close | None:
         """A room listener: no pipeline and no capacity slot; the room's messages from its
         bounded outbox to the socket (the only writer), until it stops or overflows."""
-        try:
-            presence = await self._enter_room(start)
-        except (RoomError, RoomRedirect) as exc:
-            return self._room_refusal(exc)
+        start = plan.start
+        presence = await self._enter_room(plan)
+        if isinstance(presence, Fail):
+            return _raise(presence)
         self.presence = presence
         self.listening = True
         try:
@@ -793,9 +777,6 @@ class WsConnection:
                 error: tuple[str, str] | None = None
                 if isinstance(action, SendError):
                     error = (action.code, action.message)
-                elif isinstance(action, PushAudio):
-                    error = (ErrorCode.LISTENER_CANNOT_SPEAK,
-                             "a listener sends no audio: binary ignored")
                 elif isinstance(action, OpenPeer):
                     error = await self._listen_offer(action.offer, sub, tg)
                 elif isinstance(action, AddIce) and self.peer is not None:
@@ -810,17 +791,11 @@ class WsConnection:
 
     async def _listen_offer(self, offer: Offer, sub: Any,
                             tg: asyncio.TaskGroup) -> tuple[str, str] | None:
-        """A listener's WebRTC offer: the room's speech then plays on the peer's track (its
-        ``audio`` headers say ``"via": "webrtc"``); what its microphone sends is ignored."""
-        if self.peer is not None:
-            return ErrorCode.WEBRTC_ACTIVE, "a WebRTC peer is already connected"
-        if not self.server.webrtc:
-            return ErrorCode.WEBRTC_FAILED, "WebRTC is disabled on this server"
+        """A listener's WebRTC offer (the core checked its preconditions): the room's speech
+        then plays on the peer's track (its ``audio`` headers say ``"via": "webrtc"``); what
+        its microphone sends is ignored."""
         try:
-            check_sdp_size(offer.sdp, self.limits.quotas.max_sdp_bytes)
             from speechpipe.transport.webrtc import WebRtcPeer
-        except ProtocolError as exc:
-            return exc.code, str(exc)
         except ImportError as exc:
             return ErrorCode.WEBRTC_FAILED, f"WebRTC unavailable: {exc}"
 
@@ -907,17 +882,7 @@ class WsConnection:
     async def _offer(
         self, offer: Offer, session: LiveSession, rate: int, tg: asyncio.TaskGroup
     ) -> None:
-        if self.peer is not None:
-            await self._reply_error(ErrorCode.WEBRTC_ACTIVE, "a WebRTC peer is already connected")
-            return
-        if not self.server.webrtc:
-            await self._reply_error(ErrorCode.WEBRTC_FAILED, "WebRTC is disabled on this server")
-            return
-        try:
-            check_sdp_size(offer.sdp, self.limits.quotas.max_sdp_bytes)
-        except ProtocolError as exc:
-            await self._reply_error(exc.code, str(exc))
-            return
+        """A speaker's WebRTC offer (the core checked its preconditions)."""
         try:
             from speechpipe.transport.webrtc import WebRtcPeer
         except ImportError as exc:  # aiortc is a declared dependency; say what is missing

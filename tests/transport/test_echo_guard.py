@@ -17,7 +17,13 @@ from websockets.asyncio.client import ClientConnection, connect
 from speechpipe.stages.channels import Channel
 from speechpipe.stages.frames import AudioFrame, OutputEvent, SpeechChunk
 from speechpipe.stages.request import SessionRequest
-from speechpipe.transport.connection_core import ConnectionCore, ReportPlayout, SendError
+from speechpipe.transport.connection_core import (
+    Claims,
+    ConnectionCore,
+    ReportPlayout,
+    SendError,
+    StartPlan,
+)
 from speechpipe.transport.echo_guard import EchoGuard
 from speechpipe.transport.limits import RoomOptions, ServerLimits
 from speechpipe.transport.protocol import Playout, Start, parse_text
@@ -88,8 +94,9 @@ def test_playout_parses_and_the_core_hands_it_over() -> None:
     assert parse_text('{"type": "playout", "played_s": 1.5}') == Playout(1.5)
     core = ConnectionCore(max_message_bytes=1 << 17, max_lead_s=5.0)
     assert isinstance(core.receive('{"type": "playout"}', 0.0)[0], SendError)  # no start yet
-    start = parse_text('{"type": "start"}')
+    start = parse_text('{"type": "start", "role": "participant"}')  # the guard's one role
     assert isinstance(start, Start)
+    assert isinstance(core.plan_start(start, Claims()), StartPlan)
     core.session_opened(start)
     assert core.receive('{"type": "playout", "played_s": 2.5}', 0.0) == [ReportPlayout(2.5)]
     hostile = core.receive('{"type": "playout", "played_s": NaN}', 0.0)  # the guard refuses
