@@ -7,7 +7,7 @@ from speechpipe.evaluation.scores import (
     normalized_erasure,
     wer,
 )
-from speechpipe.models.whisper_engine import cut_repetition, cut_restart, cut_restatement
+from speechpipe.stages.loop_guard import cut_repetition, cut_restart, cut_restatement
 
 
 def test_loop_guard_cuts_repeats_and_keeps_real_text():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from speechpipe.models.whisper_engine import cut_repetition
+from speechpipe.stages.loop_guard import cut_repetition
 
 
 def _kept(text: str, **kwargs) -> str:

@@ -1,0 +1,196 @@
+"""Text loop guards: pure rules on a decode's words, no model (``models.whisper_engine``
+applies them to every decode).
+
+Whisper decodes loop on real clips here. These guards cut a continuation at the first
+repeated n-gram run, or at a word that loops inside itself ("2-3-3-4-4-4-4-4-4")
+(``cut_repetition``); at a sentence that restates an earlier one (``cut_restatement``); and a
+partial's continuation that starts its sentence over is cut there, before agreement can
+commit a loop's first words (``cut_restart``). ``guard_words`` runs them in that order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+__all__ = ["cut_repetition", "cut_restatement", "cut_restart", "guard_words",
+           "SPOKEN_REPEAT_WORDS", "SPOKEN_REPEAT_COPIES"]
+
+
+def cut_repetition(
+    words: Sequence[str], max_ngram: int = 40, context: Sequence[str] = (),
+    spoken: Sequence[str] | None = None,
+) -> tuple[list[str], bool]:
+    """Cut ``words`` before the first immediate repeat of an n-gram that is a decoder's loop,
+    not a speaker's repetition (n=1 needs 3 copies).
+
+    Whisper on partial audio loops ("the rest of the rest of the rest", or a whole sentence
+    twice): the second copy and everything after it are dropped. Speakers repeat themselves
+    too ("très très finement", "no, no, no, I said", "er ist, er ist"), and a decode goes on
+    after such a repetition where a loop runs on to the length cap. So a short run (at most
+    ``SPOKEN_REPEAT_WORDS`` words a copy) followed by other words is kept when the speech has
+    one like it: for the captions (``spoken`` None) up to ``SPOKEN_REPEAT_COPIES`` copies;
+    for a translation, as many copies as the run the same audio's captions ``spoken`` hold
+    (none there: today's rule). ``context`` is the committed text before ``words``: a loop
+    that starts there is caught too, but only ``words`` are cut. Returns (kept words,
+    whether anything was cut).
+    """
+    all_words = [*context, *words]
+    norm = [w.casefold().strip(".,;:!?¿¡\"'") for w in all_words]
+    n_context = len(context)
+    n_words = len(norm)
+    allowed = SPOKEN_REPEAT_COPIES if spoken is None else _repeat_copies(
+        [w.casefold().strip(".,;:!?¿¡\"'") for w in spoken])
+    for i in range(n_words):
+        if i >= n_context and _loops_within(norm[i]):  # "2-3-3-4-4-4-4-4-4": one "word"
+            return list(words[: i - n_context]), True
+        for n in range(1, max_ngram + 1):
+            if i + 2 * n > n_words:
+                break
+            if norm[i : i + n] != norm[i + n : i + 2 * n]:
+                continue
+            if n == 1 and not (i + 3 <= n_words and norm[i + 2] == norm[i]):
+                continue
+            copies = _copies(norm, i, n)
+            span_end = i + copies * n
+            if span_end <= n_context:  # the loop lies inside the committed text: not ours
+                continue
+            went_on = span_end < n_words and norm[span_end] != norm[i]
+            if n <= SPOKEN_REPEAT_WORDS and went_on and copies <= allowed:
+                continue  # a speaker's repetition: kept
+            keep = i + n if n > 1 else i + 1
+            return list(words[: max(0, keep - n_context)]), True
+    return list(words), False
+
+
+SPOKEN_REPEAT_WORDS = 3  # a speaker's repetition: copies of at most this many words ...
+SPOKEN_REPEAT_COPIES = 3  # ... at most this many times, in the captions
+
+
+def _copies(norm: Sequence[str], i: int, n: int) -> int:
+    """How many times the n-gram at ``i`` repeats back to back from there."""
+    copies = 1
+    while norm[i + copies * n: i + (copies + 1) * n] == norm[i: i + n]:
+        copies += 1
+    return copies
+
+
+def _repeat_copies(norm: Sequence[str]) -> int:
+    """The most back-to-back copies of a short n-gram (``SPOKEN_REPEAT_WORDS`` words at most)
+    in ``norm`` (1: no repetition): what a translation of that speech may repeat."""
+    most = 1
+    for i in range(len(norm)):
+        for n in range(1, SPOKEN_REPEAT_WORDS + 1):
+            if i + 2 * n <= len(norm) and norm[i: i + n] == norm[i + n: i + 2 * n]:
+                most = max(most, _copies(norm, i, n))
+    return most
+
+
+_PIECE = re.compile(r"\w+")
+
+
+def _loops_within(word: str) -> bool:
+    """True when the pieces of one space-free word (split at hyphens, dots, slashes, ...) loop:
+    one piece 4 times in a row or a longer run 3 times, as Whisper's translation of unclear
+    audio can ("2-3-3-4-4-4-4-4-4"), which a loop guard over space-separated words misses."""
+    pieces = _PIECE.findall(word)
+    for i in range(len(pieces)):
+        for n in range(1, (len(pieces) - i) // 3 + 1):
+            copies = 4 if n == 1 else 3
+            if i + copies * n > len(pieces):
+                break
+            block = pieces[i: i + n]
+            if all(pieces[i + k * n: i + (k + 1) * n] == block for k in range(1, copies)):
+                return True
+    return False
+
+
+_SENTENCE_END = (".", "?", "!", "…")
+
+
+def _normalized(words: Sequence[str]) -> list[str]:
+    """Words as the sentence guards compare them: case and edge punctuation dropped."""
+    return [w.casefold().strip(".,;:!?¿¡\"'…") for w in words]
+
+
+def cut_restatement(
+    words: Sequence[str], context: Sequence[str] = (), same_start: int = 3,
+    min_overlap: float = 0.6,
+) -> tuple[list[str], bool]:
+    """Cut ``words`` before a sentence that restates an earlier one.
+
+    Greedy Whisper forced to continue an awkward prefix often ends the sentence and says it
+    again in other words ("It was buried in the cemetery Forest Lawn. It was buried in the
+    Forest Lawn cemetery."): not an immediate repeat, so ``cut_repetition`` misses it. A
+    sentence of ``words`` counts as a restatement when its first ``same_start`` words are an
+    earlier sentence's first words and at least ``min_overlap`` of its words occur in that
+    sentence. ``context`` is the text before ``words`` (committed, never cut). Returns (kept
+    words, whether anything was cut)."""
+    all_words = [*context, *words]
+    norm = _normalized(all_words)
+    starts = [0] + [i + 1 for i, w in enumerate(all_words[:-1]) if w.endswith(_SENTENCE_END)]
+    sentences = [(a, b) for a, b in zip(starts, [*starts[1:], len(all_words)], strict=True)
+                 if b - a >= same_start]
+    n_context = len(context)
+    for k, (start, end) in enumerate(sentences):
+        if start < n_context:
+            continue
+        head = norm[start:start + same_start]
+        mine = [w for w in norm[start:end] if w]
+        for earlier_start, earlier_end in sentences[:k]:
+            if norm[earlier_start:earlier_start + same_start] != head:
+                continue
+            theirs = set(norm[earlier_start:earlier_end])
+            if sum(w in theirs for w in mine) >= min_overlap * len(mine):
+                return list(words[: start - n_context]), True
+    return list(words), False
+
+
+def cut_restart(
+    words: Sequence[str], context: Sequence[str] = (), min_words: int = 2,
+) -> tuple[list[str], bool]:
+    """Cut ``words`` where they start their sentence over and run on to the end: a loop that
+    has only begun. For partials, whose tail two decodes can agree on.
+
+    Whisper on partial audio sometimes restarts the sentence it is in ("J'ai donc
+    l'expérience de l'année passée j'ai donc"). ``cut_repetition`` sees the loop only once the
+    second copy is as long as the first; by then agreement may have committed its first
+    words, and the decodes that come after cut everything from the loop on, real words
+    included (the captions lost "j'en dirais un mot tout à l'heure"). So a partial's
+    continuation is cut before its last ``min_words`` or more words when they are the first
+    words of the sentence they are in (no sentence end between). The decodes that hear more
+    audio decide: a real repetition goes on differently from the sentence's start and is kept.
+    ``context`` is the committed text before ``words``, never cut. Returns (kept words,
+    whether anything was cut)."""
+    all_words = [*context, *words]
+    norm = _normalized(all_words)
+    n_context = len(context)
+    sentence_start = 0
+    starts = []
+    for i, word in enumerate(all_words):
+        starts.append(sentence_start)
+        if word.endswith(_SENTENCE_END):
+            sentence_start = i + 1
+    for i in range(n_context, len(norm) - min_words + 1):
+        start, tail = starts[i], norm[i:]
+        if start < i and start + len(tail) <= i and norm[start:start + len(tail)] == tail:
+            return list(words[: i - n_context]), True
+    return list(words), False
+
+
+def guard_words(
+    words: Sequence[str], context: Sequence[str], spoken: Sequence[str] | None,
+    restart_guard: bool,
+) -> tuple[list[str], bool]:
+    """A decode's words after the loop guards: ``cut_repetition`` (``spoken``: for a
+    translation, the same audio's captions; None for the captions themselves), then
+    ``cut_restatement``, then ``cut_restart`` when ``restart_guard`` (partials). ``context``
+    is the text before the words (never cut). Returns (kept words, whether anything was
+    cut)."""
+    words, was_cut = cut_repetition(words, context=context, spoken=spoken)
+    words, restated = cut_restatement(words, context=context)
+    was_cut = was_cut or restated
+    if restart_guard:  # set on partials only (stages.utterance)
+        words, restarted = cut_restart(words, context=context)
+        was_cut = was_cut or restarted
+    return words, was_cut
