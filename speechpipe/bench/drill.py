@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import time
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from speechpipe.bench.clips import manifest_rows
+from speechpipe.bench.own_samples import own_samples
+
 __all__ = ["PLAN", "register_drill", "run_drill"]
 
-SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+SAMPLES = own_samples()  # the package's own clips, installed or not
 
 # (label, point, kind, times): each fault in turn
 PLAN: tuple[tuple[str, str, str, int], ...] = (
@@ -51,8 +52,7 @@ class DrillRow:
 def _audio(seconds: float) -> np.ndarray:
     from speechpipe.transport.file_replay import read_audio
 
-    rows = [json.loads(line) for line in (SAMPLES / "manifest.jsonl").read_text().splitlines()
-            if line.strip()]
+    rows = manifest_rows(SAMPLES / "manifest.jsonl")
     clips = [read_audio(SAMPLES / row["file"]) for row in rows if row["lang"] == "es"]
     audio = np.concatenate(clips)
     return audio[: int(seconds * 16_000)]

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from speechpipe.bench.clips import manifest_rows
 from speechpipe.bench.own_samples import own_samples
 
 __all__ = ["register_soak", "run_soak", "SoakReport"]
@@ -161,11 +162,9 @@ def load_clips(folder: Path) -> list[tuple[str, np.ndarray]]:
     if not manifest.is_file():
         raise InputError(f"no clips: {manifest} not found (pass --clips DIR)")
     clips = []
-    for line in manifest.read_text().splitlines():
-        if line.strip():
-            entry = json.loads(line)
-            if entry.get("lang") and entry["lang"] != "en":
-                clips.append((entry["lang"], read_audio(folder / entry["file"])))
+    for entry in manifest_rows(manifest):
+        if entry.get("lang") and entry["lang"] != "en":
+            clips.append((entry["lang"], read_audio(folder / entry["file"])))
     if not clips:
         raise InputError(f"{manifest}: no non-English clips")
     return clips
