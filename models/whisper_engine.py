@@ -12,14 +12,8 @@ Batching (``run_batch``; ``run`` is a batch of one, so both give identical resul
   ``encode_bucket_s`` with more silence. Requests in the same bucket share one encoder call and
   their decodes share ``generate`` calls; requests in different buckets are never padded
   together.
-- CTranslate2 requires the same number of special tokens after ``<|startoftranscript|>`` in
-  a batch (and the same number of ``<|startofprev|>`` context tokens before it: context
-  lengths are canonical, multiples of ``CONTEXT_BUCKET_TOKENS`` decided per request); the
-  forced text prefixes may differ in length (identical ids and scores batched and alone).
-  ``max_length`` is one value per ``generate`` call and part of the result (the score of a
-  capped sequence counts what it generated): it is decided per request, the largest its
-  tasks need (``generate_max_length``, exact: no token generated past the cap), rounded up
-  to ``MAX_LENGTH_STEP``; requests share a call when their values match.
+- which decodes of a bucket share a ``generate`` call (decoder, beam size, context length,
+  ``max_length``, prefill) is planned by ``models.batch_plan``, from each request alone.
 
 Guards against words from nothing (unguarded decodes loop on real clips here):
 - 1 s of trailing silence is appended before encoding, which gives Whisper its end-of-audio
@@ -46,11 +40,10 @@ any. Its words are appended to the translate decode (``recovered`` counts the ex
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +51,19 @@ import numpy as np
 from numpy.typing import NDArray
 
 from speechpipe.errors import LanguageError, ModelError
+from speechpipe.models.batch_plan import (
+    CONTEXT_BUCKET_TOKENS,
+    SAMPLE_RATE,
+    BatchPlan,
+    Item,
+    Prompt,
+    plan_batch,
+)
 from speechpipe.models.home import speechpipe_home
 from speechpipe.models.prefill import (
     RESTRICTED_BUDGET_BYTES,
     NativePrefill,
     native_prefill,
-    prefill_text_tokens,
 )
 from speechpipe.models.whisper_vocab import (
     RestrictedVocabulary,
@@ -90,15 +90,10 @@ __all__ = [
     "WhisperResult",
     "WHISPER_LANGUAGES",
     "EngineStats",
-    "generate_max_length",
 ]
 
-SAMPLE_RATE = 16_000
 TRAILING_SILENCE_S = 1.0
 ENCODE_BUCKET_S = 1.0  # encode lengths are multiples of this (see "Batching" above)
-MAX_LENGTH_STEP = 4  # max_length granularity: requests within a step share generate calls
-CONTEXT_BUCKET_TOKENS = 8  # context lengths are multiples of this (generate needs
-# <|startoftranscript|> at the same position in every item of a call)
 
 # Whisper's language codes (tokenizer order). Used to validate --source-lang.
 WHISPER_LANGUAGES = (
@@ -135,15 +130,6 @@ class EngineStats:
             return dict(self._values)
 
 
-def generate_max_length(output_tokens: int, context_tokens: int) -> int:
-    """The ``max_length`` that lets CTranslate2's Whisper ``generate`` return exactly
-    ``output_tokens`` (forced prefix + new) after a prompt holding ``context_tokens`` tokens
-    before ``<|startoftranscript|>`` (``<|startofprev|>`` included). Measured with
-    CTranslate2 4.x: a sequence stops at ``min(L // 2, L - context_tokens - 3)`` tokens, so
-    asking for more would only make it generate tokens that are cut off (a test checks it)."""
-    return min(448, max(2 * output_tokens, output_tokens + context_tokens + 3))
-
-
 def _joined(prefix: str, decode: DecodeResult, added: str = "") -> str:
     """The full text of a side: forced prefix, glued fragment, continuation, additions."""
     text = f"{prefix.strip()}{decode.glued} {decode.continuation}".strip()
@@ -157,19 +143,6 @@ def _reads_as(prefix: str, decode: DecodeResult, source: str) -> bool | None:
     judged = in_language(decode.continuation, "en", [source])
     return judged if judged is not None else in_language(_joined(prefix, decode), "en",
                                                          [source])
-
-
-@dataclass(frozen=True, slots=True)
-class _Item:
-    """One decode of a bucket call: request ``row``'s ``task`` with its full prompt."""
-    row: int
-    task: DecodeTask
-    prompt: list[int]  # context, sot sequence, forced prefix
-    n_prefix: int
-    new_tokens: int
-    n_context: int
-    max_length: int
-    prefilled: int = 0  # prefix tokens read in the prompt pass (models.prefill)
 
 
 class WhisperEngine:
@@ -359,17 +332,23 @@ class WhisperEngine:
         prefix_ids = self._text_ids(prefix)
         return [*context, *self._sot(language, task), *prefix_ids], len(prefix_ids)
 
-    @staticmethod
-    def new_tokens(request: WhisperRequest, prefix_tokens: int = 0) -> int:
-        """How many tokens a decode of ``request`` may add after its forced prefix: enough
-        for the window's audio (``tokens_per_second``), less the prefix's tokens when
-        ``cap_by_window`` (they already cover part of it), at most ``max_new_tokens``."""
-        tokens = 4 + math.ceil(len(request.audio) / SAMPLE_RATE * request.tokens_per_second)
-        if request.cap_by_window:
-            tokens = max(4, tokens - prefix_tokens)
-        if request.max_new_tokens is not None:
-            tokens = min(tokens, request.max_new_tokens)
-        return tokens
+    def _prompts(self, request: WhisperRequest, language: str,
+                 vocabulary: RestrictedVocabulary | None) -> list[Prompt]:
+        """One prompt per task of ``request``; with a ``vocabulary``, the full ids spelled
+        with its kept tokens."""
+        contexts = self.context_ids(request)
+        prompts = []
+        for task in request.tasks:
+            context = contexts[task.task]
+            prompt, n_prefix = self._prompt(language, task.task, task.prefix, context)
+            if vocabulary is not None:  # full ids, spelled with kept tokens
+                n_head = len(prompt) - n_prefix
+                head = vocabulary.spelled(prompt[:n_head])
+                tail = vocabulary.spelled(prompt[n_head:])
+                prompt, n_prefix = head + tail, len(tail)
+                context = head[: len(head) - len(self._sot(language, task.task))]
+            prompts.append(Prompt(task, prompt, n_prefix, len(context)))
+        return prompts
 
     # -- whole requests --------------------------------------------------------------------
     def run(self, request: WhisperRequest) -> WhisperResult:
@@ -420,43 +399,80 @@ class WhisperEngine:
                 detected.append(self.detect_language(view, request.detect_among))
                 languages.append(detected[-1][0])
         t2 = time.perf_counter()
-        # one decode item per (request, task); grouped by what a generate call shares: the
-        # beam size, the context length and max_length. max_length is per request (the
-        # largest its tasks need, in steps of MAX_LENGTH_STEP), so a request's results (text
-        # and scores) are the same in any batch, and its tasks share one call
         # a restricted decoder has ids of its own: prompts are mapped to them, outputs back
-        items: list[_Item] = []
-        groups: dict[tuple[str, int, int, int, int, int], list[int]] = {}
         native = (self.prefill() if any(r.prefill or r.vocabulary_words for r in requests)
                   else None)
+        prompts: list[list[Prompt]] = []
+        restricted: list[bool] = []
         for row, request in enumerate(requests):
             language = languages[row][0]
             _, vocabulary = self.decoder(language, request.vocabulary_words)
-            contexts = self.context_ids(request)
-            pending = []
-            for task in request.tasks:
-                context = contexts[task.task]
-                prompt, n_prefix = self._prompt(language, task.task, task.prefix, context)
-                if vocabulary is not None:  # full ids, spelled with kept tokens
-                    n_head = len(prompt) - n_prefix
-                    head = vocabulary.spelled(prompt[:n_head])
-                    tail = vocabulary.spelled(prompt[n_head:])
-                    prompt, n_prefix = head + tail, len(tail)
-                    context = head[: len(head) - len(self._sot(language, task.task))]
-                new_tokens = self.new_tokens(request, n_prefix)
-                pending.append((task, prompt, n_prefix, new_tokens, len(context)))
-            length = max((generate_max_length(p[2] + p[3], p[4]) for p in pending), default=0)
-            length = min(448, -(-length // MAX_LENGTH_STEP) * MAX_LENGTH_STEP)
-            words = request.vocabulary_words if vocabulary is not None else 0
-            # prefix tokens read in the prompt pass: decided by the request alone
-            prefilled = (prefill_text_tokens([p[2] for p in pending])
-                         if native is not None and request.prefill else 0)
-            for task, prompt, n_prefix, new_tokens, n_context in pending:
-                key = (language if words else "", words, request.beam_size, n_context, length,
-                       prefilled)
-                groups.setdefault(key, []).append(len(items))
-                items.append(_Item(row, task, prompt, n_prefix, new_tokens, n_context, length,
-                                   prefilled))
+            prompts.append(self._prompts(request, language, vocabulary))
+            restricted.append(vocabulary is not None)
+        plan = plan_batch(requests, [language for language, _ in languages], prompts,
+                          restricted, native is not None)
+        items, groups = plan.items, plan.groups
+        generated, counts = self._generate(plan, encoded, native)
+        t3 = time.perf_counter()
+        decodes: list[list[DecodeResult]] = [[] for _ in requests]
+        captions: dict[int, list[str]] = {}  # each request's captions, for its translation
+        for member in sorted(range(len(items)), key=lambda m: items[m].task.task != "transcribe"):
+            item = items[member]
+            spoken = None
+            if item.task.task == "translate":
+                spoken = captions.get(item.row, [])
+            decode = self._decode_result(requests[item.row], item.task, *generated[member],
+                                         spoken=spoken)
+            if item.task.task == "transcribe":
+                captions[item.row] = [*item.task.prefix.split(), *decode.continuation.split()]
+            decodes[item.row].append(decode)
+        for row, request in enumerate(requests):  # in the request's task order
+            order = [t.task for t in request.tasks]
+            decodes[row].sort(key=lambda d: order.index(d.task) if d.task in order else 0)
+        aligned = self._align_words(requests, encoded, languages, items, generated, decodes)
+        t4 = time.perf_counter()
+        self.stats.add(
+            encode_calls=1, encode_s=t1 - t0,
+            encoded_s=len(requests) * self.encode_samples(len(requests[0].audio)) / SAMPLE_RATE,
+            generate_calls=len(groups), decode_items=len(items), decode_s=t3 - t2,
+            **counts,
+            context_tokens=sum(item.n_context for item in items),
+            align_s=t4 - t3 if aligned else 0.0)
+        for row, request in enumerate(requests):
+            if request.check_target_language and languages[row][0] != "en":
+                decodes[row] = self._keep_to_english(request, languages[row][0], decodes[row])
+        recover_s = [0.0] * len(requests)
+        for row, request in enumerate(requests):
+            if request.recover_coverage:
+                t_recover = time.perf_counter()
+                decodes[row] = self._recover_coverage(
+                    request, encoded[row], languages[row][0], decodes[row])
+                if any(d.recovered for d in decodes[row]):  # an extra decode ran
+                    recover_s[row] = time.perf_counter() - t_recover
+        return [
+            WhisperResult(
+                language=languages[row][0],
+                language_prob=languages[row][1],
+                language_probs=detected[row],
+                decodes=tuple(decodes[row]),
+                encode_s=t1 - t0,
+                decode_s=t3 - t2,
+                timings={"asr.encode": t1 - t0, "asr.langid": t2 - t1, "asr.decode": t3 - t2,
+                         **({"asr.align": t4 - t3} if aligned else {}),
+                         **({"asr.recover": recover_s[row]} if recover_s[row] else {})},
+                batch_requests=len(requests),
+            )
+            for row in range(len(requests))
+        ]
+
+    def _generate(
+        self, plan: BatchPlan, encoded: NDArray[np.float32], native: NativePrefill | None,
+    ) -> tuple[dict[int, tuple[list[int], float, float, bool]], dict[str, float]]:
+        """Run a plan's ``generate`` calls: per item, (kept new ids, average log-probability,
+        no-speech probability, whether it hit its cap); and the token and step counters."""
+        import ctranslate2
+
+        items, groups = plan.items, plan.groups
         generated: dict[int, tuple[list[int], float, float, bool]] = {}
         made = kept = forced = prefilled_total = steps_run = 0
         for (decoder_language, words, beam_size, n_context, length, prefilled), members \
@@ -503,63 +519,14 @@ class WhisperEngine:
                 prefilled_total += item.prefilled
                 avg_logprob = float(score) / max(1, len(full)) if score is not None else 0.0
                 generated[member] = (ids, avg_logprob, float(no_speech_prob), hit_cap)
-        t3 = time.perf_counter()
-        decodes: list[list[DecodeResult]] = [[] for _ in requests]
-        captions: dict[int, list[str]] = {}  # each request's captions, for its translation
-        for member in sorted(range(len(items)), key=lambda m: items[m].task.task != "transcribe"):
-            item = items[member]
-            spoken = None
-            if item.task.task == "translate":
-                spoken = captions.get(item.row, [])
-            decode = self._decode_result(requests[item.row], item.task, *generated[member],
-                                         spoken=spoken)
-            if item.task.task == "transcribe":
-                captions[item.row] = [*item.task.prefix.split(), *decode.continuation.split()]
-            decodes[item.row].append(decode)
-        for row, request in enumerate(requests):  # in the request's task order
-            order = [t.task for t in request.tasks]
-            decodes[row].sort(key=lambda d: order.index(d.task) if d.task in order else 0)
-        aligned = self._align_words(requests, encoded, languages, items, generated, decodes)
-        t4 = time.perf_counter()
-        self.stats.add(
-            encode_calls=1, encode_s=t1 - t0,
-            encoded_s=len(requests) * self.encode_samples(len(requests[0].audio)) / SAMPLE_RATE,
-            generate_calls=len(groups), decode_items=len(items), decode_s=t3 - t2,
-            generated_tokens=made, kept_tokens=kept, forced_tokens=forced,
-            prefilled_tokens=prefilled_total, decoder_steps=steps_run,
-            context_tokens=sum(item.n_context for item in items),
-            align_s=t4 - t3 if aligned else 0.0)
-        for row, request in enumerate(requests):
-            if request.check_target_language and languages[row][0] != "en":
-                decodes[row] = self._keep_to_english(request, languages[row][0], decodes[row])
-        recover_s = [0.0] * len(requests)
-        for row, request in enumerate(requests):
-            if request.recover_coverage:
-                t_recover = time.perf_counter()
-                decodes[row] = self._recover_coverage(
-                    request, encoded[row], languages[row][0], decodes[row])
-                if any(d.recovered for d in decodes[row]):  # an extra decode ran
-                    recover_s[row] = time.perf_counter() - t_recover
-        return [
-            WhisperResult(
-                language=languages[row][0],
-                language_prob=languages[row][1],
-                language_probs=detected[row],
-                decodes=tuple(decodes[row]),
-                encode_s=t1 - t0,
-                decode_s=t3 - t2,
-                timings={"asr.encode": t1 - t0, "asr.langid": t2 - t1, "asr.decode": t3 - t2,
-                         **({"asr.align": t4 - t3} if aligned else {}),
-                         **({"asr.recover": recover_s[row]} if recover_s[row] else {})},
-                batch_requests=len(requests),
-            )
-            for row in range(len(requests))
-        ]
+        return generated, {"generated_tokens": made, "kept_tokens": kept,
+                           "forced_tokens": forced, "prefilled_tokens": prefilled_total,
+                           "decoder_steps": steps_run}
 
     def _align_words(
         self, requests: Sequence[WhisperRequest], encoded: NDArray[np.float32],
         languages: list[tuple[str, float]],
-        items: list[_Item],
+        items: list[Item],
         generated: dict[int, tuple[list[int], float, float, bool]],
         decodes: list[list[DecodeResult]],
     ) -> bool:
