@@ -26,15 +26,9 @@ Guards against words from nothing (unguarded decodes loop on real clips here):
 The ASR stage adds the commit guard (``stages.faithfulness``): no words where a neural VAD
 heard no speech, no translation without source words.
 
-Coverage recovery (``recover_coverage``, for decodes that commit everything): Whisper's
-``translate`` can end its output after a short first sentence ("Merci. Mais ..." ->
-"Thank you!") and leave the rest of a long utterance untranslated. When the translation holds
-much fewer words than the captions of the same request (``stages.coverage.coverage_gap``),
-the captions are aligned to the audio (cross-attention, faster-whisper's ``find_alignment``,
-on the encoder output already computed), and the audio from the first uncovered source
-sentence on is translated on its own, continuing the translation's unfinished sentence if
-any. Its words are appended to the translate decode (``recovered`` counts the extra decodes;
-``coverage_short`` says the translation is still short after them).
+Second decodes (``stages.redecode``): a translation that is not English is decoded again
+with ``<|en|>``; coverage recovery translates the audio a short translation left out (its
+source time from a cross-attention alignment on the encoder output already computed).
 """
 
 from __future__ import annotations
@@ -43,7 +37,6 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -71,14 +64,10 @@ from speechpipe.models.whisper_vocab import (
     vocabulary_languages,
 )
 from speechpipe.stages.agreement import normalize_word
-from speechpipe.stages.coverage import (
-    classify_utterance,
-    coverage_gap,
-)
 from speechpipe.stages.language_vote import top_languages
-from speechpipe.stages.loop_guard import guard_words
+from speechpipe.stages.loop_guard import guarded_decode
 from speechpipe.stages.model_api import DecodeResult, DecodeTask, WhisperRequest, WhisperResult
-from speechpipe.stages.target_language import in_language
+from speechpipe.stages.redecode import keep_to_english, recover_coverage
 
 log = logging.getLogger(__name__)
 
@@ -128,21 +117,6 @@ class EngineStats:
         """A copy of every counter now."""
         with self._lock:
             return dict(self._values)
-
-
-def _joined(prefix: str, decode: DecodeResult, added: str = "") -> str:
-    """The full text of a side: forced prefix, glued fragment, continuation, additions."""
-    text = f"{prefix.strip()}{decode.glued} {decode.continuation}".strip()
-    return f"{text} {added}".strip() if added else text
-
-
-def _reads_as(prefix: str, decode: DecodeResult, source: str) -> bool | None:
-    """Is a translate decode English rather than ``source``? Its new words alone when they
-    are enough to judge (a committed English prefix would outweigh them), else the whole
-    text; None: too short to say."""
-    judged = in_language(decode.continuation, "en", [source])
-    return judged if judged is not None else in_language(_joined(prefix, decode), "en",
-                                                         [source])
 
 
 class WhisperEngine:
@@ -421,8 +395,9 @@ class WhisperEngine:
             spoken = None
             if item.task.task == "translate":
                 spoken = captions.get(item.row, [])
-            decode = self._decode_result(requests[item.row], item.task, *generated[member],
-                                         spoken=spoken)
+            ids, avg_logprob, no_speech_prob, hit_cap = generated[member]
+            decode = guarded_decode(requests[item.row], item.task, self.tokenizer.decode(ids),
+                                    avg_logprob, no_speech_prob, hit_cap, spoken=spoken)
             if item.task.task == "transcribe":
                 captions[item.row] = [*item.task.prefix.split(), *decode.continuation.split()]
             decodes[item.row].append(decode)
@@ -440,7 +415,8 @@ class WhisperEngine:
             align_s=t4 - t3 if aligned else 0.0)
         for row, request in enumerate(requests):
             if request.check_target_language and languages[row][0] != "en":
-                decodes[row] = self._keep_to_english(request, languages[row][0], decodes[row])
+                decodes[row] = keep_to_english(request, languages[row][0], decodes[row],
+                                               self._first_decode)
         recover_s = [0.0] * len(requests)
         for row, request in enumerate(requests):
             if request.recover_coverage:
@@ -593,118 +569,20 @@ class WhisperEngine:
             ends.append(token_start.get(following, last))
         return ends
 
-    def _decode_result(
-        self, request: WhisperRequest, task: DecodeTask, ids: list[int], avg_logprob: float,
-        no_speech_prob: float, hit_cap: bool, spoken: Sequence[str] | None = None,
-    ) -> DecodeResult:
-        """``spoken``: for a translation, the same audio's captions (the loop guard keeps a
-        repetition the speaker made); None for the captions themselves."""
-        text = self.tokenizer.decode(ids)
-        glued = ""
-        if task.prefix.strip() and text and not text[0].isspace():
-            glued, _, text = text.partition(" ")
-        # a loop that starts in the context (text copied from before the window) is cut too
-        context = [*task.context.split()[-40:], *task.prefix.split()]
-        words, was_cut = guard_words(text.split(), context, spoken, request.restart_guard)
-        suppressed = (
-            no_speech_prob > request.no_speech_threshold
-            and avg_logprob < request.logprob_threshold
-        )
-        return DecodeResult(
-            task=task.task,
-            continuation="" if suppressed else " ".join(words),
-            glued="" if suppressed else glued,
-            avg_logprob=avg_logprob,
-            no_speech_prob=no_speech_prob,
-            suppressed=suppressed,
-            cut=was_cut,
-            truncated=hit_cap,
-        )
+    def _first_decode(self, request: WhisperRequest) -> DecodeResult:
+        """A request's first decode, run alone (``stages.redecode``'s second decodes)."""
+        return self._run_bucket([request])[0].decodes[0]
 
-    # -- the translation in English (issue 45) ----------------------------------------------
-    def _keep_to_english(self, request: WhisperRequest, language: str,
-                         decodes: list[DecodeResult]) -> list[DecodeResult]:
-        """A translate decode whose text reads as the source language (Whisper transcribed
-        instead of translating) is decoded again with ``<|en|>`` as the language token; if
-        that is not English either, it is marked ``wrong_language`` (never spoken)."""
-        index = next((i for i, d in enumerate(decodes) if d.task == "translate"), None)
-        if index is None:
-            return decodes
-        decode = decodes[index]
-        task = next(t for t in request.tasks if t.task == "translate")
-        if _reads_as(task.prefix, decode, language) is not False:
-            return decodes
-        again = self._run_bucket([replace(
-            request, language="en", tasks=(task,), check_target_language=False,
-            recover_coverage=False, word_times=tuple(t for t in request.word_times
-                                                      if t == "translate"))])[0].decodes[0]
-        redone = replace(again, redecoded=True)
-        if _reads_as(task.prefix, redone, language) is False:
-            redone = replace(redone, wrong_language=True)
-        out = list(decodes)
-        out[index] = redone
-        return out
-
-    # -- coverage recovery -----------------------------------------------------------------
     def _recover_coverage(
         self, request: WhisperRequest, encoded_row: NDArray[np.float32], language: str,
         decodes: list[DecodeResult],
     ) -> list[DecodeResult]:
-        """Translate the audio the translate decode left out (module docs); at most
-        ``request.max_recoveries`` extra decodes, each on the audio after the last cut."""
-        by_task = {d.task: i for i, d in enumerate(decodes)}
-        if "transcribe" not in by_task or "translate" not in by_task:
-            return decodes
-        prefixes = {t.task: t.prefix for t in request.tasks}
-        source = _joined(prefixes["transcribe"], decodes[by_task["transcribe"]])
-        target_decode = decodes[by_task["translate"]]
-        if target_decode.suppressed:
-            return decodes
-        added = ""
-        recovered = 0
-        audio_from = 0  # samples: where the source text's audio starts
-        source_rest = source
-        for _ in range(request.max_recoveries):
-            target = _joined(prefixes["translate"], target_decode, added)
-            gap = coverage_gap(source, target, request.coverage_min_ratio,
-                               request.coverage_min_words)
-            if gap is None:
-                break
-            offset, fragment = gap
-            offset -= len(source) - len(source_rest)  # into the text still to be placed
-            if offset <= 0:
-                break
-            start = self._source_time(request.audio[audio_from:], encoded_row if not audio_from
-                                      else None, language, source_rest, offset)
-            if start is None:
-                break
-            cut = audio_from + max(0, int((start - 0.1) * SAMPLE_RATE))
-            if len(request.audio) - cut < int(0.5 * SAMPLE_RATE):
-                break
-            tail = WhisperRequest(
-                audio=request.audio[cut:], language=language,
-                tasks=(DecodeTask("translate", fragment),), beam_size=request.beam_size,
-                tokens_per_second=request.tokens_per_second,
-                no_speech_threshold=request.no_speech_threshold,
-                logprob_threshold=request.logprob_threshold,
-            )
-            extra = self._run_bucket([tail])[0].decodes[0]
-            recovered += 1
-            if extra.suppressed or not extra.continuation:
-                break
-            added = " ".join(p for p in (added, extra.glued, extra.continuation) if p)
-            audio_from = cut
-            source_rest = source_rest[offset:]
-        if not recovered:
-            return decodes
-        continuation = " ".join(p for p in (target_decode.continuation, added) if p)
-        target = _joined(prefixes["translate"], target_decode, added)
-        short = classify_utterance(source, target, request.coverage_min_ratio,
-                                   request.coverage_min_words) == "dropped"
-        out = list(decodes)
-        out[by_task["translate"]] = replace(
-            target_decode, continuation=continuation, recovered=recovered, coverage_short=short)
-        return out
+        """``stages.redecode.recover_coverage`` with this engine's alignment (from the audio's
+        start, on the encoder output already computed) and decodes."""
+        def source_time(audio_from: int, text: str, offset: int) -> float | None:
+            return self._source_time(request.audio[audio_from:], encoded_row
+                                     if not audio_from else None, language, text, offset)
+        return recover_coverage(request, language, decodes, source_time, self._first_decode)
 
     def _source_time(
         self, audio: NDArray[np.float32], encoded_row: NDArray[np.float32] | None,

@@ -5,7 +5,10 @@ Whisper decodes loop on real clips here. These guards cut a continuation at the 
 repeated n-gram run, or at a word that loops inside itself ("2-3-3-4-4-4-4-4-4")
 (``cut_repetition``); at a sentence that restates an earlier one (``cut_restatement``); and a
 partial's continuation that starts its sentence over is cut there, before agreement can
-commit a loop's first words (``cut_restart``). ``guard_words`` runs them in that order.
+commit a loop's first words (``cut_restart``). ``guard_words`` runs them in that order;
+``guarded_decode`` makes a decode's result of its text (the guards, and the no-speech guard:
+a decode whose no-speech probability is high and whose log-probability is low is dropped,
+faster-whisper's rule).
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from speechpipe.stages.model_api import DecodeResult, DecodeTask, WhisperRequest
+
 __all__ = ["cut_repetition", "cut_restatement", "cut_restart", "guard_words",
-           "SPOKEN_REPEAT_WORDS", "SPOKEN_REPEAT_COPIES"]
+           "guarded_decode", "SPOKEN_REPEAT_WORDS", "SPOKEN_REPEAT_COPIES"]
 
 
 def cut_repetition(
@@ -194,3 +199,32 @@ def guard_words(
         words, restarted = cut_restart(words, context=context)
         was_cut = was_cut or restarted
     return words, was_cut
+
+
+def guarded_decode(
+    request: WhisperRequest, task: DecodeTask, text: str, avg_logprob: float,
+    no_speech_prob: float, hit_cap: bool, spoken: Sequence[str] | None = None,
+) -> DecodeResult:
+    """The result of a decode of ``request``'s ``task`` whose new tokens read ``text``.
+    ``spoken``: for a translation, the same audio's captions (the loop guard keeps a
+    repetition the speaker made); None for the captions themselves."""
+    glued = ""
+    if task.prefix.strip() and text and not text[0].isspace():
+        glued, _, text = text.partition(" ")
+    # a loop that starts in the context (text copied from before the window) is cut too
+    context = [*task.context.split()[-40:], *task.prefix.split()]
+    words, was_cut = guard_words(text.split(), context, spoken, request.restart_guard)
+    suppressed = (
+        no_speech_prob > request.no_speech_threshold
+        and avg_logprob < request.logprob_threshold
+    )
+    return DecodeResult(
+        task=task.task,
+        continuation="" if suppressed else " ".join(words),
+        glued="" if suppressed else glued,
+        avg_logprob=avg_logprob,
+        no_speech_prob=no_speech_prob,
+        suppressed=suppressed,
+        cut=was_cut,
+        truncated=hit_cap,
+    )
