@@ -17,7 +17,8 @@ from speechpipe.evaluation.scores import end_offset_parts, laid_back_to_back
 from speechpipe.transport.client import ClientRun, stream_session
 
 __all__ = ["ClientRun", "run_client", "phrase_cache_name", "commit_latencies",
-           "utterance_offsets", "end_offset_split", "committed_by_end", "recording_offsets"]
+           "utterance_offsets", "end_offset_split", "committed_by_end", "recording_offsets",
+           "recording_owner"]
 
 # one phrase-cache namespace per client session of this process (see ``phrase_cache_name``)
 _SESSIONS = itertools.count()
@@ -140,27 +141,34 @@ def _laid_ends(chunks: Sequence[tuple[float, int, float]]) -> dict[int, float]:
     return laid_end
 
 
+def recording_owner(start_t: float, spans: Sequence[tuple[float, float]]) -> int:
+    """The recording a server utterance starting at ``start_t`` (its ``vad`` start, stream
+    clock) belongs to: the one whose speech is nearest after the silence it started in. The
+    boundaries are the middles of the silences between recordings. A VAD start lies before
+    the recording's first voiced frame by the VAD's pre-roll and start window (0.3 + 0.2 s
+    by default) and more where the speech starts softly, so a fixed margin before the first
+    voiced frame gave a recording's utterance to the one before it: that recording was
+    "not heard", and the one before it "ended" with the next one's speech."""
+    owner = 0
+    for k in range(1, len(spans)):
+        if start_t >= (spans[k - 1][1] + spans[k][0]) / 2:
+            owner = k
+    return owner
+
+
 def recording_offsets(
-    run: ClientRun, spans: Sequence[tuple[float, float]], margin_s: float = 0.5,
+    run: ClientRun, spans: Sequence[tuple[float, float]],
 ) -> list[tuple[float, float] | None]:
     """Per recording of a playlist (its voiced span on the stream clock, ``spans`` in
     order): (first translated audio after its first voiced frame, end of its translated audio
     after its last voiced frame), judged at the client: arrival on the client's clock, chunks
     laid back to back (``evaluation.scores.laid_back_to_back``). The server's utterances
-    belong to the recording during which they started (VAD start at most ``margin_s``
-    before its first voiced frame, and before the next one's); None for a recording of
-    which no translated audio arrived."""
+    belong to the recording whose speech they started nearest to (``recording_owner``);
+    None for a recording of which no translated audio arrived."""
     if not spans:
         return []
-    owner: dict[int, int] = {}
-    for e in run.of("vad"):
-        if e["kind"] != "start":
-            continue
-        k = 0
-        for j, (first, _) in enumerate(spans):
-            if e["t"] >= first - margin_s:
-                k = j
-        owner[e["utterance"]] = k
+    owner = {e["utterance"]: recording_owner(e["t"], spans)
+             for e in run.of("vad") if e["kind"] == "start"}
     chunks = _chunks(run)
     firsts: dict[int, float] = {}
     ends: dict[int, float] = {}

@@ -21,6 +21,7 @@ from speechpipe.bench.load import (
     run_start_case,
     voiced_span,
 )
+from speechpipe.bench.load_client import recording_owner
 from speechpipe.evaluation.scores import end_offset_parts, laid_back_to_back
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,6 +85,24 @@ def test_recordings_are_judged_by_their_own_utterances_translated_audio():
     # recording 1's first translated audio is its own (4.2), not recording 0's tail
     assert first1 == pytest.approx(0.2) and end1 == pytest.approx(7.5 - 6.0)
     assert recording_offsets(run, [(0.5, 3.0), (4.0, 6.0), (9.0, 10.0)])[2] is None
+
+
+def test_an_utterance_belongs_to_the_recording_nearest_after_its_silence():
+    # recordings voiced 0.5..3.0 s and 4.0..6.0 s: the silence between them ends at 3.5 s
+    spans = [(0.5, 3.0), (4.0, 6.0)]
+    assert recording_owner(0.0, spans) == 0
+    assert recording_owner(3.4, spans) == 0  # a late start in the first one's tail
+    # the VAD's pre-roll and start window put a start 0.5-0.7 s before the first voiced
+    # frame: the second recording's utterance, not the first's
+    assert recording_owner(3.35 + 0.2, spans) == 1 and recording_owner(3.6, spans) == 1
+    run = ClientRun(0)
+    run.events = [(0.6, {"type": "vad", "kind": "start", "utterance": 0, "t": 0.2}),
+                  (3.9, {"type": "vad", "kind": "start", "utterance": 1, "t": 3.45 + 0.1})]
+    run.audio = [(3.0, _chunk(0, 1.0), np.zeros(0, np.int16)),   # laid 3.0..4.0
+                 (7.0, _chunk(1, 1.0), np.zeros(0, np.int16))]   # laid 7.0..8.0
+    (_, end0), (first1, end1) = recording_offsets(run, spans)
+    assert end0 == pytest.approx(4.0 - 3.0)  # not 8.0 - 3.0: the next one's speech
+    assert first1 == pytest.approx(3.0) and end1 == pytest.approx(2.0)
 
 
 def test_a_case_pools_every_recording_and_the_sessions_first_ones(capsys):
