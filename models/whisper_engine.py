@@ -48,7 +48,6 @@ from speechpipe.models.batch_plan import (
     CONTEXT_BUCKET_TOKENS,
     SAMPLE_RATE,
     BatchPlan,
-    Item,
     Prompt,
     plan_batch,
 )
@@ -58,12 +57,13 @@ from speechpipe.models.prefill import (
     NativePrefill,
     native_prefill,
 )
+from speechpipe.models.whisper_align import align_words, source_time
+from speechpipe.models.whisper_stats import EngineStats
 from speechpipe.models.whisper_vocab import (
     RestrictedVocabulary,
     restricted_vocabulary,
     vocabulary_languages,
 )
-from speechpipe.stages.agreement import normalize_word
 from speechpipe.stages.language_vote import top_languages
 from speechpipe.stages.loop_guard import guarded_decode
 from speechpipe.stages.model_api import DecodeResult, DecodeTask, WhisperRequest, WhisperResult
@@ -91,32 +91,6 @@ WHISPER_LANGUAGES = (
     "gl mr pa si km sn yo so af oc ka be tg sd gu am yi lo uz fo ht ps tk nn mt sa lb my bo tl "
     "mg as tt haw ln ha ba jw su yue"
 ).split()
-
-
-class EngineStats:
-    """Cumulative work counters of one engine (all worker threads): what ``bench cost``
-    reads. Seconds are wall time of the calls, which is CPU time with one CTranslate2 thread
-    per call; ``encoded_s`` is encoder input in audio seconds (window + silence)."""
-
-    FIELDS = ("encode_calls", "encode_s", "encoded_s", "generate_calls", "decode_items",
-              "decode_s", "generated_tokens", "kept_tokens", "forced_tokens",
-              "context_tokens", "align_s", "recover_s", "native_cpu_s",
-              "prefilled_tokens", "decoder_steps")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._values = dict.fromkeys(self.FIELDS, 0.0)
-
-    def add(self, **values: float) -> None:
-        """Add to counters (thread-safe)."""
-        with self._lock:
-            for name, value in values.items():
-                self._values[name] += value
-
-    def snapshot(self) -> dict[str, float]:
-        """A copy of every counter now."""
-        with self._lock:
-            return dict(self._values)
 
 
 class WhisperEngine:
@@ -404,7 +378,8 @@ class WhisperEngine:
         for row, request in enumerate(requests):  # in the request's task order
             order = [t.task for t in request.tasks]
             decodes[row].sort(key=lambda d: order.index(d.task) if d.task in order else 0)
-        aligned = self._align_words(requests, encoded, languages, items, generated, decodes)
+        aligned = align_words(self.model.model, self.tokenizer, requests, encoded, languages,
+                              items, generated, decodes)
         t4 = time.perf_counter()
         self.stats.add(
             encode_calls=1, encode_s=t1 - t0,
@@ -499,76 +474,6 @@ class WhisperEngine:
                            "forced_tokens": forced, "prefilled_tokens": prefilled_total,
                            "decoder_steps": steps_run}
 
-    def _align_words(
-        self, requests: Sequence[WhisperRequest], encoded: NDArray[np.float32],
-        languages: list[tuple[str, float]],
-        items: list[Item],
-        generated: dict[int, tuple[list[int], float, float, bool]],
-        decodes: list[list[DecodeResult]],
-    ) -> bool:
-        """Add ``word_ends`` to the decodes whose request asked for them: one ``align`` call
-        (cross-attention of the alignment heads, DTW) per language and task. Returns whether
-        anything was aligned."""
-        import dataclasses
-
-        import ctranslate2
-
-        wanted: dict[tuple[str, str], list[int]] = {}
-        for member, item in enumerate(items):
-            request = requests[item.row]
-            if (item.task.task in request.word_times and generated[member][0]
-                    and self._may_commit(request, item.task.task, decodes[item.row])):
-                wanted.setdefault((languages[item.row][0], item.task.task), []).append(member)
-        for (language, task_name), members in wanted.items():
-            rows = [items[m].row for m in members]
-            start = [self._tok["<|startoftranscript|>"],
-                     self.tokenizer.token_to_id(f"<|{language}|>"), self._tok[f"<|{task_name}|>"]]
-            # prefix + new tokens (the context before the sot sequence is not aligned)
-            texts = [items[m].prompt[items[m].n_context + 4:] + generated[m][0]
-                     for m in members]
-            frames = [max(2, len(requests[r].audio) // 160) for r in rows]  # mel frames, 100/s
-            memory = ctranslate2.StorageView.from_array(np.ascontiguousarray(encoded[rows]))
-            results = self.model.model.align(memory, start, texts, frames)
-            for member, text, result in zip(members, texts, results, strict=True):
-                row, task, n_prefix = items[member].row, items[member].task, items[member].n_prefix
-                token_start: dict[int, float] = {}
-                for text_index, time_index in result.alignments:
-                    token_start.setdefault(int(text_index), int(time_index) / 50.0)
-                ends = self._word_ends(text, n_prefix, token_start)
-                index = [d.task for d in decodes[row]].index(task.task)
-                decode = decodes[row][index]
-                words = decode.continuation.split()
-                if len(ends) >= len(words):  # cut or suppressed decodes keep a prefix
-                    decodes[row][index] = dataclasses.replace(
-                        decode, word_ends=tuple(ends[: len(words)]))
-        return bool(wanted)
-
-    @staticmethod
-    def _may_commit(request: WhisperRequest, task: str, decodes: list[DecodeResult]) -> bool:
-        """Can this decode's continuation commit anything by agreement? Only if it starts
-        with a word an earlier hypothesis started with (``align_starts``); else its word
-        times would change nothing, and the alignment is skipped."""
-        starts = dict(request.align_starts).get(task)
-        if not starts:
-            return True
-        words = next((d.continuation.split() for d in decodes if d.task == task), [])
-        return bool(words) and normalize_word(words[0]) in starts
-
-    def _word_ends(self, text: list[int], n_prefix: int,
-                   token_start: dict[int, float]) -> list[float]:
-        """End time of each continuation word: where the token after its last one starts
-        (the end-of-text token for the last word). A word starts at a token with a leading
-        space; tokens before the first such one are glued to the prefix."""
-        starts = [i for i in range(n_prefix, len(text))
-                  if (self.tokenizer.id_to_token(text[i]) or "").startswith("\u0120")
-                  or (i == 0 and n_prefix == 0)]
-        ends = []
-        last = max(token_start.values(), default=0.0)
-        for k in range(len(starts)):
-            following = starts[k + 1] if k + 1 < len(starts) else len(text)
-            ends.append(token_start.get(following, last))
-        return ends
-
     def _first_decode(self, request: WhisperRequest) -> DecodeResult:
         """A request's first decode, run alone (``stages.redecode``'s second decodes)."""
         return self._run_bucket([request])[0].decodes[0]
@@ -588,28 +493,12 @@ class WhisperEngine:
         self, audio: NDArray[np.float32], encoded_row: NDArray[np.float32] | None,
         language: str, text: str, offset: int,
     ) -> float | None:
-        """Seconds into ``audio`` where the word of ``text`` at character ``offset`` starts,
-        by aligning the transcript to the audio (cross-attention, as faster-whisper's word
-        timestamps do). None when the alignment cannot place it."""
-        import ctranslate2
-        from faster_whisper.tokenizer import Tokenizer
-
+        """``models.whisper_align.source_time`` of ``text`` on ``audio`` (encoded again
+        unless ``encoded_row`` is given)."""
         if encoded_row is None:
             encoded_row = self._encode_rows([self.mel(audio)])[0]
-        tokenizer = Tokenizer(self.tokenizer, True, task="transcribe", language=language)
-        tokens = self._text_ids(text)
-        view = ctranslate2.StorageView.from_array(np.ascontiguousarray(encoded_row[None]))
-        frames = len(audio) * 100 // SAMPLE_RATE  # mel frames (100 a second)
-        try:
-            words = self.model.find_alignment(tokenizer, [tokens], view, frames)[0]
-        except Exception:  # an alignment failure only means no recovery
-            return None
-        position = -1  # the text is aligned with a leading space
-        for word in words:
-            position += len(word["word"])
-            if position > offset:
-                return float(word["start"])
-        return None
+        return source_time(self.model, len(audio), encoded_row, language, self._text_ids(text),
+                           offset)
 
     def release(self) -> None:
         """Drop the model (CTranslate2 joins its own threads in its destructor). Call on the

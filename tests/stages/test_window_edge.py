@@ -215,7 +215,7 @@ async def test_the_voice_gets_continuations_mid_sentence_and_the_end_at_the_end(
 
 
 def test_the_engine_aligns_only_a_decode_that_could_commit():
-    from speechpipe.models.whisper_engine import WhisperEngine
+    from speechpipe.models.whisper_align import may_commit
 
     decoder = _decoder(target_rests_on_captions=False)
     assert decoder.request("partial").align_starts == ()  # no earlier hypothesis yet
@@ -224,8 +224,8 @@ def test_the_engine_aligns_only_a_decode_that_could_commit():
     assert dict(request.align_starts)["translate"] == frozenset({"the"})
     agreeing = [DecodeResult("translate", "the building is warm", -0.2, 0.0)]
     other = [DecodeResult("translate", "a building", -0.2, 0.0)]
-    assert WhisperEngine._may_commit(request, "translate", agreeing)
-    assert not WhisperEngine._may_commit(request, "translate", other)
+    assert may_commit(request, "translate", agreeing)
+    assert not may_commit(request, "translate", other)
 
 
 def _both_partial(decoder: UtteranceDecoder, source: str, source_ends: tuple[float, ...],
