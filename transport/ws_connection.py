@@ -64,13 +64,13 @@ from speechpipe.transport.frame_guard import (
 )
 from speechpipe.transport.gate import AccessGate, Admission
 from speechpipe.transport.limits import ServerLimits
+from speechpipe.transport.peer_link import PeerLink
 from speechpipe.transport.privacy import describe_content
 from speechpipe.transport.protocol import (
     Offer,
     ProtocolError,
     Start,
     dumps,
-    encode_answer,
     encode_end,
     encode_error,
     encode_event,
@@ -229,7 +229,7 @@ class WsConnection:
         self.core = ConnectionCore(max_message_bytes=self.limits.max_message_bytes,
                                    max_lead_s=self.limits.max_lead_s, webrtc=server.webrtc,
                                    max_sdp_bytes=self.limits.quotas.max_sdp_bytes)
-        self.peer: WebRtcPeer | None = None
+        self.link = PeerLink(connect_timeout_s=self.limits.webrtc_connect_timeout_s)
         self.last_pts = 0
         self.outgoing: Channel[list[str | bytes]] = Channel(
             self.limits.outgoing_capacity, name="outgoing"
@@ -242,6 +242,11 @@ class WsConnection:
         self.feeds: SpeakerFeeds | None = None  # rooms: a speaking member's pipelines
         self.listening = False  # a room listener (not a session: no pipeline, no slot)
         self.sent = 0  # room messages sent to this listener (its activity)
+
+    @property
+    def peer(self) -> WebRtcPeer | None:
+        """The active WebRTC peer (``transport.peer_link``), if any."""
+        return self.link.peer
 
     @property
     def session_open(self) -> bool:
@@ -356,7 +361,7 @@ class WsConnection:
             try:
                 return await self.quota.recv(
                     self.ws.recv, stopping=self.core.stopping,
-                    activity=lambda: self.peer.frames_in if self.peer is not None else 0,
+                    activity=lambda: self.link.frames_in,
                 )
             except ProtocolError as exc:
                 # a listener sends nothing: its liveness is the ping/pong, not input
@@ -482,7 +487,8 @@ class WsConnection:
                 "session %s started: rate=%d out_rate=%d mode=%s",
                 self.id, start.sample_rate, out_rate, start.request.mode,
             )
-            stack.push_async_callback(self._close_peer)
+            stack.push_async_callback(self.link.close)
+            self.link.attach(self._send_answer, self._reply_error, self.id)
             try:
                 async with asyncio.TaskGroup() as tg:
                     self.tasks = [
@@ -549,11 +555,8 @@ class WsConnection:
                     await self._offer(action.offer, session, start.sample_rate, tg)
                 elif isinstance(action, ReportPlayout):
                     await self._playout(action.played_s)
-                elif isinstance(action, AddIce) and self.peer is not None:
-                    try:
-                        await self.peer.add_ice(action.ice)
-                    except ProtocolError as exc:
-                        await self._reply_error(exc.code, str(exc))
+                elif isinstance(action, AddIce):
+                    await self.link.add_ice(action.ice)
 
     async def _playout(self, played_s: object) -> None:
         """The client's playout clock (``playout``) for the echo guard; a bad value is a
@@ -710,6 +713,13 @@ class WsConnection:
                 self.id, start, output_sample_rate=start.request.output_sample_rate,
                 room=presence.room.id)))
             log.info("session %s listens", self.id)
+            sub = presence.member.subscriber
+            assert sub is not None
+
+            async def send_answer(text: str) -> None:
+                sub.outbox.offer(Outgoing("answer", (text,), time.monotonic()))
+
+            self.link.attach(send_answer, self._listener_error(presence), self.id)
             try:
                 async with asyncio.TaskGroup() as tg:
                     self.tasks = [
@@ -725,7 +735,7 @@ class WsConnection:
             return None
         finally:
             self.server.rooms.leave(presence)
-            await self._close_peer()
+            await self.link.close()
 
     async def _timed_send(self, parts: tuple[str | bytes, ...]) -> float:
         """Send one room message; returns the server CPU it took (the fan-out cost). A send
@@ -763,6 +773,7 @@ class WsConnection:
     async def _listen_reader(self, presence: Presence, tg: asyncio.TaskGroup) -> None:
         sub = presence.member.subscriber
         assert sub is not None
+        reply = self._listener_error(presence)
         while True:
             message = await self._recv()
             for action in self.core.receive(message, time.monotonic(),
@@ -774,58 +785,24 @@ class WsConnection:
                     sub.outbox.offer(Outgoing("end", (end,), time.monotonic()))
                     sub.outbox.close()
                     return
-                error: tuple[str, str] | None = None
                 if isinstance(action, SendError):
-                    error = (action.code, action.message)
-                elif isinstance(action, OpenPeer):
-                    error = await self._listen_offer(action.offer, sub, tg)
-                elif isinstance(action, AddIce) and self.peer is not None:
-                    try:
-                        await self.peer.add_ice(action.ice)
-                    except ProtocolError as exc:
-                        error = (exc.code, str(exc))
-                if error is not None:
-                    self.observer.error(error[0])
-                    text = dumps(encode_error(*error))
-                    sub.outbox.offer(Outgoing("error", (text,), time.monotonic()))
+                    await reply(action.code, action.message)
+                elif isinstance(action, OpenPeer):  # the room's speech plays on its track
+                    await self.link.offer(action.offer, tg)  # its microphone: ignored
+                elif isinstance(action, AddIce):
+                    await self.link.add_ice(action.ice)
 
-    async def _listen_offer(self, offer: Offer, sub: Any,
-                            tg: asyncio.TaskGroup) -> tuple[str, str] | None:
-        """A listener's WebRTC offer (the core checked its preconditions): the room's speech
-        then plays on the peer's track (its ``audio`` headers say ``"via": "webrtc"``); what
-        its microphone sends is ignored."""
-        try:
-            from speechpipe.transport.webrtc import WebRtcPeer
-        except ImportError as exc:
-            return ErrorCode.WEBRTC_FAILED, f"WebRTC unavailable: {exc}"
+    def _listener_error(self, presence: Presence) -> Callable[[str, str], Awaitable[None]]:
+        """A recoverable error for a listener: into its outbox (its sender writes it)."""
+        sub = presence.member.subscriber
+        assert sub is not None
 
-        async def ignore(frame: AudioFrame) -> None:  # a listener does not speak
-            return None
+        async def reply(code: str, message: str) -> None:
+            self.observer.error(code)
+            text = dumps(encode_error(code, message))
+            sub.outbox.offer(Outgoing("error", (text,), time.monotonic()))
 
-        peer = WebRtcPeer(push=ignore, connect_timeout_s=self.limits.webrtc_connect_timeout_s,
-                          label=self.id)
-        try:
-            answer = await peer.accept_offer(offer.sdp)
-        except ProtocolError as exc:
-            await peer.close()
-            return exc.code, str(exc)
-        self.peer = peer
-        sub.outbox.offer(Outgoing("answer", (dumps(encode_answer(answer)),), time.monotonic()))
-        tg.create_task(self._run_listen_peer(peer, sub), name=f"{self.id}:webrtc")
-        return None
-
-    async def _run_listen_peer(self, peer: WebRtcPeer, sub: Any) -> None:
-        try:
-            await peer.run()
-        except SpeechpipeError as exc:  # the WebSocket stays: speech comes over it again
-            log.info("session %s: webrtc peer ended: %s", self.id, exc.code)
-            self.observer.error(exc.code)
-            sub.outbox.offer(Outgoing("error", (dumps(encode_error(exc.code, str(exc))),),
-                                      time.monotonic()))
-        finally:
-            if self.peer is peer:
-                self.peer = None
-            await peer.close()
+        return reply
 
     def _over_peer(self, item: Outgoing) -> tuple[str, ...] | None:
         """A room ``audio`` message for a listener with a WebRTC peer: its speech plays on
@@ -879,55 +856,28 @@ class WsConnection:
             await self.outgoing.put([dumps(encode_error(code, message, **extra))])
 
     # -- WebRTC ------------------------------------------------------------------------------
+    async def _send_answer(self, text: str) -> None:
+        with contextlib.suppress(ChannelClosed):
+            await self.outgoing.put([text])
+
     async def _offer(
         self, offer: Offer, session: LiveSession, rate: int, tg: asyncio.TaskGroup
     ) -> None:
-        """A speaker's WebRTC offer (the core checked its preconditions)."""
-        try:
-            from speechpipe.transport.webrtc import WebRtcPeer
-        except ImportError as exc:  # aiortc is a declared dependency; say what is missing
-            await self._reply_error(ErrorCode.WEBRTC_FAILED, f"WebRTC unavailable: {exc}")
-            return
-        # WebSocket audio so far, then WebRTC audio contiguous after it
-        for frame in self.resampler.finish():
-            await self._push(session, frame)
-        self.resampler = InputResampler(rate, start_pts=self.resampler.pts)
+        """A speaker's WebRTC offer (the core checked its preconditions): its audio then
+        arrives over the peer, contiguous after the WebSocket audio so far, and WebSocket
+        audio after the peer ends is contiguous after that."""
+
+        async def prepare() -> int:  # WebSocket audio so far, then WebRTC audio after it
+            for frame in self.resampler.finish():
+                await self._push(session, frame)
+            self.resampler = InputResampler(rate, start_pts=self.resampler.pts)
+            return self.resampler.pts
 
         async def push(frame: AudioFrame) -> None:  # WebRTC audio keeps the pace too
             self.quota.audio(len(frame.samples) / STREAM_RATE)
             await self._push(session, frame)
 
-        peer = WebRtcPeer(
-            push=push,
-            start_pts=self.resampler.pts,
-            connect_timeout_s=self.limits.webrtc_connect_timeout_s,
-            label=self.id,
-        )
-        try:
-            answer = await peer.accept_offer(offer.sdp)
-        except ProtocolError as exc:
-            await peer.close()
-            await self._reply_error(exc.code, str(exc))
-            return
-        self.peer = peer
-        with contextlib.suppress(ChannelClosed):
-            await self.outgoing.put([dumps(encode_answer(answer))])
-        tg.create_task(self._run_peer(peer), name=f"{self.id}:webrtc")
+        def on_end(peer: WebRtcPeer) -> None:  # WebSocket audio may follow, contiguous
+            self.resampler = InputResampler(self.resampler.sample_rate, start_pts=peer.pts)
 
-    async def _run_peer(self, peer: WebRtcPeer) -> None:
-        try:
-            await peer.run()
-        except SpeechpipeError as exc:  # ICE/DTLS timeout or failure: the WebSocket stays
-            log.info("session %s: webrtc peer ended: %s", self.id, exc.code)
-            await self._reply_error(exc.code, str(exc))
-        finally:
-            if self.peer is peer:
-                self.peer = None
-                # WebSocket audio may follow, contiguous after what came over WebRTC
-                self.resampler = InputResampler(self.resampler.sample_rate, start_pts=peer.pts)
-            await peer.close()
-
-    async def _close_peer(self) -> None:
-        peer, self.peer = self.peer, None
-        if peer is not None:
-            await peer.close()
+        await self.link.offer(offer, tg, push=push, prepare=prepare, on_end=on_end)
