@@ -7,6 +7,7 @@ Defining them here keeps imports flowing downward: models import stages, never t
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,6 +16,7 @@ from numpy.typing import NDArray
 from speechpipe.stages.coverage import MIN_RATIO, MIN_SOURCE_WORDS
 
 __all__ = [
+    "DecodeKind",
     "DecodeTask",
     "WhisperRequest",
     "DecodeResult",
@@ -22,6 +24,18 @@ __all__ = [
     "TextMtRequest",
     "TextMtResult",
 ]
+
+
+class DecodeKind(enum.StrEnum):
+    """Why the ASR stage decodes a window (``stages.utterance``, ``stages.asr``). A ``str``
+    enum: each member equals its string (``DecodeKind.FINAL == "final"``), so code that
+    compares kinds as strings keeps working."""
+
+    FINAL = "final"  # the utterance ended: commit everything
+    PAUSE = "pause"  # a pause inside the utterance: commit up to it
+    CUT = "cut"  # a long window without a pause: commit, the next window starts here
+    HUSH = "hush"  # a short silence, shorter than a pause: decoded in flight, like a partial
+    PARTIAL = "partial"  # a tentative update while the speaker goes on (in flight)
 
 
 @dataclass(frozen=True, slots=True)
