@@ -525,10 +525,29 @@ def cluster_options(config: Config) -> ClusterOptions | None:
     )
 
 
+def check_room_mt(spec: str) -> None:
+    """``rooms.mt``, checked before the models load as ``translate --mt`` is: empty (rooms
+    into languages other than English use ``--mt auto``'s route) or ``ct2:NAME_OR_PATH`` of a
+    registered model or a folder; anything else is ``InputError`` (exit 2) with what to set."""
+    if not spec:
+        return
+    if not spec.startswith("ct2:"):
+        raise InputError(f"rooms.mt={spec}: name a text MT model as ct2:NAME_OR_PATH (e.g. "
+                         "--set rooms.mt=ct2:opus-en-de), or leave it empty for the installed "
+                         "pairs (`speechpipe models list`)")
+    from speechpipe.models.mt_registry import resolve_mt_model
+
+    try:
+        resolve_mt_model(spec)
+    except InputError as exc:
+        raise InputError(f"rooms.mt={spec}: {exc}") from None
+
+
 def serve_main(args: argparse.Namespace) -> int:
     """``speechpipe serve``: run until SIGINT/SIGTERM."""
     config = serve_config(args)
     options, limits, load = config.pipeline, config.server.limits, config.server.load
+    check_room_mt(limits.rooms.mt)  # like translate's --mt: refused before the models load
     otlp = getattr(args, "otlp_endpoint", None)
     if otlp is not None:  # a bad URL or a missing extra fails now, with one line
         from speechpipe.server.tracing import check_otlp_endpoint, require_otel

@@ -56,6 +56,29 @@ def test_serve_bad_port_or_host_is_one_line_and_exit_2(
     assert needle in one_line(result)
 
 
+@pytest.mark.parametrize(("value", "needle"), [
+    ("ct2:nothing", "rooms.mt=ct2:nothing: no MT model named 'nothing' and no such folder"),
+    ("opus-en-de", "rooms.mt=opus-en-de: name a text MT model as ct2:NAME_OR_PATH"),
+])
+def test_serve_refuses_a_room_mt_model_that_is_not_there(
+    tmp_path: Path, value: str, needle: str,
+) -> None:
+    """``--set rooms.mt=`` is checked as ``translate --mt`` is: one line and exit 2 before the
+    port opens or a model loads (the server never says it is listening)."""
+    result = speechpipe("serve", "--port", "0", "--token", "t", "--set", f"rooms.mt={value}",
+                        cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    line = one_line(result)
+    assert line.startswith("speechpipe: error: ") and needle in line, line
+
+
+def test_serve_accepts_a_room_mt_folder(tmp_path: Path) -> None:
+    from speechpipe.server.serve import check_room_mt
+
+    check_room_mt("")  # the default: rooms use --mt auto's routes
+    check_room_mt(f"ct2:{tmp_path}")  # a folder (loaded, and checked, when a room needs it)
+
+
 def test_a_host_that_does_not_resolve_says_so() -> None:
     """The resolver's own error (asking it would send a DNS query: built here instead)."""
     error = bind_error("999.1.1.1", 8765, socket.gaierror(-2, "Name or service not known"))
