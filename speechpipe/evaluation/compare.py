@@ -42,6 +42,8 @@ OFFLINE_SUMMARY = (("offBLEU", "offline_bleu"), ("gap", "bleu_gap"),
                    ("regretS", "regret_source"), ("regretT", "regret_target"),
                    ("uttRegS", "utterance_regret_source"),
                    ("uttRegT", "utterance_regret_target"),
+                   ("hindRegS", "hindsight_regret_source"),
+                   ("hindRegT", "hindsight_regret_target"),
                    ("extra.", "clips_with_extra_sentence_ends"),
                    ("inside.", "clips_with_extra_mid_sentence_ends"))
 

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from speechpipe.errors import InputError
+from speechpipe.evaluation.hindsight import hindsight_texts, utterance_audio_spans
 from speechpipe.evaluation.offline import OfflineRun
 from speechpipe.evaluation.regret import (
     commit_aggregate,
@@ -323,6 +324,8 @@ async def evaluate_clips(
                                            run.input_seconds, target))
             row.update(await utterance_regret(offline, clip, audio, run.records,
                                               run.input_seconds, target))
+            row.update(await hindsight_regret(pipeline, clip, audio, run.records,
+                                              run.input_seconds, target))
         rows.append(row)
         total_cpu += run.cpu_seconds
         total_audio += run.input_seconds
@@ -380,6 +383,43 @@ async def utterance_regret(offline: OfflineRun, clip: dict[str, Any], audio: np.
         out.update(utterance_regret_fields(
             [(ends[u].get(field) or "", text)
              for u, text in zip(numbers, offline_texts, strict=True)], side))
+    return out
+
+
+async def hindsight_regret(pipeline: Pipeline, clip: dict[str, Any], audio: np.ndarray,
+                           records: list[dict[str, Any]], seconds: float, target: str
+                           ) -> dict[str, Any]:
+    """Commit regret per side with each utterance's committed words held against the
+    pipeline's own final decode of that whole utterance with nothing forced
+    (``evaluation.hindsight``): the words committed before the audio settled them, without
+    the wording a different decoder set-up gives. After the clip's run, on the loaded
+    engine. The utterance's language: the one its trace reports, else the clip's."""
+    spans = utterance_spans(records, seconds)
+    ends = {r["utterance"]: r for r in records if r["event"] == "utterance.end"}
+    numbers = [u for u in sorted(spans) if u in ends]
+    if not numbers:
+        return {}
+    options = pipeline.options.asr
+    widened = utterance_audio_spans(spans, options.pre_roll_s, seconds)
+    translate = target != clip["lang"]
+    by_language: dict[str, list[int]] = {}
+    for u in numbers:
+        by_language.setdefault(ends[u].get("language") or clip["lang"], []).append(u)
+    texts: dict[int, tuple[str, str]] = {}
+    for language, members in by_language.items():
+        decoded = await asyncio.to_thread(hindsight_texts, pipeline.engine, audio,
+                                          [widened[u] for u in members], language, options,
+                                          translate)
+        texts.update(zip(members, decoded, strict=True))
+    out: dict[str, Any] = {"hindsight_source_text": " ".join(texts[u][0] for u in numbers)}
+    if translate:
+        out["hindsight_target_text"] = " ".join(texts[u][1] for u in numbers)
+    for side, field, index in (("source", "source_text", 0), ("target", "text", 1)):
+        if side == "target" and not translate:
+            continue
+        out.update(utterance_regret_fields(
+            [(ends[u].get(field) or "", texts[u][index]) for u in numbers], side,
+            name="hindsight"))
     return out
 
 

@@ -153,17 +153,20 @@ def incomplete_events(records: Iterable[dict[str, Any]]) -> int:
                if r["event"] == "error" and r.get("code") == "translation_incomplete")
 
 
-def utterance_regret_fields(pairs: Sequence[tuple[str, str]], side: str) -> dict[str, Any]:
-    """A clip's utterance regret on one ``side`` from (committed, offline span text) per
-    utterance: the share and the word counts behind it."""
+def utterance_regret_fields(pairs: Sequence[tuple[str, str]], side: str,
+                            name: str = "utterance") -> dict[str, Any]:
+    """A clip's utterance regret on one ``side`` from (committed, reference text) per
+    utterance: the share and the word counts behind it. ``name``: ``utterance`` (the
+    reference is the offline decode of each span) or ``hindsight`` (the pipeline's own
+    final decode of each whole utterance, ``evaluation.hindsight``)."""
     unmatched = total = 0
     for committed, offline in pairs:
         u, t = regret_counts(committed, offline)
         unmatched += u
         total += t
-    return {f"utterance_regret_{side}": None if not total else round(unmatched / total, 4),
-            f"utterance_unmatched_words_{side}": unmatched,
-            f"utterance_committed_words_{side}": total}
+    return {f"{name}_regret_{side}": None if not total else round(unmatched / total, 4),
+            f"{name}_unmatched_words_{side}": unmatched,
+            f"{name}_committed_words_{side}": total}
 
 
 def commit_fields(
@@ -204,11 +207,12 @@ def commit_aggregate(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             total = sum(r[f"committed_words_{side}"] for r in counted)
             unmatched = sum(r[f"unmatched_words_{side}"] for r in counted)
             out[f"regret_{side}"] = round(unmatched / total, 4) if total else None
-        counted = [r for r in rows if f"utterance_committed_words_{side}" in r]
-        if counted:
-            total = sum(r[f"utterance_committed_words_{side}"] for r in counted)
-            unmatched = sum(r[f"utterance_unmatched_words_{side}"] for r in counted)
-            out[f"utterance_regret_{side}"] = round(unmatched / total, 4) if total else None
+        for name in ("utterance", "hindsight"):
+            counted = [r for r in rows if f"{name}_committed_words_{side}" in r]
+            if counted:
+                total = sum(r[f"{name}_committed_words_{side}"] for r in counted)
+                unmatched = sum(r[f"{name}_unmatched_words_{side}"] for r in counted)
+                out[f"{name}_regret_{side}"] = round(unmatched / total, 4) if total else None
     judged = [r for r in rows if "extra_sentence_ends" in r]
     if judged:
         extra = sum(1 for r in judged if r["extra_sentence_ends"] > 0)
@@ -267,26 +271,39 @@ def print_commit_figures(report: dict[str, Any], out: TextIO | None = None) -> N
         print(f"utterance regret (committed words the same model's decode of each "
               f"utterance's own audio lacks): captions {_pct(a.get('utterance_regret_source'))}"
               f", translation {_pct(a.get('utterance_regret_target'))}", file=out)
+    if "hindsight_regret_target" in a or "hindsight_regret_source" in a:
+        print(f"hindsight regret (committed words the pipeline's own final decode of each "
+              f"whole utterance, nothing forced, lacks): captions "
+              f"{_pct(a.get('hindsight_regret_source'))}, translation "
+              f"{_pct(a.get('hindsight_regret_target'))}", file=out)
     categories = a.get("by_category") or {}
     if categories:
         print(f"{'category':<28}{'regret capt':>12}{'regret transl':>14}{'utt capt':>10}"
-              f"{'utt transl':>11}{'extra ends':>12}{'inside':>8}{'wrong lang':>12}", file=out)
+              f"{'utt transl':>11}{'hind capt':>10}{'hind transl':>12}{'extra ends':>12}"
+              f"{'inside':>8}{'wrong lang':>12}", file=out)
         for name, figures in categories.items():
             print(f"{name[:27]:<28}{_pct(figures.get('regret_source')):>12}"
                   f"{_pct(figures.get('regret_target')):>14}"
                   f"{_pct(figures.get('utterance_regret_source')):>10}"
                   f"{_pct(figures.get('utterance_regret_target')):>11}"
+                  f"{_pct(figures.get('hindsight_regret_source')):>10}"
+                  f"{_pct(figures.get('hindsight_regret_target')):>12}"
                   f"{_pct(figures.get('share_extra_sentence_ends')):>12}"
                   f"{_pct(figures.get('share_extra_mid_sentence_ends')):>8}"
                   f"{_num(figures.get('clips_wrong_language')):>12}", file=out)
-    worst = sorted((r for r in rows if r.get("regret_target") is not None),
-                   key=lambda r: -r["regret_target"])[:WORST_CLIPS]
+    key = ("hindsight_regret_target" if any(r.get("hindsight_regret_target") is not None
+                                           for r in rows) else "regret_target")
+    worst = sorted((r for r in rows if r.get(key) is not None),
+                   key=lambda r: -r[key])[:WORST_CLIPS]
     if worst:
-        print(f"worst clips (translation regret)\n{'clip':<28}{'capt':>9}{'transl':>9}"
+        print(f"worst clips ({'hindsight ' if key.startswith('hindsight') else ''}translation "
+              f"regret)\n{'clip':<28}{'capt':>9}{'transl':>9}{'hind c':>9}{'hind t':>9}"
               f"{'BLEU-off':>10}{'extra .':>9}", file=out)
         for r in worst:
             print(f"{r['id'][:27]:<28}{_pct(r.get('regret_source')):>9}"
-                  f"{_pct(r['regret_target']):>9}{_num(r.get('bleu_gap')):>10}"
+                  f"{_pct(r.get('regret_target')):>9}"
+                  f"{_pct(r.get('hindsight_regret_source')):>9}"
+                  f"{_pct(r.get('hindsight_regret_target')):>9}{_num(r.get('bleu_gap')):>10}"
                   f"{_num(r.get('extra_sentence_ends')):>9}", file=out)
     spanned = [r for r in rows if r.get("utterances_spanned")]
     if spanned:

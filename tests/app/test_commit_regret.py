@@ -170,10 +170,11 @@ def test_commit_figures_from_a_scripted_trace_per_clip_and_category():
     # captions, translation, share of clips with extra sentence ends (all, inside an
     # utterance), clips in another language
     # (no utterance regret in these rows: "-")
-    assert categories["read"] == ["0.0", "%", "16.7", "%", "-", "-", "100.0", "%", "0.0", "%",
-                                  "0"]
-    assert categories["phone"] == ["0.0", "%", "69.2", "%", "-", "-", "0.0", "%", "0.0", "%",
-                                   "1"]
+    # (no utterance or hindsight regret in these rows: "-")
+    assert categories["read"] == ["0.0", "%", "16.7", "%", "-", "-", "-", "-", "100.0", "%",
+                                  "0.0", "%", "0"]
+    assert categories["phone"] == ["0.0", "%", "69.2", "%", "-", "-", "-", "-", "0.0", "%",
+                                   "0.0", "%", "1"]
     worst = text[text.index("worst clips"):].splitlines()[2:]
     assert [line.split()[0] for line in worst] == ["good", "bad"]  # worst first
     assert "-12.50" in worst[1]  # its streamed - offline BLEU beside it
@@ -301,3 +302,102 @@ async def test_utterance_regret_holds_each_utterance_against_its_own_span(tmp_pa
     assert single["utterance_regret_target"] == 0.0  # the whole clip says these eight
     with pytest.raises(ValueError):
         run.span_texts(clip, audio, [(0.0, 1.0)], "en", "both")
+
+
+# --- hindsight regret: the pipeline's own final decode of each whole utterance ---------------
+
+
+class ScriptedEngine:
+    """Stands in for ``WhisperEngine.run`` (the real engine's hindsight decode is covered by
+    test_eval_offline's slow test): records each request, answers per task by the audio's
+    length, and marks a translation of under 2 s as still in the wrong language."""
+
+    def __init__(self) -> None:
+        self.requests: list = []
+
+    def run(self, request):
+        from speechpipe.stages.model_api import DecodeResult, WhisperResult
+
+        self.requests.append(request)
+        seconds = len(request.audio) / RATE
+        decodes = []
+        for task in request.tasks:
+            if task.task == "transcribe":
+                text = "le bâtiment est chauffé" if seconds > 2.5 else "très finement"
+            else:
+                text = "The building is heated." if seconds > 2.5 else "Very finely."
+            decodes.append(DecodeResult(task=task.task, continuation=text, avg_logprob=-0.2,
+                                        no_speech_prob=0.0,
+                                        wrong_language=task.task == "translate"
+                                        and seconds < 1.0))
+        return WhisperResult(language=request.language, language_prob=1.0,
+                             decodes=tuple(decodes), encode_s=0.0, decode_s=0.0)
+
+
+def test_the_hindsight_request_is_the_final_decode_with_nothing_forced():
+    from speechpipe.evaluation.hindsight import hindsight_request, utterance_audio_spans
+    from speechpipe.stages.asr_options import AsrOptions
+
+    options = AsrOptions(final_beam_size=4, tokens_per_second=6.0, vocabulary_words=1000)
+    request = hindsight_request(np.zeros(3 * RATE, np.float32), "fr", options, True)
+    assert [(t.task, t.prefix, t.context) for t in request.tasks] == [
+        ("transcribe", "", ""), ("translate", "", "")]
+    assert request.language == "fr" and request.beam_size == 4 and not request.partial
+    assert request.max_new_tokens == 8 + 18  # the final's cap for 3 s not yet committed
+    assert request.vocabulary_words == 1000 and request.check_target_language
+    assert not request.prefill and not request.word_times
+    captions_only = hindsight_request(np.zeros(RATE, np.float32), "en", options, False)
+    assert [t.task for t in captions_only.tasks] == ["transcribe"]
+    assert not captions_only.check_target_language
+    # the ASR stage's pre-roll before the VAD start, the end detection after it, in the input
+    assert utterance_audio_spans({0: (0.2, 3.0), 1: (4.0, 5.9)}, 0.3, 6.0) == {
+        0: (0.0, 3.3), 1: (3.7, 6.0)}
+
+
+async def test_hindsight_regret_holds_each_utterance_against_its_own_final_decode():
+    from types import SimpleNamespace
+
+    from speechpipe.evaluation.evaluate import hindsight_regret
+    from speechpipe.stages.asr_options import AsrOptions
+
+    engine = ScriptedEngine()
+    pipeline = SimpleNamespace(engine=engine, options=SimpleNamespace(asr=AsrOptions()))
+    # utterance 0 committed "The bat is heated." (1 of 4 words not in its final decode);
+    # utterance 1 "Very. Finely." against "Very finely.": all words there
+    records = _trace("The bat is heated.", "Very. Finely.")
+    audio = np.zeros(6 * RATE, np.int16)
+    clip = {"id": "c", "lang": "fr"}
+    figures = await hindsight_regret(pipeline, clip, audio, records, 6.0, "en")
+    # one request per utterance over its audio (0.5-3.0 s, 4.0 s to the input's end),
+    # widened by the pre-roll and the end detection; captions and translation together
+    assert [round(len(r.audio) / RATE, 2) for r in engine.requests] == [3.1, 2.3]
+    assert all(r.language == "fr" for r in engine.requests)
+    assert figures["hindsight_unmatched_words_target"] == 1
+    assert figures["hindsight_committed_words_target"] == 6
+    assert figures["hindsight_regret_target"] == round(1 / 6, 4)
+    assert figures["hindsight_regret_source"] == round(1 / 7, 4)  # "très" said twice
+    assert figures["hindsight_target_text"] == "The building is heated. Very finely."
+    rows = [{"id": "c", "bleu": None, "wer": None, "duration_s": 6.0, "cpu_per_audio_s": 0.5,
+             "rtf": 1.0, "words_in_non_speech": 0, "utterances_invented": 0,
+             "utterances_dropped": 0, "utterances_repeated": 0, **figures}]
+    aggregate = _aggregate(rows, [{"id": "c", "category": "read"}], {}, 6.0, 6.0, 6.0)
+    assert aggregate["hindsight_regret_target"] == round(1 / 6, 4)
+    # a clip in the target language: captions only, no translation side
+    engine.requests.clear()
+    english = await hindsight_regret(pipeline, {"id": "e", "lang": "en"}, audio, records,
+                                     6.0, "en")
+    assert [[t.task for t in r.tasks] for r in engine.requests] == [["transcribe"]] * 2
+    assert "hindsight_regret_target" not in english and "hindsight_regret_source" in english
+
+
+def test_a_hindsight_translation_still_in_the_wrong_language_says_nothing():
+    from speechpipe.evaluation.hindsight import hindsight_texts
+    from speechpipe.stages.asr_options import AsrOptions
+
+    engine = ScriptedEngine()
+    audio = np.zeros(6 * RATE, np.int16)
+    texts = hindsight_texts(engine, audio, [(0.0, 3.0), (3.0, 3.5), (6.0, 6.0)], "fr",
+                            AsrOptions(), True)
+    assert texts == [("le bâtiment est chauffé", "The building is heated."),
+                     ("très finement", ""), ("", "")]
+    assert len(engine.requests) == 2  # an empty span decodes nothing

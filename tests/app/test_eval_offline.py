@@ -15,7 +15,7 @@ import pytest
 from speechpipe.evaluation.evaluate import _aggregate, offline_scores, print_categories
 from speechpipe.evaluation.offline import OfflineCache, cache_key
 from speechpipe.evaluation.regret import regret
-from speechpipe.evaluation.scores import corpus_bleu, sentence_bleu
+from speechpipe.evaluation.scores import corpus_bleu, normalize_text, sentence_bleu
 from tests.app.test_cli_bad_input import assert_one_line_error, speechpipe
 from tests.app.test_eval_bad_input import GOOD, _manifest
 from tests.helpers import manifest_clip
@@ -167,6 +167,12 @@ def test_offline_reference_on_a_real_clip_is_scored_and_cached(tmp_path: Path):
     committed = regret(row["target_text"], row["offline_text"])
     assert row["regret_target"] == (None if committed is None else round(committed, 4))
     assert "regret_source" in row and "regret_target" in first["aggregate"]
+    # hindsight regret: the loaded engine's own final decode of the utterance, nothing forced
+    assert row["hindsight_target_text"].strip() and row["hindsight_source_text"].strip()
+    assert row["hindsight_committed_words_target"] == len(
+        normalize_text(row["target_text"]).split())
+    assert 0.0 <= row["hindsight_regret_target"] <= 1.0
+    assert "hindsight_regret_target" in first["aggregate"]
     entries = sorted((home / "eval-offline").glob("*.json"),
                      key=lambda p: json.loads(p.read_text())["task"], reverse=True)
     assert len(entries) == 2  # one utterance: no span decodes
