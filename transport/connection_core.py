@@ -13,7 +13,9 @@ token claims (``Claims``); which room entry that is (``enter``, over
 ``transport.room_access.decide``); the WebRTC preconditions of an ``offer`` (a peer already
 active, WebRTC disabled, an oversized SDP); and what a listener may send (no audio, no
 ``flush``, no ``playout``). Refusals come back as ``Fail``: the close code and error event
-the shell sends, by the code table (``transport.codes``).
+the shell sends, by the code table (``transport.codes``). What a quota's failure on receiving
+means (``quota_failure``: a listener's liveness is the ping, not its input) is decided here
+too; the shell only pings.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -45,8 +47,11 @@ from speechpipe.transport.quotas import Expired, check_sdp_size
 from speechpipe.transport.room import Role, Room
 from speechpipe.transport.room_access import EntryRequest, Join, Open, Refuse, decide
 
+if TYPE_CHECKING:
+    from speechpipe.transport.auth import Identity
+
 __all__ = ["State", "ConnectionCore", "SendError", "Fail", "AcceptStart", "PushAudio",
-           "FlushInput", "StopInput", "OpenPeer", "AddIce", "ReportPlayout", "Action",
+           "FlushInput", "StopInput", "OpenPeer", "AddIce", "ReportPlayout", "Action", "CheckReads",
            "fail", "Claims", "StartPlan", "CAPTION_TARGET", "room_refusal", "room_redirect",
            "too_many_joins", "listener_too_slow", "session_refused"]
 
@@ -121,6 +126,14 @@ class ReportPlayout:
     played_s: object
 
 
+@dataclass(frozen=True, slots=True)
+class CheckReads:
+    """Ping the client first: if it answers (within ``read_check_s``) it still reads what the
+    server sends, and ``then`` follows (None: go on receiving); if not, ``otherwise``."""
+    then: Fail | None
+    otherwise: Fail
+
+
 Action = (SendError | Fail | AcceptStart | PushAudio | FlushInput | StopInput | OpenPeer | AddIce
           | ReportPlayout)
 
@@ -178,6 +191,13 @@ class Claims:
     key: str | None = None
     room: str | None = None
     role: str | None = None
+
+    @classmethod
+    def of(cls, identity: Identity | None) -> Claims:
+        """The claims of a verified token (``Admission.identity``; None: no token)."""
+        if identity is None:
+            return cls()
+        return cls(identity.key, identity.room, identity.role)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +258,16 @@ class ConnectionCore:
     def session_open(self) -> bool:
         """A session is running."""
         return self.state in (State.STREAMING, State.STOPPING)
+
+    @property
+    def listening(self) -> bool:
+        """The start made this connection a room listener."""
+        return self.role is Role.LISTENER
+
+    @property
+    def pipeline_open(self) -> bool:
+        """A session with a pipeline runs: one the metrics count (a listener has none)."""
+        return self.session_open and not self.listening
 
     # -- what an accepted start becomes -----------------------------------------------------
     def plan_start(self, start: Start, claims: Claims, *,
@@ -335,6 +365,21 @@ class ConnectionCore:
             except ProtocolError as exc:
                 return SendError(exc.code, str(exc))
         return OpenPeer(offer)
+
+    def quota_failure(self, exc: ProtocolError, read_check_s: float) -> Fail | CheckReads:
+        """What a quota's failure while receiving (``QuotaGuard.recv``) means. A listener
+        sends nothing: its idle timer running out only asks whether it still reads (the
+        ping/pong is its liveness). Audio that stopped arriving is ``too_slow`` only for a
+        client that still reads; one that does not answer the ping stopped reading."""
+        not_reading = ProtocolError(ErrorCode.NOT_READING, "the client stopped reading: it did "
+                                    f"not answer a ping within {read_check_s:g} s")
+        if exc.code == ErrorCode.IDLE_TIMEOUT and self.listening:
+            return CheckReads(None, fail(ProtocolError(
+                ErrorCode.NOT_READING, "the listener did not answer a ping"),
+                CloseCode.NOT_READING))
+        if exc.code == ErrorCode.TOO_SLOW:
+            return CheckReads(fail(exc), fail(not_reading, CloseCode.NOT_READING))
+        return fail(exc)
 
     def start_timed_out(self) -> Fail:
         """No ``start`` within the start timeout."""

@@ -1,0 +1,99 @@
+"""The connection core's liveness rules and token claims, without a socket: what a quota's
+failure while receiving means per role (``quota_failure``: a listener's idle timer only pings;
+``too_slow`` only for a client that still reads), what a token claims (``Claims.of``) and
+which connections the metrics count as sessions (``pipeline_open``). Over a real server:
+``test_not_reading.py``, ``test_room_presence.py`` and ``test_quotas.py``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from speechpipe.transport.auth import Identity
+from speechpipe.transport.codes import CloseCode, ErrorCode
+from speechpipe.transport.connection_core import (
+    AcceptStart,
+    CheckReads,
+    Claims,
+    ConnectionCore,
+    Fail,
+    StartPlan,
+)
+from speechpipe.transport.quotas import quota_error
+
+
+def opened(role: str | None) -> ConnectionCore:
+    """A core whose session (in ``role``; None: solo) runs."""
+    c = ConnectionCore(max_message_bytes=1 << 17, max_lead_s=5.0)
+    fields: dict[str, Any] = {"role": role, "room": "r1"} if role else {}
+    [accept] = c.receive(json.dumps({"type": "start", "sample_rate": 16000, **fields}), 0.0)
+    assert isinstance(accept, AcceptStart)
+    assert isinstance(c.plan_start(accept.start, Claims()), StartPlan)
+    c.session_opened(accept.start)
+    return c
+
+
+def idle() -> Any:
+    return quota_error(ErrorCode.IDLE_TIMEOUT, "nothing received for 30 s")
+
+
+def too_slow() -> Any:
+    return quota_error(ErrorCode.TOO_SLOW, "audio fell behind real time")
+
+
+def test_a_listeners_idle_timer_only_pings() -> None:
+    decision = opened("listener").quota_failure(idle(), 2.0)
+    assert isinstance(decision, CheckReads)
+    assert decision.then is None  # it answered: go on receiving
+    assert decision.otherwise.code == CloseCode.NOT_READING
+    assert decision.otherwise.reason == ErrorCode.NOT_READING
+    assert decision.otherwise.error is not None
+    assert decision.otherwise.error["message"] == "the listener did not answer a ping"
+    assert decision.otherwise.error["fatal"] is True
+
+
+@pytest.mark.parametrize("role", [None, "speaker", "participant"])
+def test_a_speaking_clients_idle_timeout_closes(role: str | None) -> None:
+    decision = opened(role).quota_failure(idle(), 2.0)
+    assert isinstance(decision, Fail)
+    assert (decision.code, decision.reason) == (CloseCode.IDLE_TIMEOUT, ErrorCode.IDLE_TIMEOUT)
+
+
+@pytest.mark.parametrize("role", [None, "speaker", "participant", "listener"])
+def test_too_slow_only_for_a_client_that_still_reads(role: str | None) -> None:
+    decision = opened(role).quota_failure(too_slow(), 2.5)
+    assert isinstance(decision, CheckReads)
+    assert decision.then is not None
+    assert (decision.then.code, decision.then.reason) == (CloseCode.TOO_SLOW, ErrorCode.TOO_SLOW)
+    assert (decision.otherwise.code, decision.otherwise.reason) == (CloseCode.NOT_READING,
+                                                                    ErrorCode.NOT_READING)
+    assert decision.otherwise.error is not None
+    assert "within 2.5 s" in decision.otherwise.error["message"]
+
+
+def test_other_quota_failures_close_with_their_code() -> None:
+    expired = quota_error(ErrorCode.RATE_LIMITED, "too many messages")
+    decision = opened("listener").quota_failure(expired, 2.0)
+    assert isinstance(decision, Fail)
+    assert decision.reason == ErrorCode.RATE_LIMITED
+    assert decision.code == expired.close_code
+
+
+def test_claims_of_a_token() -> None:
+    assert Claims.of(None) == Claims()
+    assert Claims.of(Identity(None)) == Claims()  # the one shared token claims nothing
+    assert Claims.of(Identity("k1", "alice", room="r1", role="listener")) == Claims(
+        "k1", "r1", "listener")
+
+
+@pytest.mark.parametrize(("role", "counted"), [(None, True), ("speaker", True),
+                                               ("participant", True), ("listener", False)])
+def test_a_listener_is_no_session_for_the_metrics(role: str | None, counted: bool) -> None:
+    c = opened(role)
+    assert c.session_open
+    assert c.listening is (role == "listener")
+    assert c.pipeline_open is counted
+    c.closed()
+    assert not c.pipeline_open
