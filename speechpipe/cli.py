@@ -295,9 +295,9 @@ def cmd_translate(args: argparse.Namespace) -> int:
         print("language:    " + ", ".join(
             f"{language} (detected, confidence {confidence or 0:.2f})"
             for language, confidence in languages.items()))
-        if any((confidence or 0) < sure for confidence in languages.values()):
-            print(f"             unsure (under {sure:g}): if you know the language, pass "
-                  "--source-lang; --set asr.detect_among=es,en limits the choice")
+        hint = unsure_language_hint(languages, run.language_candidates, sure)
+        if hint:
+            print(f"             {hint}")
     for line in utterance_lines(run.records):
         print(line)
     pace = ("" if args.pace == "realtime"
@@ -310,6 +310,28 @@ def cmd_translate(args: argparse.Namespace) -> int:
     print(f"wrote {', '.join(written[:-1])} and {written[-1]}" if len(written) > 1
           else f"wrote {out}")
     return 0
+
+
+def unsure_language_hint(languages: dict[str, float | None],
+                         candidates: Sequence[tuple[str, float]], sure: float) -> str:
+    """What ``translate`` says under an unsure detection (any confidence under ``sure``),
+    else "": the languages the vote weighed most (``candidates``, with their shares) and the
+    two ways out, named for this input: ``--source-lang`` with the likeliest, and
+    ``asr.detect_among`` limited to the candidates (and the languages the captions came out
+    in), so the command shown is the one to run."""
+    if not any((confidence or 0) < sure for confidence in languages.values()):
+        return ""
+    codes = [language for language, _ in candidates]
+    codes += [language for language in languages if language not in codes]
+    likeliest = ("; likeliest: " + ", ".join(f"{language} {share:.2f}"
+                                             for language, share in candidates)
+                 if candidates else "")
+    hint = (f"unsure (under {sure:g}{likeliest}): if you know the language, pass it, e.g. "
+            f"--source-lang {codes[0]}")
+    if len(codes) >= 2:
+        hint += f"; or --set asr.detect_among={','.join(codes)} to choose among these"
+    return hint
+    return hint
 
 
 def cmd_config(args: argparse.Namespace) -> int:

@@ -69,6 +69,9 @@ class TranslationRun:
     target_text: str
     scores: dict[str, float | None] = field(default_factory=dict)
     vad_seconds: float = 0.0
+    language_candidates: tuple[tuple[str, float], ...] = ()
+    """``source_lang=auto``, when a detection stayed unsure: the languages its vote weighed
+    most and their shares, largest first (``PipelineSession.language_candidates``)."""
 
     def cues(self, side: Side = "target", options: CueOptions | None = None) -> list[Cue]:
         """The committed translation (or, ``side="source"``, captions) as subtitle cues on
@@ -162,6 +165,7 @@ async def _run(
             await replay(session, audio, pace=request.pace, on_progress=bar.advance,
                          on_event=builder.add)
             vad_seconds = session.vad.busy_seconds if session.vad else 0.0
+            candidates = getattr(session, "language_candidates", tuple)()
     except BaseExceptionGroup as group:  # the session's task group wraps what ended it
         raise first_leaf(group) from None
     finally:
@@ -180,6 +184,7 @@ async def _run(
         target_text=target_text,
         scores=latency_scores(builder.records, seconds),
         vad_seconds=vad_seconds,
+        language_candidates=candidates,
     )
 
 

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -26,7 +26,7 @@ import numpy as np
 
 from speechpipe.config import PipelineOptions
 from speechpipe.errors import InputError, LanguageError, SessionError, WorkerError
-from speechpipe.models.batching import PRIORITY_LIVE, PRIORITY_REPLAY, AsrBatcher
+from speechpipe.models.batching import PRIORITY_LIVE, PRIORITY_REPLAY, AsrBatcher, SessionAsr
 from speechpipe.models.ct2_folder import WHISPER_LANGUAGES
 from speechpipe.models.ct2_translator import Ct2TextTranslator
 from speechpipe.models.ct2_worker import Ct2TranslationWorker
@@ -40,9 +40,11 @@ from speechpipe.stages.cache import LruCache
 from speechpipe.stages.channels import Channel, ChannelClosed, Overflow
 from speechpipe.stages.clock import BasisStreamClock, StreamClock, WallStreamClock
 from speechpipe.stages.faithfulness import SileroSpeech
-from speechpipe.stages.frames import AudioFrame, OutputEvent, TextHypothesis
+from speechpipe.stages.frames import STREAM_RATE, AudioFrame, OutputEvent, TextHypothesis
 from speechpipe.stages.ladder import MODE_FLOOR, DegradeState, SessionLadder
 from speechpipe.stages.language_names import language_hint
+from speechpipe.stages.language_vote import LanguageVote
+from speechpipe.stages.model_api import WhisperRequest, WhisperResult
 from speechpipe.stages.mt import SpeechTranslationPassthrough
 from speechpipe.stages.request import SessionRequest
 from speechpipe.stages.text_mt import TextMtStage
@@ -365,6 +367,43 @@ def _replace(options: Any, **changes: Any) -> Any:
     return dataclasses.replace(options, **changes)
 
 
+class _CountedDetections:
+    """A session's ASR client that also counts every language detection (a request without
+    a language) in ``vote``, each worth the seconds of audio it heard: what the session's
+    ``language_candidates`` are read from. The futures are the client's own, untouched."""
+
+    def __init__(self, client: SessionAsr, vote: LanguageVote) -> None:
+        self.client = client
+        self.vote = vote
+
+    def _count(self, request: WhisperRequest,
+               pending: Awaitable[WhisperResult] | None) -> Awaitable[WhisperResult] | None:
+        if pending is None or request.language is not None:
+            return pending
+        future = asyncio.ensure_future(pending)  # the client's future itself
+
+        def counted(done: asyncio.Future[WhisperResult]) -> None:
+            if done.cancelled() or done.exception() is not None:
+                return
+            result = done.result()
+            self.vote.add(result.language_probs or ((result.language, result.language_prob),),
+                          len(request.audio) / STREAM_RATE)
+
+        future.add_done_callback(counted)
+        return future
+
+    def __call__(self, request: WhisperRequest) -> Awaitable[WhisperResult]:
+        pending = self._count(request, self.client(request))
+        assert pending is not None
+        return pending
+
+    def replace(self, old: WhisperRequest, new: WhisperRequest) -> Awaitable[WhisperResult] | None:
+        return self._count(new, self.client.replace(old, new))
+
+    def withdraw(self, old: WhisperRequest) -> bool:
+        return self.client.withdraw(old)
+
+
 class PipelineSession:
     """One running pipeline (implements ``transport.session_api.LiveSession``)."""
 
@@ -381,6 +420,7 @@ class PipelineSession:
         self.vad: VadStage | None = None
         self.asr: AsrStage | None = None
         self.ladder: SessionLadder | None = None  # set on entry; the degrade ladder reads it
+        self._detections = LanguageVote()  # every language detection (language_candidates)
 
     async def __aenter__(self) -> PipelineSession:
         pipeline = self.pipeline
@@ -425,9 +465,9 @@ class PipelineSession:
         self._events: Channel[OutputEvent] = Channel(512, name="events")
         self.vad = vad = VadStage(options.vad)
         live = self.request.pace == "realtime"
-        asr_client = pipeline.whisper.client(
+        asr_client = _CountedDetections(pipeline.whisper.client(
             PRIORITY_LIVE if self.request.priority == "live" else PRIORITY_REPLAY
-        )
+        ), self._detections)
         pivot = resolved.route.kind == "whisper+text"
         # with the pivot, Whisper's English is not the client's target: it stays off events
         asr_events = (cast("Channel[OutputEvent]", _WithoutTargetText(self._events)) if pivot
@@ -511,6 +551,13 @@ class PipelineSession:
     async def finish(self) -> None:
         """No more audio: the stages drain and ``events()`` ends after the last event."""
         self.input.close()
+
+    def language_candidates(self, kept: int = 3) -> tuple[tuple[str, float], ...]:
+        """``source_lang=auto``: the ``kept`` languages every detection of this session so
+        far weighed most (Whisper's probabilities, each detection worth the seconds of audio
+        it heard: ``stages.language_vote``), with their shares, largest first. Empty when the
+        language was given."""
+        return self._detections.ranking(kept)
 
     def set_max_utterance_s(self, seconds: float) -> None:
         """Change the VAD's forced-cut length from now on (the server's degrade ladder)."""

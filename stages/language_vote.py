@@ -72,6 +72,14 @@ class LanguageVote:
         language = max(languages, key=lambda lang: (self.share(lang), lang))
         return language, self.share(language)
 
+    def ranking(self, kept: int = 3) -> tuple[tuple[str, float], ...]:
+        """The ``kept`` languages with the largest shares, largest first (ties by code): the
+        candidates a user is offered when the leader is unsure (``translate``'s hint)."""
+        languages = set(self.weight) | set(self.prior)
+        shares = sorted(((lang, self.share(lang)) for lang in languages),
+                        key=lambda pair: (-pair[1], pair[0]))
+        return tuple(pair for pair in shares[:kept] if pair[1] > 0)
+
     def carried(self) -> LanguageVote:
         """What a later utterance starts from: all of this as earlier evidence."""
         languages = set(self.weight) | set(self.prior)

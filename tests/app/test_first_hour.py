@@ -381,3 +381,69 @@ def test_bad_cluster_arguments_exit_2(tmp_path: Path, monkeypatch: pytest.Monkey
     result = speechpipe(*args, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert one_line(result).startswith("speechpipe: error: ")
+
+
+def test_the_unsure_language_hint_names_the_languages_of_this_vote() -> None:
+    """An unsure detection's hint offers the vote's own likeliest languages (and those the
+    captions came out in), not a fixed example, as the command to run."""
+    from speechpipe.cli import unsure_language_hint
+
+    hint = unsure_language_hint({"es": 0.17}, [("es", 0.17), ("ja", 0.102), ("fr", 0.098)],
+                                0.8)
+    assert hint == ("unsure (under 0.8; likeliest: es 0.17, ja 0.10, fr 0.10): if you know the "
+                    "language, pass it, e.g. --source-lang es; or "
+                    "--set asr.detect_among=es,ja,fr to choose among these")
+    assert unsure_language_hint({"de": 0.93}, [("de", 0.93), ("en", 0.02)], 0.8) == ""
+    mixed = unsure_language_hint({"th": 0.5, "de": 0.9}, [("th", 0.5), ("la", 0.2)], 0.8)
+    assert mixed.endswith("--set asr.detect_among=th,la,de to choose among these"), mixed
+    lone = unsure_language_hint({"es": 0.6}, [], 0.8)  # no votes kept: the captions' language
+    assert lone == "unsure (under 0.8): if you know the language, pass it, e.g. --source-lang es"
+
+
+def test_a_session_counts_every_detection_for_the_hint() -> None:
+    """``PipelineSession.language_candidates``: the detections (requests without a language)
+    of the session, each worth its audio's seconds; a request in a given language is not a
+    detection and does not count."""
+    import asyncio
+
+    import numpy as np
+
+    from speechpipe.session import _CountedDetections
+    from speechpipe.stages.language_vote import LanguageVote
+    from speechpipe.stages.model_api import WhisperRequest, WhisperResult
+
+    class Client:
+        def __init__(self) -> None:
+            self.answers = {1.0: (("fr", 0.4), ("es", 0.5)), 3.0: (("fr", 0.6), ("es", 0.2)),
+                            2.0: (("de", 1.0),)}
+
+        def __call__(self, request: WhisperRequest):  # type: ignore[no-untyped-def]
+            future = asyncio.get_running_loop().create_future()
+            probs = self.answers[len(request.audio) / 16_000]
+            future.set_result(WhisperResult(language=probs[0][0], language_prob=probs[0][1],
+                                            decodes=(), encode_s=0.0, decode_s=0.0,
+                                            language_probs=probs))
+            return future
+
+        def replace(self, old, new):  # type: ignore[no-untyped-def]
+            return None
+
+        def withdraw(self, old) -> bool:  # type: ignore[no-untyped-def]
+            return False
+
+    def request(seconds: float, language: str | None = None) -> WhisperRequest:
+        return WhisperRequest(np.zeros(int(seconds * 16_000), np.float32), language, ())
+
+    async def run() -> LanguageVote:
+        vote = LanguageVote()
+        counted = _CountedDetections(Client(), vote)  # type: ignore[arg-type]
+        for asked in (request(1.0), request(3.0), request(2.0, language="de")):
+            await counted(asked)
+        assert counted.replace(request(1.0), request(3.0)) is None
+        return vote
+
+    vote = asyncio.run(run())
+    ranking = vote.ranking(3)
+    assert [language for language, _ in ranking] == ["fr", "es"]  # de was given, not detected
+    assert ranking[0][1] == pytest.approx((0.4 * 1 + 0.6 * 3) / 4)
+    assert ranking[1][1] == pytest.approx((0.5 * 1 + 0.2 * 3) / 4)
