@@ -15,7 +15,8 @@ active, WebRTC disabled, an oversized SDP); and what a listener may send (no aud
 ``flush``, no ``playout``). Refusals come back as ``Fail``: the close code and error event
 the shell sends, by the code table (``transport.codes``). What a quota's failure on receiving
 means (``quota_failure``: a listener's liveness is the ping, not its input) is decided here
-too; the shell only pings.
+too (the shell only pings), as are how a finished session closes (``finished``) and which of
+its own pipeline's messages a room member gets back (``hears_own``).
 """
 
 from __future__ import annotations
@@ -223,6 +224,12 @@ class StartPlan:
         return self.entry.room or self.entry.claim_room
 
     @property
+    def join_limited(self) -> bool:
+        """Its join counts against the room's (and its address's) join rate: a listener's,
+        which costs the room no right but comes in crowds."""
+        return self.listener
+
+    @property
     def member_target(self) -> str:
         """The language this member hears the room in."""
         return str(self.start.request.target_lang).strip().lower()
@@ -317,6 +324,22 @@ class ConnectionCore:
     def closed(self) -> None:
         """The connection ended."""
         self.state = State.CLOSED
+
+    @staticmethod
+    def finished(expired: bool = False) -> Fail:
+        """The session's output ended and ``end`` was sent: 1000, or 4006 when it ended
+        because the session reached its maximum length (``expired``)."""
+        if expired:
+            return Fail(CloseCode.SESSION_EXPIRED, ErrorCode.SESSION_EXPIRED)
+        return Fail(CloseCode.NORMAL, "stopped")
+
+    def hears_own(self, kind: str) -> bool:
+        """Whether a room member gets back a message of ``kind`` its own pipeline published:
+        a speaker all of them; a participant its own captions (``source``) and errors only,
+        never its own voice or translation (the room sends it the others')."""
+        if self.role is Role.SPEAKER:
+            return True
+        return kind in ("source", "error")
 
     # -- messages in, actions out ------------------------------------------------------------
     def receive(self, message: str | bytes | Expired, now: float, *,

@@ -24,7 +24,7 @@ import numpy as np
 
 from speechpipe.stages.frames import SpeechChunk
 from speechpipe.transport.closing import Close, close_of, outcome
-from speechpipe.transport.codes import CloseCode, ErrorCode
+from speechpipe.transport.codes import ErrorCode
 from speechpipe.transport.connection_core import (
     AddIce,
     Fail,
@@ -175,4 +175,4 @@ class ListenerPath:
                 if item.kind not in ("error", "end"):
                     self.conn.observer.fanout_delay(time.monotonic() - item.published, cpu)
             if outbox.closed:
-                raise Close(CloseCode.NORMAL, "stopped")
+                raise close_of(self.conn.core.finished())

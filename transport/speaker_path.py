@@ -11,7 +11,7 @@ events), opens the session, sends ``started``, then runs its tasks in one task g
 - *sender*: the only task that writes to the socket, so an ``audio`` header and its binary
   PCM are never split by another message (only a fatal ``rate_limited`` from
   ``transport.frame_guard``, the last message, can come between); after the last event it
-  sends ``end`` and closes (1000, or 4011 when the session reached its maximum length);
+  sends ``end`` and closes as the core says (``finished``: 1000, or 4006 at the maximum length);
 - in a room, *feeds* (the speaker's further pipelines, ``transport.room_shell``), and for a
   participant *attach* and *room* (what the room sends it, which arms the echo guard).
 """
@@ -32,7 +32,7 @@ from speechpipe.stages.channels import Channel, ChannelClosed
 from speechpipe.stages.frames import STREAM_RATE, AudioFrame, OutputEvent, SpeechChunk, StatusEvent
 from speechpipe.transport.audio_io import InputResampler, OutputResampler
 from speechpipe.transport.closing import Close, close_of, outcome
-from speechpipe.transport.codes import CloseCode, ErrorCode
+from speechpipe.transport.codes import ErrorCode
 from speechpipe.transport.connection_core import (
     AddIce,
     Fail,
@@ -56,7 +56,6 @@ from speechpipe.transport.protocol import (
     encode_event,
     encode_started,
 )
-from speechpipe.transport.room import Role
 from speechpipe.transport.room_shell import Presence, SpeakerFeeds, encode_outgoing
 from speechpipe.transport.server_side import ConnectionShell
 from speechpipe.transport.session_api import LiveSession
@@ -302,16 +301,11 @@ class SpeakerPath:
         assert feeds is not None and presence is not None
         item = encode_outgoing(event, self.conn.id, resampler, time.monotonic())
         self.conn.server.rooms.publish(feeds.room, feeds.key(feeds.base_target), item, event)
-        if presence.member.role is Role.SPEAKER:
-            peer = self.conn.link.peer
-            if item.kind == "audio" and peer is not None:
-                peer.play(event)  # type: ignore[arg-type]
-                header = encode_event(event)
-                header["via"] = "webrtc"
-                await self.outgoing.put([dumps(header)])
-            else:
-                await self.outgoing.put(list(item.parts))
-        elif item.kind in ("source", "error"):
+        if not self.conn.core.hears_own(item.kind):
+            return
+        if isinstance(event, SpeechChunk) and self.conn.link.peer is not None:
+            await self._speech(event, resampler)  # over WebRTC: the header only
+        else:
             await self.outgoing.put(list(item.parts))
 
     async def _room_forward(self, presence: Presence) -> None:
@@ -346,9 +340,7 @@ class SpeakerPath:
         if conn.link.peer is not None:
             await conn.link.peer.drain()  # the last translated speech plays out over WebRTC
         await conn.ws.send(dumps(encode_end(self.last_pts)))
-        if conn.quota.expired:
-            raise Close(CloseCode.SESSION_EXPIRED, ErrorCode.SESSION_EXPIRED)
-        raise Close(CloseCode.NORMAL, "stopped")
+        raise close_of(conn.core.finished(expired=conn.quota.expired))
 
     async def _reply_error(self, code: str, message: str) -> None:
         self.conn.observer.error(code)

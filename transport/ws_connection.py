@@ -244,7 +244,7 @@ class WsConnection:
         try:
             if isinstance(entry, Join):
                 room = hub.room_of(entry.room_id)
-                if plan.listener:
+                if plan.join_limited:
                     retry = hub.joins.admit(getattr(self.admission, "ip", None), room.id,
                                             time.monotonic())
                     if retry is not None:

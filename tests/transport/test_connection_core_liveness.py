@@ -1,8 +1,11 @@
-"""The connection core's liveness rules and token claims, without a socket: what a quota's
-failure while receiving means per role (``quota_failure``: a listener's idle timer only pings;
-``too_slow`` only for a client that still reads), what a token claims (``Claims.of``) and
-which connections the metrics count as sessions (``pipeline_open``). Over a real server:
-``test_not_reading.py``, ``test_room_presence.py`` and ``test_quotas.py``."""
+"""The connection core's liveness and ending rules, without a socket: what a quota's failure
+while receiving means per role (``quota_failure``: a listener's idle timer only pings;
+``too_slow`` only for a client that still reads), how a finished session closes
+(``finished``), what a token claims (``Claims.of``), which connections the metrics count as
+sessions (``pipeline_open``), whose joins are rate-limited (``join_limited``) and which of its
+own pipeline's messages a room member gets back (``hears_own``). Over a real server:
+``test_not_reading.py``, ``test_room_presence.py``, ``test_room_joins.py`` and
+``test_quotas.py``."""
 
 from __future__ import annotations
 
@@ -97,3 +100,28 @@ def test_a_listener_is_no_session_for_the_metrics(role: str | None, counted: boo
     assert c.pipeline_open is counted
     c.closed()
     assert not c.pipeline_open
+
+
+def test_a_finished_session_closes_normally_or_as_expired() -> None:
+    assert ConnectionCore.finished() == Fail(CloseCode.NORMAL, "stopped")
+    expired = ConnectionCore.finished(expired=True)
+    assert (expired.code, expired.reason, expired.error) == (
+        CloseCode.SESSION_EXPIRED, ErrorCode.SESSION_EXPIRED, None)
+
+
+def test_only_a_listeners_join_is_rate_limited() -> None:
+    for role in (None, "speaker", "participant", "listener"):
+        c = ConnectionCore(max_message_bytes=1 << 17, max_lead_s=5.0)
+        fields: dict[str, Any] = {"role": role, "room": "r1"} if role else {}
+        [accept] = c.receive(json.dumps({"type": "start", **fields}), 0.0)
+        assert isinstance(accept, AcceptStart)
+        plan = c.plan_start(accept.start, Claims())
+        assert isinstance(plan, StartPlan)
+        assert plan.join_limited is (role == "listener")
+
+
+@pytest.mark.parametrize("kind", ["source", "target", "audio", "vad", "utterance_end", "status",
+                                  "error"])
+def test_what_a_member_gets_back_of_its_own_pipeline(kind: str) -> None:
+    assert opened("speaker").hears_own(kind)  # a speaker: everything, as a solo session
+    assert opened("participant").hears_own(kind) is (kind in ("source", "error"))
