@@ -45,7 +45,6 @@ from numpy.typing import NDArray
 
 from speechpipe.errors import LanguageError, ModelError
 from speechpipe.models.batch_plan import (
-    CONTEXT_BUCKET_TOKENS,
     SAMPLE_RATE,
     BatchPlan,
     Prompt,
@@ -58,6 +57,7 @@ from speechpipe.models.prefill import (
     native_prefill,
 )
 from speechpipe.models.whisper_align import align_words, source_time
+from speechpipe.models.whisper_prompts import WHISPER_LANGUAGES, WhisperPrompts
 from speechpipe.models.whisper_stats import EngineStats
 from speechpipe.models.whisper_vocab import (
     RestrictedVocabulary,
@@ -83,14 +83,6 @@ __all__ = [
 
 TRAILING_SILENCE_S = 1.0
 ENCODE_BUCKET_S = 1.0  # encode lengths are multiples of this (see "Batching" above)
-
-# Whisper's language codes (tokenizer order). Used to validate --source-lang.
-WHISPER_LANGUAGES = (
-    "en zh de es ru ko fr ja pt tr pl ca nl ar sv it id hi fi vi he uk el ms cs ro da hu ta no "
-    "th ur hr bg lt la mi ml cy sk te fa lv bn sr az sl kn et mk br eu is hy ne mn bs kk sq sw "
-    "gl mr pa si km sn yo so af oc ka be tg sd gu am yi lo uz fo ht ps tk nn mt sa lb my bo tl "
-    "mg as tt haw ln ha ba jw su yue"
-).split()
 
 
 class WhisperEngine:
@@ -130,15 +122,9 @@ class WhisperEngine:
             raise ModelError(f"cannot load Whisper model from {model_dir}: {exc}") from exc
         self.tokenizer = self.model.hf_tokenizer
         self.feature_extractor = self.model.feature_extractor
-        self._tok = {name: self.tokenizer.token_to_id(name) for name in (
-            "<|startoftranscript|>", "<|transcribe|>", "<|translate|>", "<|notimestamps|>",
-            "<|endoftext|>", "<|startofprev|>",
-        )}
-        self.eot = self._tok["<|endoftext|>"]
-        self.languages = tuple(
-            lang for lang in WHISPER_LANGUAGES
-            if self.tokenizer.token_to_id(f"<|{lang}|>") is not None
-        )
+        self.prompts = WhisperPrompts(self.tokenizer)  # prompt ids (models.whisper_prompts)
+        self.eot = self.prompts.eot
+        self.languages = self.prompts.languages()
 
     # -- pieces -------------------------------------------------------------------------
     def check_language(self, language: str) -> None:
@@ -252,51 +238,11 @@ class WhisperEngine:
                         language, exc)
             return None
 
-    def _text_ids(self, text: str) -> list[int]:
-        return (self.tokenizer.encode(" " + text.strip(), add_special_tokens=False).ids
-                if text.strip() else [])
-
     def _sot(self, language: str, task: str) -> list[int]:
-        return [self._tok["<|startoftranscript|>"], self.tokenizer.token_to_id(f"<|{language}|>"),
-                self._tok[f"<|{task}|>"], self._tok["<|notimestamps|>"]]
+        return self.prompts.sot(language, task)  # for tests and scripts/decoder_step_cost.py
 
     def context_ids(self, request: WhisperRequest) -> dict[str, list[int]]:
-        """Per task, the ``<|startofprev|>`` tokens of its context. Every task of a request
-        gets the same, canonical count (a multiple of ``CONTEXT_BUCKET_TOKENS``, at most
-        ``max_context_tokens``; the newest tokens are kept), decided by the request alone,
-        so its decodes batch with each other and with any request of the same count, and
-        the result does not depend on the batch."""
-        contexts = {t.task: self._text_ids(t.context) for t in request.tasks}
-        available = min((len(ids) for ids in contexts.values()), default=0)
-        count = min(available, max(0, request.max_context_tokens))
-        count -= count % CONTEXT_BUCKET_TOKENS
-        if count <= 0:
-            return {task: [] for task in contexts}
-        return {task: [self._tok["<|startofprev|>"], *ids[-count:]]
-                for task, ids in contexts.items()}
-
-    def _prompt(self, language: str, task: str, prefix: str,
-                context: Sequence[int] = ()) -> tuple[list[int], int]:
-        prefix_ids = self._text_ids(prefix)
-        return [*context, *self._sot(language, task), *prefix_ids], len(prefix_ids)
-
-    def _prompts(self, request: WhisperRequest, language: str,
-                 vocabulary: RestrictedVocabulary | None) -> list[Prompt]:
-        """One prompt per task of ``request``; with a ``vocabulary``, the full ids spelled
-        with its kept tokens."""
-        contexts = self.context_ids(request)
-        prompts = []
-        for task in request.tasks:
-            context = contexts[task.task]
-            prompt, n_prefix = self._prompt(language, task.task, task.prefix, context)
-            if vocabulary is not None:  # full ids, spelled with kept tokens
-                n_head = len(prompt) - n_prefix
-                head = vocabulary.spelled(prompt[:n_head])
-                tail = vocabulary.spelled(prompt[n_head:])
-                prompt, n_prefix = head + tail, len(tail)
-                context = head[: len(head) - len(self._sot(language, task.task))]
-            prompts.append(Prompt(task, prompt, n_prefix, len(context)))
-        return prompts
+        return self.prompts.context_ids(request)  # ``WhisperPrompts.context_ids``
 
     # -- whole requests --------------------------------------------------------------------
     def run(self, request: WhisperRequest) -> WhisperResult:
@@ -355,7 +301,7 @@ class WhisperEngine:
         for row, request in enumerate(requests):
             language = languages[row][0]
             _, vocabulary = self.decoder(language, request.vocabulary_words)
-            prompts.append(self._prompts(request, language, vocabulary))
+            prompts.append(self.prompts.prompts(request, language, vocabulary))
             restricted.append(vocabulary is not None)
         plan = plan_batch(requests, [language for language, _ in languages], prompts,
                           restricted, native is not None)
@@ -497,8 +443,8 @@ class WhisperEngine:
         unless ``encoded_row`` is given)."""
         if encoded_row is None:
             encoded_row = self._encode_rows([self.mel(audio)])[0]
-        return source_time(self.model, len(audio), encoded_row, language, self._text_ids(text),
-                           offset)
+        return source_time(self.model, len(audio), encoded_row, language,
+                           self.prompts.text_ids(text), offset)
 
     def release(self) -> None:
         """Drop the model (CTranslate2 joins its own threads in its destructor). Call on the
