@@ -393,7 +393,9 @@ async def hindsight_regret(pipeline: Pipeline, clip: dict[str, Any], audio: np.n
     pipeline's own final decode of that whole utterance with nothing forced
     (``evaluation.hindsight``): the words committed before the audio settled them, without
     the wording a different decoder set-up gives. After the clip's run, on the loaded
-    engine. The utterance's language: the one its trace reports, else the clip's."""
+    engine. The utterance's language: the one its trace reports, else the clip's. An
+    utterance whose final decode says nothing on a side is not judged on that side
+    (``hindsight_unjudged_{side}``)."""
     spans = utterance_spans(records, seconds)
     ends = {r["utterance"]: r for r in records if r["event"] == "utterance.end"}
     numbers = [u for u in sorted(spans) if u in ends]
@@ -417,8 +419,12 @@ async def hindsight_regret(pipeline: Pipeline, clip: dict[str, Any], audio: np.n
     for side, field, index in (("source", "source_text", 0), ("target", "text", 1)):
         if side == "target" and not translate:
             continue
+        # an utterance the final decode says nothing for (silence to it, or a translation
+        # still in the source language) has no yardstick: counted apart, not as regret
+        judged = [u for u in numbers if texts[u][index].strip()]
+        out[f"hindsight_unjudged_{side}"] = len(numbers) - len(judged)
         out.update(utterance_regret_fields(
-            [(ends[u].get(field) or "", texts[u][index]) for u in numbers], side,
+            [(ends[u].get(field) or "", texts[u][index]) for u in judged], side,
             name="hindsight"))
     return out
 

@@ -213,6 +213,9 @@ def commit_aggregate(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 total = sum(r[f"{name}_committed_words_{side}"] for r in counted)
                 unmatched = sum(r[f"{name}_unmatched_words_{side}"] for r in counted)
                 out[f"{name}_regret_{side}"] = round(unmatched / total, 4) if total else None
+        if any(f"hindsight_unjudged_{side}" in r for r in rows):
+            out[f"hindsight_unjudged_{side}"] = sum(r.get(f"hindsight_unjudged_{side}", 0)
+                                                    for r in rows)
     judged = [r for r in rows if "extra_sentence_ends" in r]
     if judged:
         extra = sum(1 for r in judged if r["extra_sentence_ends"] > 0)
@@ -275,7 +278,9 @@ def print_commit_figures(report: dict[str, Any], out: TextIO | None = None) -> N
         print(f"hindsight regret (committed words the pipeline's own final decode of each "
               f"whole utterance, nothing forced, lacks): captions "
               f"{_pct(a.get('hindsight_regret_source'))}, translation "
-              f"{_pct(a.get('hindsight_regret_target'))}", file=out)
+              f"{_pct(a.get('hindsight_regret_target'))}; utterances it says nothing for, "
+              f"not judged: captions {a.get('hindsight_unjudged_source', 0)}, translation "
+              f"{a.get('hindsight_unjudged_target', 0)}", file=out)
     categories = a.get("by_category") or {}
     if categories:
         print(f"{'category':<28}{'regret capt':>12}{'regret transl':>14}{'utt capt':>10}"

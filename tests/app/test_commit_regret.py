@@ -377,6 +377,7 @@ async def test_hindsight_regret_holds_each_utterance_against_its_own_final_decod
     assert figures["hindsight_regret_target"] == round(1 / 6, 4)
     assert figures["hindsight_regret_source"] == round(1 / 7, 4)  # "très" said twice
     assert figures["hindsight_target_text"] == "The building is heated. Very finely."
+    assert figures["hindsight_unjudged_target"] == figures["hindsight_unjudged_source"] == 0
     rows = [{"id": "c", "bleu": None, "wer": None, "duration_s": 6.0, "cpu_per_audio_s": 0.5,
              "rtf": 1.0, "words_in_non_speech": 0, "utterances_invented": 0,
              "utterances_dropped": 0, "utterances_repeated": 0, **figures}]
@@ -388,6 +389,14 @@ async def test_hindsight_regret_holds_each_utterance_against_its_own_final_decod
                                      6.0, "en")
     assert [[t.task for t in r.tasks] for r in engine.requests] == [["transcribe"]] * 2
     assert "hindsight_regret_target" not in english and "hindsight_regret_source" in english
+    # a final decode still in the source language says nothing: that utterance is not judged
+    short = [dict(r, audio_t=5.6) if r["event"] == "vad.start" and r["utterance"] == 1 else r
+             for r in records]
+    unjudged = await hindsight_regret(pipeline, clip, audio, short, 6.0, "en")
+    assert unjudged["hindsight_unjudged_target"] == 1
+    assert unjudged["hindsight_unjudged_source"] == 0
+    assert unjudged["hindsight_committed_words_target"] == 4  # utterance 0's words only
+    assert unjudged["hindsight_regret_target"] == 0.25
 
 
 def test_a_hindsight_translation_still_in_the_wrong_language_says_nothing():
