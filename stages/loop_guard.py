@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from speechpipe.stages.model_api import DecodeResult, DecodeTask, WhisperRequest
 
 __all__ = ["cut_repetition", "cut_restatement", "cut_restart", "guard_words",
-           "guarded_decode", "SPOKEN_REPEAT_WORDS", "SPOKEN_REPEAT_COPIES"]
+           "guarded_decode", "cut_capped_restatement", "SPOKEN_REPEAT_WORDS",
+           "SPOKEN_REPEAT_COPIES"]
 
 
 def cut_repetition(
@@ -183,18 +184,53 @@ def cut_restart(
     return list(words), False
 
 
+def cut_capped_restatement(
+    words: Sequence[str], context: Sequence[str] = (), min_words: int = 2,
+) -> tuple[list[str], bool]:
+    """For a decode the length cap stopped: cut the unfinished sentence it ended on when
+    those words (``min_words`` or more) copy a run of the words before it.
+
+    A decode that ends the speaker's sentence and then says part of it again ("No, I don't
+    know so much that little. I don't know so") is a loop the cap interrupted: the model
+    does not stop, so the cap stops it. ``cut_restatement`` needs the copy to start like the
+    earlier sentence; ``cut_restart`` is for partials, whose tail later decodes re-decide.
+    A decode that stopped by itself is never cut here, and a restated sentence the decoder
+    finished is ``cut_restatement``'s. ``context`` is the committed text before ``words``,
+    never cut. Returns (kept words, whether anything was cut)."""
+    all_words = [*context, *words]
+    n_context = len(context)
+    last_end = max((i for i, w in enumerate(all_words[:-1]) if w.endswith(_SENTENCE_END)),
+                   default=-1)
+    start = last_end + 1
+    if start <= n_context or start == 0:
+        return list(words), False  # the unfinished sentence began in the committed text
+    norm = _normalized(all_words)
+    tail = norm[start:]
+    if len(tail) < min_words or not all(tail):
+        return list(words), False
+    earlier = norm[:start]
+    n = len(tail)
+    if any(earlier[i:i + n] == tail for i in range(len(earlier) - n + 1)):
+        return list(words[: start - n_context]), True
+    return list(words), False
+
+
 def guard_words(
     words: Sequence[str], context: Sequence[str], spoken: Sequence[str] | None,
-    restart_guard: bool,
+    restart_guard: bool, capped: bool = False,
 ) -> tuple[list[str], bool]:
     """A decode's words after the loop guards: ``cut_repetition`` (``spoken``: for a
     translation, the same audio's captions; None for the captions themselves), then
-    ``cut_restatement``, then ``cut_restart`` when ``restart_guard`` (partials). ``context``
-    is the text before the words (never cut). Returns (kept words, whether anything was
-    cut)."""
+    ``cut_restatement``, then ``cut_restart`` when ``restart_guard`` (partials), and
+    ``cut_capped_restatement`` when the length cap stopped the decode (``capped``).
+    ``context`` is the text before the words (never cut). Returns (kept words, whether
+    anything was cut)."""
     words, was_cut = cut_repetition(words, context=context, spoken=spoken)
     words, restated = cut_restatement(words, context=context)
     was_cut = was_cut or restated
+    if capped:
+        words, interrupted = cut_capped_restatement(words, context=context)
+        was_cut = was_cut or interrupted
     if restart_guard:  # set on partials only (stages.utterance)
         words, restarted = cut_restart(words, context=context)
         was_cut = was_cut or restarted
@@ -213,7 +249,8 @@ def guarded_decode(
         glued, _, text = text.partition(" ")
     # a loop that starts in the context (text copied from before the window) is cut too
     context = [*task.context.split()[-40:], *task.prefix.split()]
-    words, was_cut = guard_words(text.split(), context, spoken, request.restart_guard)
+    words, was_cut = guard_words(text.split(), context, spoken, request.restart_guard,
+                                 capped=hit_cap and not request.partial)
     suppressed = (
         no_speech_prob > request.no_speech_threshold
         and avg_logprob < request.logprob_threshold

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from speechpipe.stages.loop_guard import cut_repetition
 
 
@@ -39,3 +41,33 @@ def test_a_translation_may_repeat_where_its_captions_repeat():
 def test_a_translation_loop_past_what_was_said_is_cut():
     spoken = "très très finement".split()  # two copies said
     assert _kept("very very very finely", spoken=spoken) == "very"
+
+
+def test_a_final_decode_the_cap_stopped_in_a_restatement_loses_it():
+    """es_fisher_2251 ("No, no hace tanto, hace poco."): the final decode ended the sentence,
+    said part of it again and ran into the length cap."""
+    from speechpipe.stages.loop_guard import cut_capped_restatement, guarded_decode
+    from speechpipe.stages.model_api import DecodeTask, WhisperRequest
+
+    words = "No, I don't know so much that little. I don't know so".split()
+    assert cut_capped_restatement(words) == (words[:8], True)
+    # a new sentence that copies nothing, or one word, stays
+    for text in ("No, I don't know so much. It was last week",
+                 "No, I don't know so much that little. Little"):
+        assert cut_capped_restatement(text.split()) == (text.split(), False), text
+    # the unfinished sentence began in the committed text: not this decode's to cut
+    assert cut_capped_restatement("know so".split(), context="I don't know so".split()) == (
+        ["know", "so"], False)
+    # only a final decode that the cap stopped: one that stopped by itself keeps its words
+    # (cut_restatement's rule needs the same start), and a partial's tail is the next
+    # decode's to decide (cut_restart)
+    text = " ".join(words)
+    task = DecodeTask("translate")
+    final = WhisperRequest(audio=np.zeros(16000, np.float32), language="es", tasks=(task,))
+    partial = WhisperRequest(audio=np.zeros(16000, np.float32), language="es", tasks=(task,),
+                             partial=True)
+    capped = guarded_decode(final, task, text, -0.3, 0.0, hit_cap=True)
+    assert capped.continuation == "No, I don't know so much that little." and capped.cut
+    for request, hit_cap in ((final, False), (partial, True)):
+        decode = guarded_decode(request, task, text, -0.3, 0.0, hit_cap=hit_cap)
+        assert decode.continuation == text and not decode.cut
