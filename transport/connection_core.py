@@ -206,11 +206,12 @@ class StartPlan:
     """What an accepted ``start`` becomes. ``role`` None: a solo session (no room);
     ``Role.LISTENER``: no pipeline and no capacity slot. ``request``: the pipeline's
     request (a participant's translates into ``CAPTION_TARGET``: the captions' source);
-    ``entry``: the room entry to ask for (None: no room)."""
+    ``entry``: the room entry to ask for (None: no room); ``claims``: the token's."""
     start: Start
     role: Role | None
     request: Any
     entry: EntryRequest | None
+    claims: Claims = Claims()
 
     @property
     def listener(self) -> bool:
@@ -222,6 +223,12 @@ class StartPlan:
         if self.entry is None:
             return None
         return self.entry.room or self.entry.claim_room
+
+    def slot_owner(self, ip: str | None, connection: str) -> tuple[str, str]:
+        """Whom a capacity slot for this start counts for: (the client, by its declared
+        ``client_id``, else its address, else the ``connection``'s id; its token's key, ""
+        without one)."""
+        return self.start.request.client_id or ip or connection, self.claims.key or ""
 
     @property
     def join_limited(self) -> bool:
@@ -294,7 +301,7 @@ class ConnectionCore:
                                  claim_room=claims.room, claim_role=claims.role,
                                  tokens_required=tokens_required)
         self.role = role
-        return StartPlan(start, role, request, entry)
+        return StartPlan(start, role, request, entry, claims)
 
     @staticmethod
     def enter(plan: StartPlan, room: Room | None) -> Join | Open | Fail:

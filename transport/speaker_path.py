@@ -133,12 +133,8 @@ class SpeakerPath:
         return None
 
     def _slot_owner(self) -> tuple[str, str]:
-        """(the client a capacity slot counts for, its token's key)."""
-        admission = self.conn.admission
-        ip = getattr(admission, "ip", None)
-        identity = getattr(admission, "identity", None)
-        client = self.start.request.client_id or ip or self.conn.id
-        return client, (identity.key or "") if identity is not None else ""
+        """(the client a capacity slot counts for, its token's key): the core's rule."""
+        return self.plan.slot_owner(getattr(self.conn.admission, "ip", None), self.conn.id)
 
     async def _hold_capacity(self, stack: contextlib.AsyncExitStack) -> None:
         """A capacity slot for this session (waiting in line with ``status`` events)."""

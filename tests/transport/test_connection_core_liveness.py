@@ -2,13 +2,15 @@
 while receiving means per role (``quota_failure``: a listener's idle timer only pings;
 ``too_slow`` only for a client that still reads), how a finished session closes
 (``finished``), what a token claims (``Claims.of``), which connections the metrics count as
-sessions (``pipeline_open``), whose joins are rate-limited (``join_limited``) and which of its
-own pipeline's messages a room member gets back (``hears_own``). Over a real server:
+sessions (``pipeline_open``), whom a capacity slot counts for (``slot_owner``), whose joins
+are rate-limited (``join_limited``) and which of its own pipeline's messages a room member
+gets back (``hears_own``). Over a real server:
 ``test_not_reading.py``, ``test_room_presence.py``, ``test_room_joins.py`` and
 ``test_quotas.py``."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -125,3 +127,18 @@ def test_only_a_listeners_join_is_rate_limited() -> None:
 def test_what_a_member_gets_back_of_its_own_pipeline(kind: str) -> None:
     assert opened("speaker").hears_own(kind)  # a speaker: everything, as a solo session
     assert opened("participant").hears_own(kind) is (kind in ("source", "error"))
+
+
+def test_a_slot_counts_for_the_declared_client_else_its_address_and_its_tokens_key() -> None:
+    c = ConnectionCore(max_message_bytes=1 << 17, max_lead_s=5.0)
+    [accept] = c.receive(json.dumps({"type": "start"}), 0.0)
+    assert isinstance(accept, AcceptStart)
+    plan = c.plan_start(accept.start, Claims.of(Identity("k1")))
+    assert isinstance(plan, StartPlan)
+    assert plan.slot_owner("10.0.0.7", "c0ffee00") == ("10.0.0.7", "k1")
+    assert plan.slot_owner(None, "c0ffee00") == ("c0ffee00", "k1")
+    declared = dataclasses.replace(accept.start, request=dataclasses.replace(
+        accept.start.request, client_id="kiosk-3"))
+    plan = c.plan_start(declared, Claims())
+    assert isinstance(plan, StartPlan)
+    assert plan.slot_owner("10.0.0.7", "c0ffee00") == ("kiosk-3", "")
