@@ -4,8 +4,10 @@ As websockets keeps its connection in ``protocol.py`` (``receive_data`` in, even
 ``State`` enum) with the asyncio layer only moving bytes, ``ConnectionCore`` decides what each
 client message means in the connection's state, and returns what to do: send a recoverable
 error, end the connection with a close code, accept ``start``, push audio, flush, stop, open
-or feed a WebRTC peer. ``transport.ws_connection`` performs the actions (sockets, the
-session, the peer) and tells the core when the session opens and ends. Time is a parameter.
+or feed a WebRTC peer. The asyncio shell performs the actions (sockets, the session, the
+peer): ``transport.ws_connection`` until the start, then ``transport.speaker_path`` or
+``transport.listener_path``; it tells the core when the session opens and ends. Time is a
+parameter.
 
 The core also decides what an accepted ``start`` becomes (``plan_start``): a solo session, a
 room speaker, a participant or a listener, by the ``role`` it names and what the client's
