@@ -50,20 +50,12 @@ from speechpipe.models.batch_plan import (
     Prompt,
     plan_batch,
 )
-from speechpipe.models.home import speechpipe_home
-from speechpipe.models.prefill import (
-    RESTRICTED_BUDGET_BYTES,
-    NativePrefill,
-    native_prefill,
-)
+from speechpipe.models.prefill import RESTRICTED_BUDGET_BYTES, NativePrefill
 from speechpipe.models.whisper_align import align_words, source_time
+from speechpipe.models.whisper_decoders import WhisperDecoders
 from speechpipe.models.whisper_prompts import WHISPER_LANGUAGES, WhisperPrompts
 from speechpipe.models.whisper_stats import EngineStats
-from speechpipe.models.whisper_vocab import (
-    RestrictedVocabulary,
-    restricted_vocabulary,
-    vocabulary_languages,
-)
+from speechpipe.models.whisper_vocab import RestrictedVocabulary
 from speechpipe.stages.language_vote import top_languages
 from speechpipe.stages.loop_guard import guarded_decode
 from speechpipe.stages.model_api import DecodeResult, DecodeTask, WhisperRequest, WhisperResult
@@ -94,17 +86,7 @@ class WhisperEngine:
         restricted_budget_bytes: int = RESTRICTED_BUDGET_BYTES,
     ):
         self.encode_bucket_s = encode_bucket_s
-        self._restricted_budget = restricted_budget_bytes
         self.model_dir = Path(model_dir)
-        self._cpu_threads, self._num_workers = cpu_threads, num_workers
-        # the kept tokens of decoders restricted to a language and English, by (language,
-        # words per language); None: that language decodes with the full vocabulary
-        self._decoders: dict[tuple[str, int], RestrictedVocabulary | None] = {}
-        self._prefill: NativePrefill | None = None
-        self._prefill_checked = False
-        self._restriction_refusal_logged = False
-        self._prefill_lock = threading.Lock()
-        self._decoders_lock = threading.Lock()
         self.stats = EngineStats()
         try:
             from faster_whisper import WhisperModel
@@ -125,6 +107,10 @@ class WhisperEngine:
         self.prompts = WhisperPrompts(self.tokenizer)  # prompt ids (models.whisper_prompts)
         self.eot = self.prompts.eot
         self.languages = self.prompts.languages()
+        # the native decoders and each language's vocabulary restriction
+        self.decoders = WhisperDecoders(
+            self.model_dir, cpu_threads=cpu_threads, budget_bytes=restricted_budget_bytes,
+            eot=self.eot, vocab_size=self.tokenizer.get_vocab_size())
 
     # -- pieces -------------------------------------------------------------------------
     def check_language(self, language: str) -> None:
@@ -175,68 +161,26 @@ class WhisperEngine:
         return top_languages(((token[2:-2], float(prob)) for token, prob in results), among)
 
     def decoder(self, language: str, words: int) -> tuple[Any, RestrictedVocabulary | None]:
-        """The CTranslate2 model that decodes ``language`` (captions, and translation into
-        English) and, with ``words``, the vocabulary restriction its native decoder applies:
-        the tokens of that language's and English's ``words`` most frequent words when a word
-        list exists for it (models/whisper_vocab.py); else, or with 0, None (the full
+        """The CTranslate2 model that decodes ``language`` with ``words`` words per language,
+        and its vocabulary restriction (``WhisperDecoders.vocabulary``; None: the full
         vocabulary). The model is always the one shared full model: a restriction only
         selects rows of its output layer (``models.prefill``), no weights are copied."""
-        if not words:
-            return self.model.model, None
-        with self._decoders_lock:
-            if (language, words) not in self._decoders:
-                self._decoders[language, words] = self._load_decoder(language, words)
-            return self.model.model, self._decoders[language, words]
+        return self.model.model, self.decoders.vocabulary(language, words)
 
     def restricted_memory(self) -> dict[str, int]:
-        """What the vocabulary restrictions hold now: ``decoders`` (per worker thread and
-        language) and their ``bytes`` (gathered output-layer rows), ``budget_bytes``, and
-        ``built`` (decoders made so far: more than ``decoders`` once the budget evicts)."""
-        native = self._prefill
-        held, size = native.restricted_usage() if native is not None else (0, 0)
-        return {"decoders": held, "bytes": size, "budget_bytes": self._restricted_budget,
-                "built": native.restricted_built if native is not None else 0,
-                "languages": sum(v is not None for v in self._decoders.values())}
+        return self.decoders.memory()  # ``WhisperDecoders.memory``
 
     def prefill(self) -> NativePrefill | None:
-        """The native prefix-prefill decoders (``models.prefill``), None when unavailable."""
-        with self._prefill_lock:
-            if not self._prefill_checked:
-                self._prefill_checked = True
-                module = native_prefill()
-                if module is not None:
-                    self._prefill = NativePrefill(module, self._cpu_threads,
-                                                  self._restricted_budget)
-                    self._prefill.preload(self.model_dir)
-            return self._prefill
+        return self.decoders.native()  # ``WhisperDecoders.native``
 
-    def _load_decoder(self, language: str, words: int) -> RestrictedVocabulary | None:
-        """None: the full vocabulary decodes this language (no word list, no native decoder
-        to restrict, a CTranslate2 build whose output layer cannot be restricted here (Intel
-        MKL's packed weights: there the full vocabulary costs less, docs/benchmarks.md), or
-        the kept set could not be read: logged once, sessions go on)."""
-        if language not in vocabulary_languages():
-            return None
-        native = self.prefill()
-        if native is None:
-            log.warning("no restricted decoder for %s (the native decoder is not built); "
-                        "decoding with the full vocabulary", language)
-            return None
-        refused = native.restriction_refused(
-            self.model_dir, range(self.eot, self.tokenizer.get_vocab_size()))
-        if refused is not None:  # Intel MKL's packed weights: the full vocabulary is faster
-            if not self._restriction_refusal_logged:
-                self._restriction_refusal_logged = True
-                log.info("restricted decoders unavailable here (%s); decoding with the full "
-                         "vocabulary", refused)
-            return None
-        try:
-            return restricted_vocabulary(self.model_dir, {language, "en"}, words,
-                                         speechpipe_home() / "models" / "vocabularies")
-        except Exception as exc:  # a foreign tokenizer, a missing word list
-            log.warning("no restricted decoder for %s (%s); decoding with the full vocabulary",
-                        language, exc)
-            return None
+    # the restriction chosen per language, for tests that drop one to have it built again
+    @property
+    def _decoders(self) -> dict[tuple[str, int], RestrictedVocabulary | None]:
+        return self.decoders.chosen
+
+    @property
+    def _decoders_lock(self) -> threading.Lock:
+        return self.decoders.lock
 
     def _sot(self, language: str, task: str) -> list[int]:
         return self.prompts.sot(language, task)  # for tests and scripts/decoder_step_cost.py
@@ -450,7 +394,7 @@ class WhisperEngine:
         """Drop the model (CTranslate2 joins its own threads in its destructor). Call on the
         main thread once no worker thread uses the engine; the engine is unusable after."""
         self.model = None
-        self._decoders.clear()
+        self.decoders.chosen.clear()
 
     def warm_up(self) -> None:
         """A single request, then a batch of two in one bucket (both code paths); and the

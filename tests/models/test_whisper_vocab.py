@@ -177,14 +177,14 @@ def test_a_restricted_decoder_that_cannot_be_made_falls_back_to_the_full_one(
         pipeline, monkeypatch, caplog):
     import logging
 
-    import speechpipe.models.whisper_engine as engine_module
+    import speechpipe.models.whisper_decoders as decoders_module
 
     def read_only(*args: object, **kwargs: object) -> None:
         raise OSError("read-only file system")
 
-    monkeypatch.setattr(engine_module, "restricted_vocabulary", read_only)
+    monkeypatch.setattr(decoders_module, "restricted_vocabulary", read_only)
     engine = pipeline.engine
-    with caplog.at_level(logging.WARNING, logger=engine_module.__name__):
+    with caplog.at_level(logging.WARNING, logger=decoders_module.__name__):
         model, vocabulary = engine.decoder("es", 777)  # a count no other test loads
     assert vocabulary is None and model is engine.model.model
     assert "read-only file system" in caplog.text and "full vocabulary" in caplog.text

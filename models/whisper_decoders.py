@@ -1,0 +1,108 @@
+"""Which decoder decodes a language: the full vocabulary or a restricted one.
+
+A restricted decoder (``models.whisper_vocab``) keeps the tokens of a language's and
+English's most frequent words; it selects rows of the shared model's output layer in the
+native decoder (``models.prefill``), so no weights are copied. It is chosen per (language,
+words per language) once, and falls back to the full vocabulary (``None``) when
+- the language has no word list;
+- the native decoder is not built;
+- CTranslate2 cannot restrict the output layer here (Intel MKL's packed weights: there the
+  full vocabulary costs less, docs/benchmarks.md), logged once;
+- the kept set cannot be read (a foreign tokenizer, a missing word list, a read-only home),
+  logged; sessions go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+from speechpipe.models.home import speechpipe_home
+from speechpipe.models.prefill import NativePrefill, native_prefill
+from speechpipe.models.whisper_vocab import (
+    RestrictedVocabulary,
+    restricted_vocabulary,
+    vocabulary_languages,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["WhisperDecoders"]
+
+
+class WhisperDecoders:
+    """The native prefix-prefill decoders of one Whisper model folder (loaded on first use)
+    and the vocabulary restriction chosen per language; thread-safe."""
+
+    def __init__(self, model_dir: Path, *, cpu_threads: int, budget_bytes: int,
+                 eot: int, vocab_size: int):
+        self.model_dir = model_dir
+        self.budget_bytes = budget_bytes
+        self._cpu_threads = cpu_threads
+        self._special_ids = range(eot, vocab_size)  # never dropped by a restriction
+        # the kept tokens of decoders restricted to a language and English, by (language,
+        # words per language); None: that language decodes with the full vocabulary
+        self.chosen: dict[tuple[str, int], RestrictedVocabulary | None] = {}
+        self._native: NativePrefill | None = None
+        self._native_checked = False
+        self._refusal_logged = False
+        self._native_lock = threading.Lock()
+        self.lock = threading.Lock()  # guards ``chosen``
+
+    def native(self) -> NativePrefill | None:
+        """The native prefix-prefill decoders (``models.prefill``), None when unavailable."""
+        with self._native_lock:
+            if not self._native_checked:
+                self._native_checked = True
+                module = native_prefill()
+                if module is not None:
+                    self._native = NativePrefill(module, self._cpu_threads, self.budget_bytes)
+                    self._native.preload(self.model_dir)
+            return self._native
+
+    def vocabulary(self, language: str, words: int) -> RestrictedVocabulary | None:
+        """The restriction that decodes ``language`` (captions, and translation into
+        English) with ``words`` words per language: the tokens of that language's and
+        English's ``words`` most frequent words when a word list exists for it
+        (models/whisper_vocab.py); else, or with 0, None (the full vocabulary)."""
+        if not words:
+            return None
+        with self.lock:
+            if (language, words) not in self.chosen:
+                self.chosen[language, words] = self._load(language, words)
+            return self.chosen[language, words]
+
+    def memory(self) -> dict[str, int]:
+        """What the vocabulary restrictions hold now: ``decoders`` (per worker thread and
+        language) and their ``bytes`` (gathered output-layer rows), ``budget_bytes``, and
+        ``built`` (decoders made so far: more than ``decoders`` once the budget evicts)."""
+        native = self._native
+        held, size = native.restricted_usage() if native is not None else (0, 0)
+        return {"decoders": held, "bytes": size, "budget_bytes": self.budget_bytes,
+                "built": native.restricted_built if native is not None else 0,
+                "languages": sum(v is not None for v in self.chosen.values())}
+
+    def _load(self, language: str, words: int) -> RestrictedVocabulary | None:
+        """None: the full vocabulary decodes this language (module docs)."""
+        if language not in vocabulary_languages():
+            return None
+        native = self.native()
+        if native is None:
+            log.warning("no restricted decoder for %s (the native decoder is not built); "
+                        "decoding with the full vocabulary", language)
+            return None
+        refused = native.restriction_refused(self.model_dir, self._special_ids)
+        if refused is not None:  # Intel MKL's packed weights: the full vocabulary is faster
+            if not self._refusal_logged:
+                self._refusal_logged = True
+                log.info("restricted decoders unavailable here (%s); decoding with the full "
+                         "vocabulary", refused)
+            return None
+        try:
+            return restricted_vocabulary(self.model_dir, {language, "en"}, words,
+                                         speechpipe_home() / "models" / "vocabularies")
+        except Exception as exc:  # a foreign tokenizer, a missing word list
+            log.warning("no restricted decoder for %s (%s); decoding with the full vocabulary",
+                        language, exc)
+            return None
