@@ -15,7 +15,8 @@ token claims (``Claims``); which room entry that is (``enter``, over
 ``transport.room_access.decide``); the WebRTC preconditions of an ``offer`` (a peer already
 active, WebRTC disabled, an oversized SDP); and what a listener may send (no audio, no
 ``flush``, no ``playout``). Refusals come back as ``Fail``: the close code and error event
-the shell sends, by the code table (``transport.codes``). What a quota's failure on receiving
+the shell sends, by the code table (``transport.codes``; the constructors live in
+``transport.refusals``). What a quota's failure on receiving
 means (``quota_failure``: a listener's liveness is the ping, not its input) is decided here
 too (the shell only pings), as are how a finished session closes (``finished``) and which of
 its own pipeline's messages a room member gets back (``hears_own``).
@@ -31,9 +32,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from speechpipe.errors import AdmissionError, SessionRedirect, SpeechpipeError
 from speechpipe.transport.audio_io import RealtimeGuard
-from speechpipe.transport.codes import CloseCode, ErrorCode, refusal_close
+from speechpipe.transport.codes import CloseCode, ErrorCode
 from speechpipe.transport.protocol import (
     Flush,
     Ice,
@@ -42,11 +42,19 @@ from speechpipe.transport.protocol import (
     ProtocolError,
     Start,
     Stop,
-    encode_error,
     parse_text,
     validate_audio,
 )
 from speechpipe.transport.quotas import Expired, check_sdp_size
+from speechpipe.transport.refusals import (
+    Fail,
+    fail,
+    listener_too_slow,
+    room_redirect,
+    room_refusal,
+    session_refused,
+    too_many_joins,
+)
 from speechpipe.transport.room import Role, Room
 from speechpipe.transport.room_access import EntryRequest, Join, Open, Refuse, decide
 
@@ -78,14 +86,6 @@ class SendError:
     """Send a recoverable ``error`` event; the connection goes on."""
     code: str
     message: str
-
-
-@dataclass(frozen=True, slots=True)
-class Fail:
-    """End the connection: send ``error`` (if any), then close with ``code``."""
-    code: int
-    reason: str
-    error: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,52 +139,6 @@ class CheckReads:
 
 Action = (SendError | Fail | AcceptStart | PushAudio | FlushInput | StopInput | OpenPeer | AddIce
           | ReportPlayout)
-
-
-def fail(exc: ProtocolError, code: int | None = None) -> Fail:
-    """A fatal protocol error as the close that ends the connection (its own close code,
-    else ``code``, else 1008)."""
-    close = code if code is not None else (exc.close_code or CloseCode.POLICY)
-    return Fail(close, exc.code, encode_error(exc.code, str(exc), fatal=True))
-
-
-def room_refusal(code: str, message: str, **detail: Any) -> Fail:
-    """A room refusal (``RoomError``'s ``code``, message and detail) as its close: the close
-    code of its row in the code table (``no_room``, 4014, for a code that has none)."""
-    row = ErrorCode.lookup(code) or ErrorCode.NO_ROOM
-    return Fail(row.close or CloseCode.NO_ROOM, row,
-                encode_error(row, message, fatal=True, **detail))
-
-
-def room_redirect(url: str) -> Fail:
-    """Cluster mode: the room lives on another node, at ``url`` (4020)."""
-    return Fail(CloseCode.REDIRECT, ErrorCode.REDIRECT, encode_error(
-        ErrorCode.REDIRECT, "this room is on another node: reconnect there with the "
-        "same start", fatal=True, url=url, ticket=None, expires_in_s=None))
-
-
-def too_many_joins(retry_s: float) -> Fail:
-    """Listeners join this room (or from this address) too fast: retry after ``retry_s``."""
-    return room_refusal(ErrorCode.TOO_MANY_JOINS, "listeners join too fast: retry in a moment",
-                        retry_after_s=round(retry_s, 2))
-
-
-def listener_too_slow() -> Fail:
-    """A listening member's outbox overflowed (no error event: it does not read)."""
-    return Fail(CloseCode.LISTENER_TOO_SLOW, ErrorCode.LISTENER_TOO_SLOW)
-
-
-def session_refused(exc: SpeechpipeError) -> Fail:
-    """The capacity gate or the session factory refused the start: the close code by the
-    code table, with the redirect's or the retry's fields."""
-    extra: dict[str, Any] = {}
-    if isinstance(exc, SessionRedirect):
-        extra = {"url": exc.url, "ticket": exc.ticket,
-                 "expires_in_s": round(exc.expires_in_s, 1)}
-    elif isinstance(exc, AdmissionError):
-        extra = {"retry_after_s": exc.retry_after_s}
-    return Fail(refusal_close(exc), exc.code, encode_error(exc.code, str(exc), fatal=True,
-                                                           **extra))
 
 
 @dataclass(frozen=True, slots=True)
