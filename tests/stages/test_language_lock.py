@@ -84,8 +84,9 @@ def test_an_unsure_vote_waits_for_the_lock_time_then_fixes_its_leader():
 
 
 def test_one_sure_answer_out_of_line_with_the_earlier_ones_does_not_fix_its_language():
-    # Whisper base answered Thai with 0.93 on 1.75 s of the bundled German de_bahnhof: the
-    # newest answer alone would have fixed it
+    # Whisper base answered Thai with 0.93 on 1.75 s of the bundled German de_bahnhof (in
+    # espeak-ng's own voice, before it spoke through MBROLA): the newest answer alone would
+    # have fixed it
     decoder = _auto()
     _hear(decoder, 1.5)
     _decoded(decoder, "es", 0.7, "hola a", "hello to")
