@@ -24,3 +24,15 @@ def test_a_bundled_model_resolved_in_a_test_is_in_that_home():
     from speechpipe.models.whisper_weights import resolve_whisper_model
 
     assert resolve_whisper_model().is_relative_to(speechpipe_home())
+
+
+def test_a_subprocess_the_tests_start_writes_in_the_same_home():
+    """CLIs, servers and benches the tests start inherit the run's home (the environment),
+    so what they build lands there too."""
+    import subprocess
+    import sys
+
+    code = "from speechpipe.models.home import speechpipe_home; print(speechpipe_home())"
+    result = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
+                            timeout=60, check=True)
+    assert Path(result.stdout.strip()) == speechpipe_home()
