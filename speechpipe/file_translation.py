@@ -165,7 +165,8 @@ async def _run(
             await replay(session, audio, pace=request.pace, on_progress=bar.advance,
                          on_event=builder.add)
             vad_seconds = session.vad.busy_seconds if session.vad else 0.0
-            candidates = getattr(session, "language_candidates", tuple)()
+            candidates: tuple[tuple[str, float], ...] = getattr(
+                session, "language_candidates", tuple)()  # a test double may have none
     except BaseExceptionGroup as group:  # the session's task group wraps what ended it
         raise first_leaf(group) from None
     finally:
