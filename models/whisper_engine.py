@@ -19,10 +19,8 @@ Guards against words from nothing (unguarded decodes loop on real clips here):
 - 1 s of trailing silence is appended before encoding, which gives Whisper its end-of-audio
   cue (without it short inputs loop, e.g. "así, así, así");
 - ``max_length`` is tied to the audio length;
-- the text loop guards (``stages.loop_guard``) cut a continuation at a repeated n-gram run,
-  a word that loops inside itself, a restated sentence, and (partials) a sentence restart;
-- a no-speech guard drops a decode whose no-speech probability is high and whose
-  log-probability is low (faster-whisper's rule).
+- the text loop guards and the no-speech guard of ``stages.loop_guard`` (``guarded_decode``)
+  cut a continuation that loops, and drop one where Whisper heard no speech.
 The ASR stage adds the commit guard (``stages.faithfulness``): no words where a neural VAD
 heard no speech, no translation without source words.
 
@@ -33,7 +31,6 @@ source time from a cross-attention alignment on the encoder output already compu
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -44,12 +41,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from speechpipe.errors import LanguageError, ModelError
-from speechpipe.models.batch_plan import (
-    SAMPLE_RATE,
-    BatchPlan,
-    Prompt,
-    plan_batch,
-)
+from speechpipe.models.batch_plan import SAMPLE_RATE, BatchPlan, Prompt, plan_batch
 from speechpipe.models.prefill import RESTRICTED_BUDGET_BYTES, NativePrefill
 from speechpipe.models.whisper_align import align_words, source_time
 from speechpipe.models.whisper_decoders import WhisperDecoders
@@ -61,20 +53,19 @@ from speechpipe.stages.loop_guard import guarded_decode
 from speechpipe.stages.model_api import DecodeResult, DecodeTask, WhisperRequest, WhisperResult
 from speechpipe.stages.redecode import keep_to_english, recover_coverage
 
-log = logging.getLogger(__name__)
-
-__all__ = [
-    "WhisperEngine",
-    "WhisperRequest",
-    "DecodeTask",
-    "DecodeResult",
-    "WhisperResult",
-    "WHISPER_LANGUAGES",
-    "EngineStats",
-]
+__all__ = ["WhisperEngine", "WhisperRequest", "DecodeTask", "DecodeResult", "WhisperResult",
+           "WHISPER_LANGUAGES", "EngineStats", "ct2_whisper"]
 
 TRAILING_SILENCE_S = 1.0
 ENCODE_BUCKET_S = 1.0  # encode lengths are multiples of this (see "Batching" above)
+
+
+def ct2_whisper(model: Any) -> Any:  # -> ctranslate2.models.Whisper
+    """The CTranslate2 Whisper model inside faster-whisper's ``WhisperModel``. The one place
+    that reaches faster-whisper's private ``model`` attribute: faster-whisper has no public
+    API to encode mel features, or to detect the language of, generate from or align
+    against an encoder output we already hold. If faster-whisper moves it, change it here."""
+    return model.model
 
 
 class WhisperEngine:
@@ -93,13 +84,8 @@ class WhisperEngine:
         except ImportError as exc:  # pragma: no cover - a hard dependency
             raise ModelError("faster-whisper is not installed: pip install faster-whisper") from exc
         try:
-            self.model = WhisperModel(
-                str(model_dir),
-                device="cpu",
-                compute_type="int8",
-                cpu_threads=cpu_threads,
-                num_workers=num_workers,
-            )
+            self.model = WhisperModel(str(model_dir), device="cpu", compute_type="int8",
+                                      cpu_threads=cpu_threads, num_workers=num_workers)
         except Exception as exc:
             raise ModelError(f"cannot load Whisper model from {model_dir}: {exc}") from exc
         self.tokenizer = self.model.hf_tokenizer
@@ -114,12 +100,10 @@ class WhisperEngine:
 
     # -- pieces -------------------------------------------------------------------------
     def check_language(self, language: str) -> None:
-        """Raise ``LanguageError`` unless Whisper knows ``code``."""
+        """Raise ``LanguageError`` unless Whisper knows ``language``."""
         if language not in self.languages:
-            raise LanguageError(
-                f"unknown source language {language!r}; Whisper knows: "
-                + " ".join(self.languages)
-            )
+            raise LanguageError(f"unknown source language {language!r}; Whisper knows: "
+                                + " ".join(self.languages))
 
     def encode_samples(self, n_audio: int) -> int:
         """Canonical encoder input length (samples): the audio plus at least
@@ -142,14 +126,15 @@ class WhisperEngine:
         import ctranslate2
 
         mel = ctranslate2.StorageView.from_array(self.mel(audio))
-        return self.model.model.encode(mel, to_cpu=True)
+        return ct2_whisper(self.model).encode(mel, to_cpu=True)
 
     def _encode_rows(self, mels: Sequence[NDArray[np.float32]]) -> NDArray[np.float32]:
         """Encoder outputs ``[batch, positions, dims]`` for mels of equal length."""
         import ctranslate2
 
         stacked = np.ascontiguousarray(np.concatenate(mels, axis=0))
-        output = self.model.model.encode(ctranslate2.StorageView.from_array(stacked), to_cpu=True)
+        output = ct2_whisper(self.model).encode(ctranslate2.StorageView.from_array(stacked),
+                                                to_cpu=True)
         return np.array(output, dtype=np.float32)  # a copy: the StorageView is freed after
 
     def detect_language(self, encoder_output, among: frozenset[str] = frozenset()
@@ -157,7 +142,7 @@ class WhisperEngine:
         """The most likely languages of an encoded utterance, most likely first, with
         Whisper's probabilities (``stages.language_vote.top_languages``: at most five; with
         ``among``, those languages only, renormalized over them)."""
-        results = self.model.model.detect_language(encoder_output)[0]
+        results = ct2_whisper(self.model).detect_language(encoder_output)[0]
         return top_languages(((token[2:-2], float(prob)) for token, prob in results), among)
 
     def decoder(self, language: str, words: int) -> tuple[Any, RestrictedVocabulary | None]:
@@ -165,7 +150,7 @@ class WhisperEngine:
         and its vocabulary restriction (``WhisperDecoders.vocabulary``; None: the full
         vocabulary). The model is always the one shared full model: a restriction only
         selects rows of its output layer (``models.prefill``), no weights are copied."""
-        return self.model.model, self.decoders.vocabulary(language, words)
+        return ct2_whisper(self.model), self.decoders.vocabulary(language, words)
 
     def restricted_memory(self) -> dict[str, int]:
         return self.decoders.memory()  # ``WhisperDecoders.memory``
@@ -173,10 +158,9 @@ class WhisperEngine:
     def prefill(self) -> NativePrefill | None:
         return self.decoders.native()  # ``WhisperDecoders.native``
 
-    # the restriction chosen per language, for tests that drop one to have it built again
     @property
     def _decoders(self) -> dict[tuple[str, int], RestrictedVocabulary | None]:
-        return self.decoders.chosen
+        return self.decoders.chosen  # for tests that drop a language's choice to rebuild it
 
     @property
     def _decoders_lock(self) -> threading.Lock:
@@ -231,9 +215,8 @@ class WhisperEngine:
                 detected.append(())
                 languages.append((request.language, 1.0))
             else:
-                view = ctranslate2.StorageView.from_array(
-                    np.ascontiguousarray(encoded[row : row + 1])
-                )
+                one_row = np.ascontiguousarray(encoded[row : row + 1])
+                view = ctranslate2.StorageView.from_array(one_row)
                 detected.append(self.detect_language(view, request.detect_among))
                 languages.append(detected[-1][0])
         t2 = time.perf_counter()
@@ -268,8 +251,8 @@ class WhisperEngine:
         for row, request in enumerate(requests):  # in the request's task order
             order = [t.task for t in request.tasks]
             decodes[row].sort(key=lambda d: order.index(d.task) if d.task in order else 0)
-        aligned = align_words(self.model.model, self.tokenizer, requests, encoded, languages,
-                              items, generated, decodes)
+        aligned = align_words(ct2_whisper(self.model), self.tokenizer, requests, encoded,
+                              languages, items, generated, decodes)
         t4 = time.perf_counter()
         self.stats.add(
             encode_calls=1, encode_s=t1 - t0,
