@@ -1,10 +1,13 @@
-"""Shared test helpers and fakes (one module; fixtures live in ``conftest.py``).
+"""Shared test helpers (fakes: ``tests/fakes.py``; fixtures: ``conftest.py``). Test modules
+share code only through these modules, never by importing one another (tests/app/test_layers.py
+checks it).
 
 - the sample folders: ``OWN_SAMPLES`` (the project's ``samples/``) and ``shared_clip`` etc. for
   the real recordings in ``../shared/samples`` (tests skip where that folder is absent);
 - a live-server client: ``stream_websocket`` (``transport.client``, the one protocol client);
-- for the auth, quota, privacy and fault tests: a scripted session (``TickSession``), clients,
-  and checks that a session left nothing behind (tasks, file descriptors)."""
+- raw clients and checks that a session left nothing behind (tasks, file descriptors);
+- the protocol tests' client steps, real clips for the engine tests, docs/protocol.md's
+  tables, the CLI in a subprocess, browser pages, a Ray cluster scenario."""
 
 from __future__ import annotations
 
@@ -13,21 +16,27 @@ import base64
 import json
 import logging
 import os
+import re
+import shutil
+import signal
 import socket
+import subprocess
+import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from speechpipe.stages.channels import Channel
-from speechpipe.stages.frames import AudioFrame, OutputEvent, TextHypothesis, UtteranceEnd
-from speechpipe.stages.request import SessionRequest
+from speechpipe.stages.frames import STREAM_RATE
 from speechpipe.transport.client import ClientRun, stream_session
+
+if TYPE_CHECKING:
+    from speechpipe.models.whisper_engine import WhisperRequest, WhisperResult
 
 # --- sample folders ----------------------------------------------------------------------
 
@@ -69,7 +78,6 @@ def manifest_clip(clip_id: str) -> tuple[Path, dict[str, Any]]:
     pytest.skip(f"clip {clip_id} not in {manifest}")
 
 
-
 # --- a live-server client ----------------------------------------------------------------
 
 
@@ -98,71 +106,11 @@ async def stream_websocket(
     return run
 
 
-# --- a scripted session and guard checks ------------------------------------------------
+# --- the fakes' caption text, the test token secret, guard checks -------------------------
 
 SECRET = "test-secret-" + "x" * 40
 FAKE_SOURCE = "zumbido cangrejo"  # distinctive words: a privacy check can search the logs
 FAKE_TARGET = "buzzing crabapple"
-
-
-class TickSession:
-    """A ``LiveSession`` without models: each second of audio pushed yields one source and
-    one target caption with known text; ``finish`` ends the events (unless ``hang``, which
-    stands in for a pipeline that cannot finish). A background task stands in for stages."""
-
-    def __init__(self, request: SessionRequest, *, hang: bool = False) -> None:
-        self.request = request
-        self.hang = hang
-        self.next_pts = 0
-        self.frames = 0
-        self.exited = False
-        self.channel: Channel[OutputEvent] = Channel(256, name="tick-events")
-        self.tasks: list[asyncio.Task[None]] = []
-
-    async def __aenter__(self) -> TickSession:
-        self.tasks.append(asyncio.create_task(asyncio.sleep(3600), name="tick-stage"))
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-        self.exited = True
-
-    async def push(self, frame: AudioFrame) -> None:
-        assert frame.pts == self.next_pts
-        self.next_pts = frame.end
-        self.frames += 1
-        if self.frames % 50 == 0:
-            pts = frame.end
-            for side, text in (("source", FAKE_SOURCE), ("target", FAKE_TARGET)):
-                await self.channel.put(TextHypothesis(
-                    side, 0, self.frames, text, "", "es", pts - 16000, pts, pts,  # type: ignore[arg-type]
-                ))
-
-    def flush(self) -> None:
-        pass
-
-    async def finish(self) -> None:
-        if self.hang:
-            return
-        await self.channel.put(UtteranceEnd(0, self.next_pts, FAKE_SOURCE, FAKE_TARGET))
-        self.channel.close()
-
-    async def events(self) -> AsyncIterator[OutputEvent]:
-        async for event in self.channel:
-            yield event
-
-
-class TickFactory:
-    def __init__(self, *, hang: bool = False) -> None:
-        self.hang = hang
-        self.sessions: list[TickSession] = []
-
-    def __call__(self, request: SessionRequest) -> TickSession:
-        session = TickSession(request, hang=self.hang)
-        self.sessions.append(session)
-        return session
 
 
 def pcm(seconds: float, rate: int = 16000) -> bytes:
@@ -349,3 +297,221 @@ def says_gato_in_english(text: str) -> bool:
     every CPU measured gives, in English: the Spanish transcript has neither."""
     lowered = text.lower()
     return "house" in lowered and "cold" in lowered
+
+
+# --- the protocol tests' client steps (against ``tests.fakes.FakeFactory`` servers) ------
+
+OUT_RATE = 22050
+
+
+async def start(ws: ClientConnection, **fields: Any) -> dict[str, Any]:
+    await ws.send(json.dumps({"type": "start", "source_lang": "es", "sample_rate": 16000,
+                              "output_sample_rate": OUT_RATE, **fields}))
+    started = await recv_json(ws)
+    assert started["type"] == "started", started
+    return started
+
+
+async def expect_close(ws: ClientConnection, within: float = 5.0) -> list[Any]:
+    """Read until the server closes; return what arrived."""
+    seen: list[Any] = []
+    async with asyncio.timeout(within):
+        try:
+            while True:
+                seen.append(await ws.recv())
+        except ConnectionClosed:
+            pass
+    return seen
+
+
+# --- real clips for the engine tests (models loaded by the ``slow`` tests only) ----------
+
+CLIPS = ("es_enh_11375_cv", "es_enh_12411_cv", "es_enh_2692_cv", "es_enh_9756_cv",
+         "es_enh_12478_cv", "es_enh_4109_cv")
+
+
+def load_16k(clip_id: str) -> np.ndarray:
+    import soundfile as sf
+    import soxr
+
+    audio, rate = sf.read(shared_clip(clip_id), dtype="float32")
+    if audio.ndim > 1:
+        audio = audio.mean(axis=1)
+    if rate != STREAM_RATE:
+        audio = soxr.resample(audio, rate, STREAM_RATE)
+    return np.ascontiguousarray(audio, dtype=np.float32)
+
+
+# committed text of an earlier window, as <|startofprev|> context (bounded windows)
+CONTEXTS = (("", ""), ("", ""), ("", ""),
+            ("La ley reconoce a los autores varios derechos sobre sus obras.",
+             "The law gives authors several rights over their works."),
+            ("", ""),
+            ("El parlamento europeo aprobó ayer la propuesta de la comisión sobre los "
+             "derechos de los consumidores en toda la unión y dijo que la",
+             "The European Parliament yesterday approved the Commission's proposal on "
+             "consumer rights throughout the Union and said that the"))
+
+
+def real_requests() -> list[WhisperRequest]:
+    """Six real clips cut to 2.2-5.5 s: four share an encode bucket, two are alone; prefixes
+    of different lengths, contexts of different lengths (none, 8 and 16+ tokens), one
+    language left to detection, one beam-2, partial and final, window-capped partials."""
+    from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest
+
+    cuts = (3.1, 3.4, 3.9, 3.2, 5.5, 2.2)
+    prefixes = ("", "Autobuses", "", "En", "", "la")
+    requests = []
+    for i, (clip, cut, prefix) in enumerate(zip(CLIPS, cuts, prefixes, strict=True)):
+        audio = load_16k(clip)[: int(cut * STREAM_RATE)]
+        source_context, target_context = CONTEXTS[i]
+        requests.append(WhisperRequest(
+            audio=audio,
+            language=None if i == 2 else "es",
+            tasks=(DecodeTask("transcribe", prefix, source_context),
+                   DecodeTask("translate", "The" if i % 2 else "", target_context)),
+            cap_by_window=bool(i % 2),
+            beam_size=2 if i == 5 else 1,
+            max_new_tokens=16 if i % 2 else None,
+            partial=bool(i % 2),
+        ))
+    return requests
+
+
+def same(a: WhisperResult, b: WhisperResult) -> bool:
+    def key(r: WhisperResult):  # everything but timings
+        return (r.language, [(d.task, d.continuation, d.glued, d.avg_logprob, d.no_speech_prob,
+                              d.suppressed, d.cut, d.truncated) for d in r.decodes])
+    return key(a) == key(b)
+
+
+# --- docs/protocol.md's tables -----------------------------------------------------------
+
+PROTOCOL_DOC = ROOT / "docs" / "protocol.md"
+
+
+def table(section: str, text: str | None = None) -> list[list[str]]:
+    """The rows (cells stripped) of the first table under ``## section``."""
+    text = PROTOCOL_DOC.read_text(encoding="utf-8") if text is None else text
+    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in body.splitlines() if line.startswith("|")]
+    return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows[2:]]
+
+
+def close_rows(text: str | None = None) -> dict[int, str]:
+    return {int(code): meaning for code, meaning in table("Close codes", text)}
+
+
+def error_rows(text: str | None = None) -> list[tuple[set[str], str, str]]:
+    return [(set(re.findall(r"`([a-z_]+)`", codes)), fatal, close)
+            for codes, fatal, close, _ in table("Error codes", text)]
+
+
+# --- the CLI in a subprocess -------------------------------------------------------------
+
+def speechpipe(*args: str, tmp_path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "speechpipe", *args],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )
+
+
+def assert_one_line_error(result, *needles: str) -> None:
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+EVAL_GOOD_ROW = {"file": "es_gato.wav", "lang": "es", "transcript": "El gato duerme en la casa.",
+                 "translation_en": "The cat sleeps in the house."}
+
+
+def eval_manifest(tmp_path: Path, *lines: bytes | dict[str, object]) -> Path:
+    shutil.copy(OWN_SAMPLES / "wav" / "es_gato.wav", tmp_path / "es_gato.wav")
+    path = tmp_path / "manifest.jsonl"
+    path.write_bytes(b"".join(
+        (line if isinstance(line, bytes) else json.dumps(line).encode()) + b"\n"
+        for line in lines))
+    return path
+
+
+# --- the page in headless Chromium (``browser`` tests) -----------------------------------
+
+def chromium_args(wav: Path) -> list[str]:
+    return [
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--use-fake-device-for-media-stream",
+        "--use-fake-ui-for-media-stream",
+        f"--use-file-for-fake-audio-capture={wav}",
+        "--autoplay-policy=no-user-gesture-required",
+        # In the tests' network namespace (scripts/netns-pytest) the only ICE address,
+        # 198.18.0.1, is on the loopback interface, which Chromium's WebRTC skips by default.
+        "--allow-loopback-in-peer-connection",
+    ]
+
+
+async def open_page(opener: Any, url: str, problems: list[str]) -> Any:
+    """A new page (of a browser or a context) at ``url``, its script errors into ``problems``."""
+    page = await opener.new_page()
+    page.on("pageerror", lambda exc: problems.append(str(exc)))
+    await page.goto(url)
+    return page
+
+
+async def open_room(page: Any, mode: str, role: str, source_lang: str,
+                    target_lang: str | None = None) -> str:
+    """Start a room of ``mode`` on the page and return the link it shows for ``role``."""
+    await page.select_option("#source-lang", source_lang)
+    if target_lang is not None:
+        await page.select_option("#target-lang", target_lang)
+    await page.select_option("#room-mode", mode)
+    await page.click("#start")
+    await page.wait_for_function(
+        f"() => document.querySelector('#{role}-link').href.includes('#room=')",
+        timeout=30_000)
+    link = await page.locator(f"#{role}-link").get_attribute("href")
+    assert link is not None and f"role={role}" in link
+    return str(link)
+
+
+# --- a Ray cluster scenario in a private network namespace (``cluster`` tests) -----------
+
+def namespace_available() -> str | None:
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return "unshare/ip not installed"
+    probe = subprocess.run(["unshare", "-n", "--", "true"], capture_output=True, timeout=10)
+    return None if probe.returncode == 0 else "cannot create a network namespace (needs root)"
+
+
+def run_scenario(factory: pytest.TempPathFactory, *flags: str,
+                 script: Path | None = None) -> dict[str, Any]:
+    pytest.importorskip("ray", reason="needs the cluster extra: pip install 'speechpipe[cluster]'")
+    why = namespace_available()
+    if why:
+        pytest.skip(why)
+    out = factory.mktemp("cluster") / "scenario.json"
+    script = script or ROOT / "tests" / "e2e" / "cluster_scenario.py"
+    argv = " ".join(f'"{part}"' for part in (sys.executable, script, out, *flags))
+    proc = subprocess.Popen(
+        ["unshare", "-n", "--", "sh", "-c", f"ip link set lo up && exec {argv}"],
+        cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        _, err = proc.communicate(timeout=700)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert out.is_file(), f"the scenario wrote nothing: {err.decode(errors='replace')[-3000:]}"
+    result: dict[str, Any] = json.loads(out.read_text())
+    if result.get("error"):
+        logs = "\n".join(f"--- {k}\n{v}" for k, v in result.get("logs", {}).items())
+        pytest.fail(f"scenario failed: {result['error']}\n{logs}")
+    return result

@@ -13,7 +13,7 @@ import pytest
 from speechpipe.bench.room_storm import caption_lags, run_storm_phase
 from speechpipe.transport.limits import RoomOptions, ServerLimits
 from speechpipe.transport.websocket_server import SpeechServer
-from tests.helpers import TickFactory
+from tests.fakes import TickFactory
 
 TONE = (np.sin(np.arange(2 * 16000) / 7) * 3000).astype(np.int16)  # 2 s: two captions pairs
 

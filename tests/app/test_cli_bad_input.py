@@ -10,23 +10,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.helpers import OWN_SAMPLES
-
-
-def speechpipe(*args: str, tmp_path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "speechpipe", *args],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path,
-    )
-
-
-def assert_one_line_error(result, *needles: str) -> None:
-    assert result.returncode != 0
-    assert "Traceback" not in result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
+from tests.helpers import OWN_SAMPLES, assert_one_line_error, speechpipe
 
 
 def test_missing_file(tmp_path):

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.app.test_cli_bad_input import assert_one_line_error, speechpipe
-from tests.helpers import OWN_SAMPLES
+from tests.helpers import OWN_SAMPLES, assert_one_line_error, speechpipe
 
 CLIP = str(OWN_SAMPLES / "wav" / "es_gato.wav")
 

@@ -17,7 +17,7 @@ from speechpipe.cluster.ledger_core import HeldSession, LedgerCore, LedgerOption
 from speechpipe.cluster.node import ClusterNode, ClusterOptions
 from speechpipe.errors import AdmissionError, SessionRedirect
 from speechpipe.stages.frames import StatusEvent
-from tests.app.test_cluster_node import Heard, InProcessLedger
+from tests.fakes import Heard, InProcessLedger
 
 
 def core_of(capacity: int = 1, capacity_a: int = 0, **options: float) -> LedgerCore:

@@ -8,11 +8,8 @@ the ledger can be made unreachable or restarted at will; the real-Ray path is co
 
 from __future__ import annotations
 
-import concurrent.futures
 import subprocess
 import sys
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
@@ -20,26 +17,7 @@ from speechpipe.cluster.ledger import LedgerService
 from speechpipe.cluster.ledger_core import LedgerOptions
 from speechpipe.cluster.node import ClusterNode, ClusterOptions
 from speechpipe.errors import AdmissionError, SessionRedirect
-from speechpipe.stages.frames import StatusEvent
-
-
-class InProcessLedger:
-    """The real ``LedgerService`` behind the call shape of a Ray actor handle."""
-
-    def __init__(self) -> None:
-        self.service = LedgerService(LedgerOptions(max_queue=2, max_wait_s=1000.0))
-        self.down = False
-
-    def __getattr__(self, name: str) -> Any:
-        def remote(*args: Any) -> Any:
-            future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-            if self.down:
-                future.set_exception(ConnectionError("the ledger actor is unavailable"))
-            else:
-                future.set_result(getattr(self.service, name)(*args))
-            return SimpleNamespace(future=lambda: future)
-
-        return SimpleNamespace(remote=remote)
+from tests.fakes import Heard, InProcessLedger
 
 
 async def node(ledger: InProcessLedger, name: str, capacity: int = 1) -> ClusterNode:
@@ -48,14 +26,6 @@ async def node(ledger: InProcessLedger, name: str, capacity: int = 1) -> Cluster
     result.handle = ledger
     await result._register()
     return result
-
-
-class Heard:
-    def __init__(self) -> None:
-        self.events: list[StatusEvent] = []
-
-    async def __call__(self, event: StatusEvent) -> None:
-        self.events.append(event)
 
 
 async def test_admits_here_then_redirects_to_the_free_node_and_the_ticket_is_honoured():

@@ -16,9 +16,13 @@ from speechpipe.evaluation.evaluate import _aggregate, offline_scores, print_cat
 from speechpipe.evaluation.offline import OfflineCache, cache_key
 from speechpipe.evaluation.regret import regret
 from speechpipe.evaluation.scores import corpus_bleu, normalize_text, sentence_bleu
-from tests.app.test_cli_bad_input import assert_one_line_error, speechpipe
-from tests.app.test_eval_bad_input import GOOD, _manifest
-from tests.helpers import manifest_clip
+from tests.helpers import (
+    EVAL_GOOD_ROW,
+    assert_one_line_error,
+    eval_manifest,
+    manifest_clip,
+    speechpipe,
+)
 
 # --- pure parts ----------------------------------------------------------------------------
 
@@ -104,8 +108,8 @@ def test_no_offline_figures_without_the_option():
     (("--offline-reference", "--target-lang", "de", "--mt", "ct2:x"), "x-to-English"),
 ])
 def test_bad_offline_options(tmp_path: Path, extra: tuple[str, ...], needle: str):
-    result = speechpipe("eval", str(_manifest(tmp_path, GOOD)), "--pace", "fast", *extra,
-                        tmp_path=tmp_path)
+    manifest = eval_manifest(tmp_path, EVAL_GOOD_ROW)
+    result = speechpipe("eval", str(manifest), "--pace", "fast", *extra, tmp_path=tmp_path)
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert result.stdout == "", "nothing ran before the error"
     assert_one_line_error(result, needle)

@@ -197,7 +197,7 @@ def test_the_worker_codes_are_the_docs_rows() -> None:
     says (``refusal_close``: 1013)."""
     from speechpipe.errors import WorkerError, WorkerTimeout, WorkerUnavailable
     from speechpipe.transport.codes import refusal_close
-    from tests.transport.test_codes import error_rows
+    from tests.helpers import error_rows
 
     rows = error_rows()
     for kind in (WorkerError, WorkerTimeout, WorkerUnavailable):

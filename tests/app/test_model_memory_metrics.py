@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from speechpipe.stages.model_api import DecodeTask, WhisperRequest
-from tests.helpers import http_request, raw_http
-from tests.models.test_batching import load_16k
+from tests.helpers import http_request, load_16k, raw_http
 
 live = pytest.mark.asyncio(loop_scope="session")
 

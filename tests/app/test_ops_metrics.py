@@ -23,8 +23,8 @@ from speechpipe.transport.codes import CloseCode
 from speechpipe.transport.limits import Quotas, ServerLimits
 from speechpipe.transport.protocol import MAX_MESSAGE_BYTES
 from speechpipe.transport.websocket_server import SpeechServer
-from tests.helpers import pcm, wait_for
-from tests.transport.test_ws_server import FakeFactory, expect_close, start
+from tests.fakes import FakeFactory
+from tests.helpers import expect_close, pcm, start, wait_for
 
 live = pytest.mark.asyncio(loop_scope="session")  # the loop the fixtures run in
 

@@ -20,8 +20,8 @@ from websockets.asyncio.client import connect
 from speechpipe.transport.file_replay import read_audio
 from speechpipe.transport.limits import Quotas
 from speechpipe.transport.websocket_server import SpeechServer
-from tests.e2e.test_page import chromium_args
-from tests.helpers import TickFactory, pcm, read_until_closed
+from tests.fakes import TickFactory
+from tests.helpers import chromium_args, pcm, read_until_closed
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_cluster_ray import _run_scenario
+from tests.helpers import run_scenario
 
 A, B = "ws://127.0.0.1:8811/ws", "ws://127.0.0.1:8812/ws"
 
@@ -18,7 +18,7 @@ def _run(factory: pytest.TempPathFactory, part: str) -> dict[str, Any]:
     from pathlib import Path
 
     script = Path(__file__).with_name("cluster_attacks.py")
-    return _run_scenario(factory, part, script=script)
+    return run_scenario(factory, part, script=script)
 
 
 @pytest.fixture(scope="module")

@@ -8,58 +8,20 @@ The model is not the point here, so the nodes serve the test-only scripted pipel
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.helpers import run_scenario
+
 ROOT = Path(__file__).resolve().parents[2]
 A, B = "ws://127.0.0.1:8801/ws", "ws://127.0.0.1:8802/ws"
 
 
-def _namespace_available() -> str | None:
-    if shutil.which("unshare") is None or shutil.which("ip") is None:
-        return "unshare/ip not installed"
-    probe = subprocess.run(["unshare", "-n", "--", "true"], capture_output=True, timeout=10)
-    return None if probe.returncode == 0 else "cannot create a network namespace (needs root)"
-
-
-def _run_scenario(factory: pytest.TempPathFactory, *flags: str,
-                  script: Path | None = None) -> dict[str, Any]:
-    pytest.importorskip("ray", reason="needs the cluster extra: pip install 'speechpipe[cluster]'")
-    why = _namespace_available()
-    if why:
-        pytest.skip(why)
-    out = factory.mktemp("cluster") / "scenario.json"
-    script = script or Path(__file__).with_name("cluster_scenario.py")
-    argv = " ".join(f'"{part}"' for part in (sys.executable, script, out, *flags))
-    proc = subprocess.Popen(
-        ["unshare", "-n", "--", "sh", "-c", f"ip link set lo up && exec {argv}"],
-        cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
-    try:
-        _, err = proc.communicate(timeout=700)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-    assert out.is_file(), f"the scenario wrote nothing: {err.decode(errors='replace')[-3000:]}"
-    result: dict[str, Any] = json.loads(out.read_text())
-    if result.get("error"):
-        logs = "\n".join(f"--- {k}\n{v}" for k, v in result.get("logs", {}).items())
-        pytest.fail(f"scenario failed: {result['error']}\n{logs}")
-    return result
-
-
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return _run_scenario(tmp_path_factory)
+    return run_scenario(tmp_path_factory)
 
 
 @pytest.mark.slow
@@ -156,7 +118,7 @@ def real_scenario(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     clip = ROOT.parent / "shared" / "samples" / "wav" / "es_enh_12411_cv.wav"
     if not clip.is_file():
         pytest.skip(f"needs ../shared/samples (real recordings, not in the repo): {clip}")
-    return _run_scenario(tmp_path_factory, "--real-models")
+    return run_scenario(tmp_path_factory, "--real-models")
 
 
 @pytest.mark.slow

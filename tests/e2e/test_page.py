@@ -7,40 +7,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-import soundfile as sf
 
-from speechpipe.transport.file_replay import read_audio
+from tests.helpers import chromium_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
-
-
-def chromium_args(wav: Path) -> list[str]:
-    return [
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--use-fake-device-for-media-stream",
-        "--use-fake-ui-for-media-stream",
-        f"--use-file-for-fake-audio-capture={wav}",
-        "--autoplay-policy=no-user-gesture-required",
-        # In the tests' network namespace (scripts/netns-pytest) the only ICE address,
-        # 198.18.0.1, is on the loopback interface, which Chromium's WebRTC skips by default.
-        "--allow-loopback-in-peer-connection",
-    ]
-
-
-@pytest.fixture
-def fake_mic_wav(tmp_path: Path, spanish_clip: tuple[Path, dict[str, Any]]) -> Path:
-    """The clip followed by silence, so the speaker visibly pauses (Chromium loops the file)."""
-    audio = read_audio(spanish_clip[0])
-    wav = tmp_path / "mic.wav"
-    sf.write(wav, np.concatenate([audio, np.zeros(16000 * 4, np.int16)]), 16000,
-             subtype="PCM_16")
-    return wav
 
 
 @pytest.mark.parametrize("transport", ["websocket", "webrtc"])

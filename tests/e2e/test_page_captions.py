@@ -22,8 +22,7 @@ from speechpipe.transport.auth import TokenAuthority
 from speechpipe.transport.file_replay import read_audio
 from speechpipe.transport.limits import ServerLimits
 from speechpipe.transport.room import new_room_id
-from tests.e2e.test_page import chromium_args
-from tests.helpers import SECRET, stream_websocket, wait_for
+from tests.helpers import SECRET, chromium_args, stream_websocket, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 

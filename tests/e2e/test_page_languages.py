@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_page import chromium_args, fake_mic_wav  # noqa: F401 (a fixture)
-from tests.e2e.test_page_rooms import open_page, open_room
+from tests.helpers import chromium_args, open_page, open_room
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 
@@ -37,7 +36,7 @@ def _install(home: Path, tmp_path: Path) -> None:
 
 
 async def test_a_conversation_both_ways_with_an_installed_pair(
-    live_server: Any, fake_mic_wav: Path, tmp_path: Path,  # noqa: F811
+    live_server: Any, fake_mic_wav: Path, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import numpy as np

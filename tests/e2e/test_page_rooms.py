@@ -10,36 +10,12 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_page import chromium_args, fake_mic_wav  # noqa: F401 (a fixture)
+from tests.helpers import chromium_args, open_page, open_room
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 
 
-async def open_page(opener: Any, url: str, problems: list[str]) -> Any:
-    """A new page (of a browser or a context) at ``url``, its script errors into ``problems``."""
-    page = await opener.new_page()
-    page.on("pageerror", lambda exc: problems.append(str(exc)))
-    await page.goto(url)
-    return page
-
-
-async def open_room(page: Any, mode: str, role: str, source_lang: str,
-                    target_lang: str | None = None) -> str:
-    """Start a room of ``mode`` on the page and return the link it shows for ``role``."""
-    await page.select_option("#source-lang", source_lang)
-    if target_lang is not None:
-        await page.select_option("#target-lang", target_lang)
-    await page.select_option("#room-mode", mode)
-    await page.click("#start")
-    await page.wait_for_function(
-        f"() => document.querySelector('#{role}-link').href.includes('#room=')",
-        timeout=30_000)
-    link = await page.locator(f"#{role}-link").get_attribute("href")
-    assert link is not None and f"role={role}" in link
-    return str(link)
-
-
-async def test_a_talk_reaches_two_listener_pages(live_server: Any, fake_mic_wav: Path) -> None:  # noqa: F811
+async def test_a_talk_reaches_two_listener_pages(live_server: Any, fake_mic_wav: Path) -> None:
     executable = shutil.which("chromium") or shutil.which("chromium-browser")
     if executable is None:
         pytest.skip("Debian's chromium is not installed (apt-get install -y chromium)")
@@ -81,7 +57,7 @@ async def test_a_talk_reaches_two_listener_pages(live_server: Any, fake_mic_wav:
 
 
 async def test_a_two_party_conversation_in_two_browsers(
-    live_server: Any, fake_mic_wav: Path, tmp_path: Path,  # noqa: F811
+    live_server: Any, fake_mic_wav: Path, tmp_path: Path,
 ) -> None:
     """A Spanish speaker (fake mic: a real Spanish recording) opens a conversation; an English
     speaker (another browser, a real English recording) joins by its link. Each page shows its

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import threading
 import time
 
 import numpy as np
@@ -29,7 +28,6 @@ from speechpipe.models.batching import (
     BatchOptions,
 )
 from speechpipe.models.whisper_engine import (
-    DecodeResult,
     DecodeTask,
     WhisperRequest,
     WhisperResult,
@@ -39,63 +37,8 @@ from speechpipe.stages.channels import Channel
 from speechpipe.stages.clock import WallStreamClock
 from speechpipe.stages.frames import STREAM_RATE, ErrorEvent, TextHypothesis, VadEvent
 from speechpipe.stages.vad import LabeledAudio
-from tests.helpers import shared_clip
-
-CLIPS = ("es_enh_11375_cv", "es_enh_12411_cv", "es_enh_2692_cv", "es_enh_9756_cv",
-         "es_enh_12478_cv", "es_enh_4109_cv")
-
-
-def load_16k(clip_id: str) -> np.ndarray:
-    import soundfile as sf
-    import soxr
-
-    audio, rate = sf.read(shared_clip(clip_id), dtype="float32")
-    if audio.ndim > 1:
-        audio = audio.mean(axis=1)
-    if rate != STREAM_RATE:
-        audio = soxr.resample(audio, rate, STREAM_RATE)
-    return np.ascontiguousarray(audio, dtype=np.float32)
-
-
-# committed text of an earlier window, as <|startofprev|> context (bounded windows)
-CONTEXTS = (("", ""), ("", ""), ("", ""),
-            ("La ley reconoce a los autores varios derechos sobre sus obras.",
-             "The law gives authors several rights over their works."),
-            ("", ""),
-            ("El parlamento europeo aprobó ayer la propuesta de la comisión sobre los "
-             "derechos de los consumidores en toda la unión y dijo que la",
-             "The European Parliament yesterday approved the Commission's proposal on "
-             "consumer rights throughout the Union and said that the"))
-
-
-def real_requests() -> list[WhisperRequest]:
-    """Six real clips cut to 2.2-5.5 s: four share an encode bucket, two are alone; prefixes
-    of different lengths, contexts of different lengths (none, 8 and 16+ tokens), one
-    language left to detection, one beam-2, partial and final, window-capped partials."""
-    cuts = (3.1, 3.4, 3.9, 3.2, 5.5, 2.2)
-    prefixes = ("", "Autobuses", "", "En", "", "la")
-    requests = []
-    for i, (clip, cut, prefix) in enumerate(zip(CLIPS, cuts, prefixes, strict=True)):
-        audio = load_16k(clip)[: int(cut * STREAM_RATE)]
-        source_context, target_context = CONTEXTS[i]
-        requests.append(WhisperRequest(
-            audio=audio,
-            language=None if i == 2 else "es",
-            tasks=(DecodeTask("transcribe", prefix, source_context),
-                   DecodeTask("translate", "The" if i % 2 else "", target_context)),
-            cap_by_window=bool(i % 2),
-            beam_size=2 if i == 5 else 1,
-            max_new_tokens=16 if i % 2 else None,
-            partial=bool(i % 2),
-        ))
-    return requests
-
-
-def same(a: WhisperResult, b: WhisperResult) -> bool:
-    def key(r: WhisperResult):  # everything but timings
-        return (r.language, [(d.task, d.continuation, d.glued, d.avg_logprob, d.no_speech_prob,
-                              d.suppressed, d.cut, d.truncated) for d in r.decodes])
-    return key(a) == key(b)
+from tests.fakes import ScriptedEngine, hold_worker, req
+from tests.helpers import CLIPS, CONTEXTS, load_16k, real_requests, same
 
 
 @pytest.mark.slow
@@ -168,56 +111,6 @@ def test_one_bad_request_fails_alone_in_a_real_batch(pipeline):
 
 
 # -- scripted engine -----------------------------------------------------------------------
-
-class ScriptedEngine:
-    """Records every engine call; ``gate`` holds the worker inside a call until set, so a test
-    can arrange the queue behind it. Buckets are whole seconds of audio, as in the real one."""
-
-    def __init__(self, *, fail: set[int] | None = None, call_s: float = 0.0) -> None:
-        self.calls: list[list[WhisperRequest]] = []
-        self.gate = threading.Event()
-        self.gate.set()
-        self.entered = threading.Event()
-        self.fail = fail or set()  # ids of requests that raise
-        self.call_s = call_s
-
-    def encode_samples(self, n: int) -> int:
-        return (n // STREAM_RATE + 2) * STREAM_RATE
-
-    def run_batch(self, requests):
-        self.calls.append(list(requests))
-        self.entered.set()
-        self.gate.wait(10)
-        if self.call_s:
-            time.sleep(self.call_s)
-        out = []
-        for request in requests:
-            if id(request) in self.fail:
-                out.append(RuntimeError("scripted failure"))
-                continue
-            words = "uno dos tres cuatro cinco seis siete ocho".split()
-            heard = words[: int(len(request.audio) / STREAM_RATE / 0.5)]
-            decodes = []
-            for task in request.tasks:
-                done = len(task.prefix.split())
-                text = heard[done:] if task.task == "transcribe" else [w.upper()
-                                                                      for w in heard[done:]]
-                decodes.append(DecodeResult(task.task, " ".join(text), -0.2, 0.01))
-            out.append(WhisperResult("es", 1.0, tuple(decodes), 0.0, 0.0))
-        return out
-
-
-def req(seconds: float = 1.0, *, partial: bool = True) -> WhisperRequest:
-    return WhisperRequest(audio=np.zeros(int(seconds * STREAM_RATE), np.float32),
-                          language="es", tasks=(DecodeTask("transcribe"),), partial=partial)
-
-
-def hold_worker(engine: ScriptedEngine, batcher: AsrBatcher):
-    """Put a blocker in the worker, so what is submitted next waits in the queue."""
-    engine.gate.clear()
-    blocker = batcher.submit(req(9.0, partial=False))
-    assert engine.entered.wait(5)
-    return blocker
 
 
 def test_priority_order_live_finals_then_live_partials_then_replay():

@@ -23,14 +23,8 @@ from speechpipe.stages.channels import Channel
 from speechpipe.stages.clock import WallStreamClock
 from speechpipe.stages.frames import STREAM_RATE, TextHypothesis, VadEvent
 from speechpipe.stages.vad import LabeledAudio
-from tests.models.test_batching import (
-    CLIPS,
-    ScriptedEngine,
-    hold_worker,
-    load_16k,
-    req,
-    same,
-)
+from tests.fakes import ScriptedEngine, hold_worker, req
+from tests.helpers import CLIPS, load_16k, same
 
 
 def opening(seconds: float = 1.0) -> object:

@@ -27,7 +27,7 @@ import pytest
 from speechpipe.models import prefill as prefill_module
 from speechpipe.models.prefill import native_prefill, prefill_text_tokens
 from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest, WhisperResult
-from tests.models.test_batching import CLIPS, load_16k, same
+from tests.helpers import CLIPS, load_16k, same
 
 
 def test_the_prompt_pass_leaves_one_forced_token_and_reads_whole_buckets():

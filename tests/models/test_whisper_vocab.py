@@ -21,7 +21,7 @@ from speechpipe.models.whisper_vocab import (
 )
 from speechpipe.models.whisper_weights import resolve_whisper_model
 from speechpipe.stages.model_api import DecodeTask, WhisperRequest, WhisperResult
-from tests.models.test_batching import load_16k, real_requests, same
+from tests.helpers import load_16k, real_requests, same
 
 # ---- id maps --------------------------------------------------------------------------------
 TOKENS = ["a", "b", "ab", "\u0120", "\u0120ab", "c", "\u0120abc", "<|endoftext|>"]

@@ -7,7 +7,6 @@ close code, fatal flag or meaning differs.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -15,30 +14,13 @@ from speechpipe import errors
 from speechpipe.server.metrics import ServerMetrics
 from speechpipe.transport.codes import SERVER_CLOSE_CODES, CloseCode, ErrorCode, refusal_close
 from speechpipe.transport.quotas import quota_error
+from tests.helpers import PROTOCOL_DOC, close_rows, error_rows
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 # error codes the pipeline itself emits (not the transport's table): speechpipe.errors, and
 # the ASR stage's recoverable translation_incomplete and translation_wrong_language events
 PIPELINE_CODES = {cls.code for cls in vars(errors).values()
                   if isinstance(cls, type) and issubclass(cls, errors.SpeechpipeError)}
 PIPELINE_CODES.update({"translation_incomplete", "translation_wrong_language"})
-
-
-def table(section: str, text: str | None = None) -> list[list[str]]:
-    """The rows (cells stripped) of the first table under ``## section``."""
-    text = DOCS.read_text(encoding="utf-8") if text is None else text
-    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in body.splitlines() if line.startswith("|")]
-    return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows[2:]]
-
-
-def close_rows(text: str | None = None) -> dict[int, str]:
-    return {int(code): meaning for code, meaning in table("Close codes", text)}
-
-
-def error_rows(text: str | None = None) -> list[tuple[set[str], str, str]]:
-    return [(set(re.findall(r"`([a-z_]+)`", codes)), fatal, close)
-            for codes, fatal, close, _ in table("Error codes", text)]
 
 
 def test_the_close_table_is_the_docs_table() -> None:
@@ -64,7 +46,7 @@ def test_every_docs_error_row_is_a_known_code() -> None:
 
 def test_a_missing_row_is_caught() -> None:
     """Drop one row from each docs table: the comparisons above see it."""
-    text = DOCS.read_text(encoding="utf-8")
+    text = PROTOCOL_DOC.read_text(encoding="utf-8")
     without_close = text.replace("| 4010 | audio fell behind real time (`too_slow`) |\n", "")
     assert without_close != text
     assert close_rows(without_close) != {int(code): code.meaning for code in CloseCode}

@@ -28,8 +28,8 @@ from speechpipe.transport.codes import CloseCode
 from speechpipe.transport.file_replay import read_audio
 from speechpipe.transport.limits import Quotas, ServerLimits
 from speechpipe.transport.websocket_server import SpeechServer
+from tests.fakes import TickFactory
 from tests.helpers import (
-    TickFactory,
     assert_released,
     errors,
     open_fds,
@@ -289,7 +289,7 @@ async def test_real_session_tasks_and_fds_gone_within_2s(pipeline: Any) -> None:
 async def test_webrtc_session_sockets_gone_within_2s() -> None:
     from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
-    from tests.transport.test_webrtc import WavTrack
+    from tests.fakes import WavTrack
 
     async with SpeechServer(TickFactory(), port=0) as srv:
         tasks_before, fds_before = set(asyncio.all_tasks()), open_fds()

@@ -340,7 +340,7 @@ def test_any_message_sequence_ends_cleanly_on_a_live_server(
 
     from speechpipe.transport.limits import ServerLimits
     from speechpipe.transport.websocket_server import SpeechServer
-    from tests.helpers import TickFactory
+    from tests.fakes import TickFactory
 
     server = SpeechServer(TickFactory(), port=0,
                           limits=ServerLimits(start_timeout_s=5, webrtc_connect_timeout_s=1))

@@ -24,9 +24,9 @@ from speechpipe.transport.limits import Quotas, ServerLimits
 from speechpipe.transport.protocol import MAX_MESSAGE_BYTES, ProtocolError, parse_start
 from speechpipe.transport.quotas import AudioPace
 from speechpipe.transport.websocket_server import SpeechServer
+from tests.fakes import Observed, TickFactory
 from tests.helpers import (
     SECRET,
-    TickFactory,
     errors,
     http_request,
     pcm,
@@ -43,34 +43,6 @@ live = pytest.mark.asyncio(loop_scope="session")
 
 MB = 1 << 20
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "wav"
-
-
-class Observed:
-    """A ``ServerObserver`` that records closes and errors (what the metrics would count)."""
-
-    def __init__(self) -> None:
-        self.closes: list[int | None] = []
-        self.errors: list[str] = []
-        self.connections: list[tuple[int | None, str]] = []
-        self.refused: list[tuple[int, str | None]] = []
-
-    def session_opened(self) -> None:
-        pass
-
-    def session_closed(self, seconds: float, close_code: int | None) -> None:
-        self.closes.append(close_code)
-
-    def output_event(self, event: Any) -> None:
-        pass
-
-    def error(self, code: str) -> None:
-        self.errors.append(code)
-
-    def upgrade_refused(self, status: int, reason: str | None = None) -> None:
-        self.refused.append((status, reason))
-
-    def connection_closed(self, code: int | None, reason: str, *, session: bool) -> None:
-        self.connections.append((code, reason))
 
 
 async def _healthz_ms(port: int) -> float:
@@ -396,8 +368,6 @@ def test_a_voice_from_a_client_is_a_name_never_a_path() -> None:
 
     with pytest.raises(VoiceError):  # the CLI's --voice too: names only
         resolve_voice(real, "en")
-
-
 
 
 # --------------------------------------------------------------------------- item 3: pace

@@ -22,8 +22,8 @@ from speechpipe.stages.frames import StatusEvent
 from speechpipe.transport.codes import CloseCode
 from speechpipe.transport.quotas import Quotas
 from speechpipe.transport.websocket_server import ServerLimits, SpeechServer
-from tests.helpers import TickSession, errors, pcm, read_until_closed, recv_json, wait_for
-from tests.transport.test_hardening import Observed
+from tests.fakes import Observed, TickSession
+from tests.helpers import errors, pcm, read_until_closed, recv_json, wait_for
 
 live = pytest.mark.asyncio(loop_scope="session")
 

@@ -25,7 +25,8 @@ from speechpipe.transport.limits import ServerLimits
 from speechpipe.transport.room_captions import RoomCaptions
 from speechpipe.transport.room_shell import RoomHub, encode_outgoing
 from speechpipe.transport.websocket_server import SpeechServer
-from tests.helpers import FAKE_TARGET, SECRET, TickFactory, pcm, recv_json, wait_for
+from tests.fakes import TickFactory
+from tests.helpers import FAKE_TARGET, SECRET, pcm, recv_json, wait_for
 
 AUTH = TokenAuthority(SECRET)
 

@@ -14,7 +14,8 @@ from speechpipe.transport.codes import CloseCode, ErrorCode
 from speechpipe.transport.limits import RoomOptions, ServerLimits
 from speechpipe.transport.room_access import JoinLimiter
 from speechpipe.transport.websocket_server import SpeechServer
-from tests.helpers import TickFactory, pcm, read_until_closed, recv_json
+from tests.fakes import TickFactory
+from tests.helpers import pcm, read_until_closed, recv_json
 
 
 def _default_limiter() -> JoinLimiter:

@@ -19,7 +19,8 @@ from speechpipe.transport.room import (
     presence_of,
 )
 from speechpipe.transport.websocket_server import SpeechServer
-from tests.helpers import TickFactory, recv_json
+from tests.fakes import TickFactory
+from tests.helpers import recv_json
 
 
 def test_presence_names_speaking_members_and_counts_listeners() -> None:

@@ -16,7 +16,8 @@ from speechpipe.transport.protocol import ProtocolError, parse_text
 from speechpipe.transport.room import Role, Room
 from speechpipe.transport.room_access import EntryRequest, Join, JoinLimiter, Open, Refuse, decide
 from speechpipe.transport.websocket_server import SpeechServer
-from tests.helpers import TickFactory, read_until_closed, recv_json
+from tests.fakes import TickFactory
+from tests.helpers import read_until_closed, recv_json
 
 ROOM = Room("room-a", 0.0, opener_key="jti:opener")
 

@@ -4,7 +4,6 @@ connection (signalling on the session's WebSocket) and records the translated tr
 from __future__ import annotations
 
 import asyncio
-import fractions
 import json
 import time
 from typing import Any
@@ -12,7 +11,6 @@ from typing import Any
 import av
 import numpy as np
 import pytest
-import soxr
 from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 from websockets.asyncio.client import ClientConnection, connect
@@ -22,6 +20,7 @@ from speechpipe.transport.codes import CloseCode
 from speechpipe.transport.file_replay import read_audio
 from speechpipe.transport.limits import ServerLimits
 from speechpipe.transport.websocket_server import SpeechServer
+from tests.fakes import WavTrack
 
 # local_ice: skips where aiortc's ICE would use the machine's interface addresses (outside a
 # private network namespace), which the socket guard refuses (tests/netguard.py)
@@ -29,55 +28,6 @@ pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.usefixtures
 
 RATE = 48_000
 FRAME = 960
-
-
-class WavTrack(MediaStreamTrack):
-    """A microphone stand-in: a recording at 48 kHz paced in 20 ms frames, then silence.
-
-    The recording starts once the peer connection is up (silence before), as a speaker
-    would start talking after the call connects: nothing spoken is lost to ICE/DTLS setup.
-    ``t0`` is when its first sample went out: the client's stream clock.
-    """
-
-    kind = "audio"
-
-    def __init__(self, audio16k: np.ndarray, pc: RTCPeerConnection | None = None) -> None:
-        super().__init__()
-        self.audio = np.asarray(soxr.resample(audio16k, 16000, RATE), dtype=np.int16)
-        self.pc = pc
-        self.ticks = 0
-        self.sent = 0
-        self.clock0: float | None = None
-        self.t0: float | None = None
-        self.done = asyncio.Event()
-
-    @property
-    def finished(self) -> bool:
-        return self.sent >= len(self.audio)
-
-    async def recv(self) -> av.AudioFrame:
-        if self.readyState != "live":
-            raise MediaStreamError
-        if self.clock0 is None:
-            self.clock0 = time.monotonic()
-        delay = self.clock0 + self.ticks * FRAME / RATE - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        chunk = np.zeros(FRAME, np.int16)
-        if self.pc is None or self.pc.connectionState == "connected":
-            if self.t0 is None:
-                self.t0 = time.monotonic()
-            part = self.audio[self.sent : self.sent + FRAME]
-            chunk[: len(part)] = part
-            self.sent += FRAME
-            if self.finished:
-                self.done.set()
-        frame = av.AudioFrame.from_ndarray(chunk.reshape(1, -1), format="s16", layout="mono")
-        frame.sample_rate = RATE
-        frame.pts = self.ticks * FRAME
-        frame.time_base = fractions.Fraction(1, RATE)
-        self.ticks += 1
-        return frame
 
 
 class TrackRecorder:

@@ -10,101 +10,18 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import numpy as np
 import pytest
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from speechpipe.errors import AdmissionError, LanguageError
-from speechpipe.stages.channels import Channel
-from speechpipe.stages.frames import (
-    AudioFrame,
-    OutputEvent,
-    SpeechChunk,
-    TextHypothesis,
-    UtteranceEnd,
-    VadEvent,
-)
-from speechpipe.stages.request import SessionRequest
 from speechpipe.transport.codes import CloseCode
 from speechpipe.transport.limits import ServerLimits
 from speechpipe.transport.protocol import MAX_MESSAGE_BYTES
 from speechpipe.transport.websocket_server import SpeechServer
+from tests.fakes import FakeFactory
+from tests.helpers import OUT_RATE, expect_close, pcm, recv_json, start
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")  # the loop the fixtures run in
-
-OUT_RATE = 22050
-
-
-class ScriptedSession:
-    """A ``LiveSession`` that needs no models: protocol mechanics (framing, validation, flow
-    control, teardown) do not depend on what the models say, and a fake makes these tests
-    fast and deterministic. Per second of audio pushed it emits a VAD start, a source and a
-    target hypothesis and 0.2 s of speech; ``flush``/``finish`` end the utterance. A
-    background task stands in for the pipeline's stages, so teardown can be checked."""
-
-    def __init__(self, request: SessionRequest, registry: list[ScriptedSession]) -> None:
-        self.request = request
-        self.next_pts = 0
-        self.pushed = 0
-        self.utterance = 0
-        self.finished = False
-        self.exited = False
-        self.channel: Channel[OutputEvent] = Channel(256, name="fake-events")
-        self.tasks: list[asyncio.Task[None]] = []
-        registry.append(self)
-
-    async def __aenter__(self) -> ScriptedSession:
-        self.tasks.append(asyncio.create_task(asyncio.sleep(3600), name="fake-stage"))
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-        self.exited = True
-
-    async def push(self, frame: AudioFrame) -> None:
-        assert frame.pts == self.next_pts, "frames must be contiguous"
-        assert len(frame.samples) == 320
-        self.next_pts = frame.end
-        self.pushed += 1
-        if self.pushed % 50 == 1:
-            await self.channel.put(VadEvent("start", self.utterance, frame.pts, frame.pts))
-        if self.pushed % 50 == 0:
-            pts = frame.end
-            for side in ("source", "target"):
-                await self.channel.put(
-                    TextHypothesis(side, self.utterance, self.pushed, "uno", "dos", "es",
-                                   pts - 16000, pts, pts)  # type: ignore[arg-type]
-                )
-            tone = (np.sin(np.arange(OUT_RATE // 5) / 3) * 8000).astype(np.int16)
-            await self.channel.put(SpeechChunk(tone, OUT_RATE, self.utterance, "one", pts))
-
-    def flush(self) -> None:
-        self.channel.put_nowait(UtteranceEnd(self.utterance, self.next_pts, "uno", "one"))
-        self.utterance += 1
-
-    async def finish(self) -> None:
-        self.finished = True
-        await self.channel.put(UtteranceEnd(self.utterance, self.next_pts, "uno", "one"))
-        self.channel.close()
-
-    async def events(self) -> AsyncIterator[OutputEvent]:
-        async for event in self.channel:
-            yield event
-
-
-class FakeFactory:
-    def __init__(self) -> None:
-        self.sessions: list[ScriptedSession] = []
-
-    def __call__(self, request: SessionRequest) -> ScriptedSession:
-        if request.source_lang == "xx":
-            raise LanguageError("unknown source language 'xx'")
-        if request.source_lang == "bsy":  # a well-formed code (start validation) no model has
-            raise AdmissionError("all workers busy", retry_after_s=2.0)
-        return ScriptedSession(request, self.sessions)
 
 
 @pytest.fixture
@@ -137,37 +54,6 @@ async def http_get(port: int, path: str) -> tuple[int, dict[str, str], bytes]:
 
 def url(srv: SpeechServer) -> str:
     return f"ws://127.0.0.1:{srv.port}/ws"
-
-
-def pcm(seconds: float, rate: int = 16000) -> bytes:
-    n = int(seconds * rate)
-    return (np.sin(np.arange(n) / 7) * 3000).astype("<i2").tobytes()
-
-
-async def recv_json(ws: ClientConnection, within: float = 5.0) -> dict[str, Any]:
-    message = await asyncio.wait_for(ws.recv(), within)
-    assert isinstance(message, str), "expected a JSON event"
-    return json.loads(message)  # type: ignore[no-any-return]
-
-
-async def start(ws: ClientConnection, **fields: Any) -> dict[str, Any]:
-    await ws.send(json.dumps({"type": "start", "source_lang": "es", "sample_rate": 16000,
-                              "output_sample_rate": OUT_RATE, **fields}))
-    started = await recv_json(ws)
-    assert started["type"] == "started", started
-    return started
-
-
-async def expect_close(ws: ClientConnection, within: float = 5.0) -> list[Any]:
-    """Read until the server closes; return what arrived."""
-    seen: list[Any] = []
-    async with asyncio.timeout(within):
-        try:
-            while True:
-                seen.append(await ws.recv())
-        except ConnectionClosed:
-            pass
-    return seen
 
 
 # --------------------------------------------------------------------------- HTTP
