@@ -30,14 +30,8 @@ from speechpipe.transport.codes import CloseCode
 from speechpipe.transport.gate import AccessGate
 from speechpipe.transport.limits import Quotas, ServerLimits
 from speechpipe.transport.websocket_server import SpeechServer
-from tests.helpers import (
-    SECRET,
-    TickFactory,
-    errors,
-    read_until_closed,
-    recv_json,
-    server_log,
-)
+from tests.fakes import TickFactory
+from tests.helpers import SECRET, errors, read_until_closed, recv_json, server_log
 
 live = pytest.mark.asyncio(loop_scope="session")  # the loop the fixtures run in
 

@@ -22,11 +22,11 @@ from speechpipe.transport.codes import CloseCode
 from speechpipe.transport.file_replay import read_audio
 from speechpipe.transport.limits import ServerLimits
 from speechpipe.transport.websocket_server import SpeechServer
+from tests.fakes import TickFactory
 from tests.helpers import (
     FAKE_SOURCE,
     FAKE_TARGET,
     SECRET,
-    TickFactory,
     pcm,
     read_until_closed,
     recv_json,

@@ -28,15 +28,8 @@ from speechpipe.transport.quotas import (
     quota_error,
 )
 from speechpipe.transport.websocket_server import SpeechServer
-from tests.helpers import (
-    SECRET,
-    TickFactory,
-    errors,
-    pcm,
-    read_until_closed,
-    recv_json,
-    wait_for,
-)
+from tests.fakes import TickFactory
+from tests.helpers import SECRET, errors, pcm, read_until_closed, recv_json, wait_for
 
 live = pytest.mark.asyncio(loop_scope="session")  # the loop the fixtures run in
 

@@ -15,15 +15,8 @@ from speechpipe.transport.auth import TokenAuthority
 from speechpipe.transport.codes import CloseCode
 from speechpipe.transport.limits import RoomOptions, ServerLimits
 from speechpipe.transport.websocket_server import SpeechServer
-from tests.helpers import (
-    FAKE_TARGET,
-    SECRET,
-    TickFactory,
-    pcm,
-    read_until_closed,
-    recv_json,
-    wait_for,
-)
+from tests.fakes import TickFactory
+from tests.helpers import FAKE_TARGET, SECRET, pcm, read_until_closed, recv_json, wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")  # the loop the fixtures run in
 
