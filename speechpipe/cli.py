@@ -326,8 +326,8 @@ def unsure_language_hint(languages: dict[str, float | None],
     likeliest = ("; likeliest: " + ", ".join(f"{language} {share:.2f}"
                                              for language, share in candidates)
                  if candidates else "")
-    hint = (f"unsure (under {sure:g}{likeliest}): if you know the language, pass it, e.g. "
-            f"--source-lang {codes[0]}")
+    hint = (f"unsure (under {sure:g}{likeliest}): if you know the language, pass "
+            f"--source-lang with its code (e.g. --source-lang {codes[0]})")
     if len(codes) >= 2:
         hint += f"; or --set asr.detect_among={','.join(codes)} to choose among these"
     return hint

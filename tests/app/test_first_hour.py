@@ -391,13 +391,14 @@ def test_the_unsure_language_hint_names_the_languages_of_this_vote() -> None:
     hint = unsure_language_hint({"es": 0.17}, [("es", 0.17), ("ja", 0.102), ("fr", 0.098)],
                                 0.8)
     assert hint == ("unsure (under 0.8; likeliest: es 0.17, ja 0.10, fr 0.10): if you know the "
-                    "language, pass it, e.g. --source-lang es; or "
+                    "language, pass --source-lang with its code (e.g. --source-lang es); or "
                     "--set asr.detect_among=es,ja,fr to choose among these")
     assert unsure_language_hint({"de": 0.93}, [("de", 0.93), ("en", 0.02)], 0.8) == ""
     mixed = unsure_language_hint({"th": 0.5, "de": 0.9}, [("th", 0.5), ("la", 0.2)], 0.8)
     assert mixed.endswith("--set asr.detect_among=th,la,de to choose among these"), mixed
     lone = unsure_language_hint({"es": 0.6}, [], 0.8)  # no votes kept: the captions' language
-    assert lone == "unsure (under 0.8): if you know the language, pass it, e.g. --source-lang es"
+    assert lone == ("unsure (under 0.8): if you know the language, pass --source-lang with its "
+                    "code (e.g. --source-lang es)")
 
 
 def test_a_session_counts_every_detection_for_the_hint() -> None:
