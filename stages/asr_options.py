@@ -108,6 +108,10 @@ class AsrOptions:
     # partials: cut a continuation where it starts its sentence over, so agreement cannot
     # commit the first words of a loop (models/whisper_engine.py, ``cut_restart``)
     restart_guard: bool = True
+    # a decode that says again the sentence its forced prefix began, or that the length cap
+    # stopped in a copy of words said before, loses the second saying (stages.loop_guard:
+    # cut_forced_restatement, cut_capped_restatement); False: kept (for comparisons)
+    restatement_guard: bool = True
 
     def __post_init__(self) -> None:
         if self.commit_policy not in ("agreement", "align"):

@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from speechpipe.stages.model_api import DecodeResult, DecodeTask, WhisperRequest
 
 __all__ = ["cut_repetition", "cut_restatement", "cut_restart", "guard_words",
-           "guarded_decode", "cut_capped_restatement", "SPOKEN_REPEAT_WORDS",
+           "guarded_decode", "cut_capped_restatement", "cut_forced_restatement",
+           "SPOKEN_REPEAT_WORDS",
            "SPOKEN_REPEAT_COPIES"]
 
 
@@ -184,6 +185,54 @@ def cut_restart(
     return list(words), False
 
 
+def cut_forced_restatement(
+    words: Sequence[str], context: Sequence[str] = (), min_words: int = 4,
+    sentence_overlap: float = 0.8, clause_overlap: float = 0.6,
+) -> tuple[list[str], bool]:
+    """Cut the end of ``words`` where the decode says again the sentence it was forced into.
+
+    A decode forced to continue a half-heard prefix ("Primero que", "y cayó tan veces
+    esperando una") often finishes it and then says the sentence over, right: "es profesor
+    peruano de áreas protegidas y manejadas. Primero profesor peruano de áreas protegidas y
+    manejadas.", "disculpamente y cayó tal vez esperando una disculpamente". The prefix is
+    committed and cannot be taken back, so the second saying only doubles the speech.
+    Cut from where, in a sentence that began in the committed text (``context``: committed
+    words before ``words``, the forced prefix last), the words run to the decode's end
+    as a restatement of ``min_words`` or more words:
+    - after a sentence end: starting with the same word as that sentence, with at least
+      ``sentence_overlap`` of its words in it (``cut_restatement`` needs three same words);
+    - inside it: starting with its first two words, with at least ``clause_overlap`` of
+      its words before.
+    A real repetition goes on past it ("and I went to the store and I bought milk" keeps
+    its words: under half of "and I bought milk" was said before). Returns (kept words,
+    whether anything was cut)."""
+    all_words = [*context, *words]
+    n_context = len(context)
+    norm = _normalized(all_words)
+    sentence_start = 0
+    for i, word in enumerate(all_words[:n_context]):
+        if word.endswith(_SENTENCE_END):
+            sentence_start = i + 1
+    if sentence_start >= n_context:
+        return list(words), False  # the committed text ends its sentence: nothing forced
+    ended = False  # a sentence end between the sentence's start and this word
+    for j in range(sentence_start + 1, len(all_words)):
+        ended = ended or all_words[j - 1].endswith(_SENTENCE_END)
+        tail = [w for w in norm[j:] if w]
+        if j < n_context or len(tail) < min_words:
+            continue
+        before = set(norm[sentence_start:j])
+        overlap = sum(w in before for w in tail) / len(tail)
+        if ended:
+            restated = norm[j] == norm[sentence_start] and overlap >= sentence_overlap
+        else:
+            restated = (norm[j:j + 2] == norm[sentence_start:sentence_start + 2]
+                        and overlap >= clause_overlap)
+        if restated:
+            return list(words[: j - n_context]), True
+    return list(words), False
+
+
 def cut_capped_restatement(
     words: Sequence[str], context: Sequence[str] = (), min_words: int = 2,
 ) -> tuple[list[str], bool]:
@@ -217,18 +266,22 @@ def cut_capped_restatement(
 
 def guard_words(
     words: Sequence[str], context: Sequence[str], spoken: Sequence[str] | None,
-    restart_guard: bool, capped: bool = False,
+    restart_guard: bool, capped: bool = False, restatement_guard: bool = True,
 ) -> tuple[list[str], bool]:
     """A decode's words after the loop guards: ``cut_repetition`` (``spoken``: for a
     translation, the same audio's captions; None for the captions themselves), then
-    ``cut_restatement``, then ``cut_restart`` when ``restart_guard`` (partials), and
-    ``cut_capped_restatement`` when the length cap stopped the decode (``capped``).
+    ``cut_restatement``, ``cut_forced_restatement`` (with ``restatement_guard``), then
+    ``cut_restart`` when ``restart_guard`` (partials), and ``cut_capped_restatement`` when
+    the length cap stopped the decode (``capped``, with ``restatement_guard``).
     ``context`` is the text before the words (never cut). Returns (kept words, whether
     anything was cut)."""
     words, was_cut = cut_repetition(words, context=context, spoken=spoken)
     words, restated = cut_restatement(words, context=context)
     was_cut = was_cut or restated
-    if capped:
+    if restatement_guard:
+        words, restated = cut_forced_restatement(words, context=context)
+        was_cut = was_cut or restated
+    if capped and restatement_guard:
         words, interrupted = cut_capped_restatement(words, context=context)
         was_cut = was_cut or interrupted
     if restart_guard:  # set on partials only (stages.utterance)
@@ -250,7 +303,8 @@ def guarded_decode(
     # a loop that starts in the context (text copied from before the window) is cut too
     context = [*task.context.split()[-40:], *task.prefix.split()]
     words, was_cut = guard_words(text.split(), context, spoken, request.restart_guard,
-                                 capped=hit_cap and not request.partial)
+                                 capped=hit_cap and not request.partial,
+                                 restatement_guard=request.restatement_guard)
     suppressed = (
         no_speech_prob > request.no_speech_threshold
         and avg_logprob < request.logprob_threshold

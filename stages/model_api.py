@@ -84,6 +84,9 @@ class WhisperRequest:
     prefill: bool = False
     # partials: cut a continuation that starts its sentence over (``cut_restart``)
     restart_guard: bool = False
+    # cut a restatement of the forced sentence, or a copy the length cap stopped
+    # (``cut_forced_restatement``, ``cut_capped_restatement``)
+    restatement_guard: bool = True
     # check that the translation is English, not the source language transcribed (Whisper's
     # translate task sometimes transcribes); one that is not is decoded again with English
     # as the language token, and marked ``wrong_language`` when that fails too

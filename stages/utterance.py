@@ -251,6 +251,7 @@ class UtteranceDecoder:
             vocabulary_words=self.options.vocabulary_words,
             prefill=self.options.prefill,
             restart_guard=self.options.restart_guard and partial,
+            restatement_guard=self.options.restatement_guard,
             check_target_language=self.translate and self.options.check_target_language,
         ))
 

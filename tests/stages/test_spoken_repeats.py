@@ -71,3 +71,42 @@ def test_a_final_decode_the_cap_stopped_in_a_restatement_loses_it():
     for request, hit_cap in ((final, False), (partial, True)):
         decode = guarded_decode(request, task, text, -0.3, 0.0, hit_cap=hit_cap)
         assert decode.continuation == text and not decode.cut
+
+
+def test_a_decode_that_says_its_forced_sentence_again_loses_the_second_saying():
+    """es_comspeech_9169 and es_mamba_sample3: forced through a half-heard prefix, the
+    decode finished the sentence and said it over, right; the prefix is committed, so the
+    second saying would only double the speech."""
+    from speechpipe.stages.loop_guard import cut_forced_restatement, guard_words
+
+    sentence = ("es profesor peruano de áreas protegidas y manejadas. Primero profesor "
+                "peruano de áreas protegidas y manejadas.").split()
+    assert cut_forced_restatement(sentence, "Primero que".split()) == (sentence[:8], True)
+    clause = "disculpamente y cayó tal vez esperando una disculpamente".split()
+    assert cut_forced_restatement(clause, "y cayó tan veces esperando una".split()) == (
+        ["disculpamente"], True)
+    # the guards a decode goes through run it too
+    assert guard_words(clause, "y cayó tan veces esperando una".split(), None, False) == (
+        ["disculpamente"], True)
+    # real speech: a clause that goes on with new words, a short echo, a sentence that
+    # shares only its opening, a restatement of a sentence the committed text had ended
+    for context, text in (("and I went to", "the store and I bought milk"),
+                          ("I know.", "I know that you know."),
+                          ("I", "know. I know that you know it well"),
+                          ("We left early.", "We left early and came back late"),
+                          ("", "we left early. we left early again today")):
+        assert cut_forced_restatement(text.split(), context.split()) == (text.split(), False), \
+            text
+
+
+def test_the_restatement_guards_can_be_switched_off_for_a_comparison():
+    from speechpipe.stages.loop_guard import guard_words
+
+    clause = "disculpamente y cayó tal vez esperando una disculpamente".split()
+    context = "y cayó tan veces esperando una".split()
+    assert guard_words(clause, context, None, False, restatement_guard=False) == (
+        clause, False)
+    capped = "No, I don't know so much that little. I don't know so".split()
+    assert guard_words(capped, [], None, False, capped=True)[1]
+    assert guard_words(capped, [], None, False, capped=True, restatement_guard=False) == (
+        capped, False)
