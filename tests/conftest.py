@@ -12,6 +12,12 @@ Test files stay in temporary folders: ``pytest_configure`` points ``SPEECHPIPE_H
 folder of its own for the whole run (the bundled Whisper model is assembled there, ~2 s),
 inherited by the subprocesses the tests start, and removed at the end; nothing is written to
 the user's cache (it held ~700 MB after a test run before).
+
+Tiers: a test that loads a real model or the shared pipeline is marked ``slow``, one that
+drives Chromium ``browser``, one that runs Ray ``cluster``. Everything else is the fast tier,
+and the guard below holds it to that: in an unmarked test, loading Whisper, CTranslate2's
+Whisper, a Piper voice or the pipeline, asking for the ``pipeline``/``live_server`` fixtures,
+or ``ray.init`` fails the test ("mark it slow").
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from _pytest.monkeypatch import MonkeyPatch
 
 from tests.helpers import SPANISH_CLIP, manifest_clip, stream_websocket
 from tests.netguard import *  # noqa: F403  (socket guard: hooks, local_traffic_only, local_ice)
@@ -43,6 +50,64 @@ def pytest_configure(config: pytest.Config) -> None:
     # tested on every CPU; the packed default has its own test in fresh processes
     # (tests/models/test_prefill.py). Inherited by the subprocesses the tests start.
     os.environ.setdefault("CT2_PACKED_GEMM", "0")
+
+
+# --- the fast tier's guard ---------------------------------------------------------------
+
+TIER_MARKS = ("slow", "browser", "cluster")  # tests allowed real models, Chromium, Ray
+REAL_FIXTURES = ("pipeline", "live_server")  # the shared real pipeline and the server on it
+_GUARD_KEY = pytest.StashKey[MonkeyPatch]()
+
+
+def _unmarked(item: pytest.Item) -> bool:
+    return not any(item.get_closest_marker(mark) for mark in TIER_MARKS)
+
+
+def _refuse(what: str) -> Any:
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        pytest.fail(f"unmarked test {what}: mark it slow (or cluster for Ray)", pytrace=False)
+
+    return refused
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before an unmarked test's fixtures are set up: refuse real models and Ray."""
+    if not _unmarked(item):
+        return
+    real = [name for name in REAL_FIXTURES if name in getattr(item, "fixturenames", ())]
+    if real:
+        pytest.fail(f"unmarked test uses the real pipeline ({', '.join(real)}): mark it slow",
+                    pytrace=False)
+    import ctranslate2
+
+    from speechpipe import session
+    from speechpipe.models import whisper_engine
+    from speechpipe.voices import piper_engine
+
+    patch = MonkeyPatch()
+    item.stash[_GUARD_KEY] = patch
+    patch.setattr(whisper_engine.WhisperEngine, "__init__",
+                  _refuse("loads a real model (WhisperEngine)"))
+    patch.setattr(ctranslate2.models, "Whisper",
+                  _refuse("loads a real model (ctranslate2.models.Whisper)"))
+    patch.setattr(session.Pipeline, "load", _refuse("loads a real model (Pipeline.load)"))
+    patch.setattr(piper_engine, "load_piper", _refuse("loads a real model (a Piper voice)"))
+    patch.setattr(piper_engine, "_load", _refuse("loads a real model (a Piper voice)"))
+    try:
+        import ray
+    except ImportError:
+        pass
+    else:
+        patch.setattr(ray, "init", _refuse("starts or joins Ray (ray.init)"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    yield
+    patch = item.stash.get(_GUARD_KEY, None)
+    if patch is not None:
+        patch.undo()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

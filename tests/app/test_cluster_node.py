@@ -145,6 +145,7 @@ def test_start_carries_ticket_and_resume_and_rejects_bad_ones():
         assert err.value.close_code == CloseCode.BAD_START
 
 
+@pytest.mark.cluster  # Ray's client in a subprocess, against a closed port
 def test_an_unreachable_head_fails_with_one_line():
     import socket
 

@@ -89,6 +89,7 @@ def _completed(run: ClientRun) -> bool:
     return run.close_code == CloseCode.NORMAL and run.of("end") != []
 
 
+@pytest.mark.slow
 @live
 async def test_a_hung_asr_call_is_abandoned_and_the_other_sessions_complete(
     live_server: Any, pipeline: Any, spanish_clip: Any, drill_guard: Any,
@@ -118,6 +119,7 @@ async def test_a_hung_asr_call_is_abandoned_and_the_other_sessions_complete(
     assert status == 200 and b'speechpipe_worker_restarts_total{worker="asr"}' in body
 
 
+@pytest.mark.slow
 @live
 async def test_an_open_asr_breaker_refuses_fast_and_readyz_says_so(
     live_server: Any, spanish_clip: Any, drill_guard: Any,
@@ -152,6 +154,7 @@ async def test_an_open_asr_breaker_refuses_fast_and_readyz_says_so(
     assert _completed(after[0]) and asr.health().breaker == "closed"
 
 
+@pytest.mark.slow
 @live
 async def test_a_hung_synthesis_fails_one_phrase_and_every_session_completes(
     live_server: Any, spanish_clip: Any, drill_guard: Any,
@@ -169,6 +172,7 @@ async def test_a_hung_synthesis_fails_one_phrase_and_every_session_completes(
     assert clean and all(run.audio for run in clean), "the other session got its speech"
 
 
+@pytest.mark.slow
 @live
 async def test_a_raising_synthesis_fails_one_phrase_and_every_session_completes(
     live_server: Any, spanish_clip: Any, drill_guard: Any,
@@ -207,6 +211,7 @@ def test_the_worker_codes_are_the_docs_rows() -> None:
     assert ({"worker_unavailable"}, "yes", str(int(at_start))) in rows
 
 
+@pytest.mark.slow
 @live
 async def test_a_voice_file_truncated_or_removed_while_serving_refuses_only_its_sessions(
     live_server: Any, pipeline: Any, spanish_clip: Any, tmp_path: Any,
@@ -309,6 +314,7 @@ async def _mixed(app: Any, french: np.ndarray, spanish: np.ndarray, others: int,
     return runs[0], list(runs[1:])
 
 
+@pytest.mark.slow
 @live
 async def test_a_hung_text_mt_call_fails_its_session_s_step_only_and_recovers(
     live_server: Any, spanish_clip: Any, tiny_fr_en: Any,
@@ -347,6 +353,7 @@ async def test_a_hung_text_mt_call_fails_its_session_s_step_only_and_recovers(
         assert _completed(run) and run.audio and not _codes(run), (run.close_code, _codes(run))
 
 
+@pytest.mark.slow
 @live
 async def test_a_crashing_text_mt_worker_opens_its_breaker_and_only_its_sessions_see_it(
     live_server: Any, spanish_clip: Any, tiny_fr_en: Any,
@@ -394,6 +401,7 @@ async def test_a_crashing_text_mt_worker_opens_its_breaker_and_only_its_sessions
     assert _completed(spanish) and spanish.audio and not _codes(spanish), _codes(spanish)
 
 
+@pytest.mark.slow
 @live
 async def test_a_full_cache_disk_is_one_warning_and_the_sessions_still_speak(
     live_server: Any, pipeline: Any, spanish_clip: Any, caplog: pytest.LogCaptureFixture,

@@ -338,6 +338,7 @@ def test_a_bad_config_file_is_one_line_and_exit_2(tmp_path: Path, text: str,
     assert line.startswith("speechpipe: error: --config bad.toml: ") and needle in line, line
 
 
+@pytest.mark.slow
 def test_a_seeded_voice_speaks_the_same_way_each_time() -> None:
     """Piper draws random noise (phoneme lengths, timbre): two loads of the voice, each
     asked the same things in the same order, give the same samples (piper.seed)."""

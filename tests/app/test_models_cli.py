@@ -158,6 +158,7 @@ def _joe() -> tuple[Path, Path]:
     return Path(joe.model_path()), Path(joe.config_path())
 
 
+@pytest.mark.slow
 def test_add_voice_round_trip(
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -197,7 +198,11 @@ def _broken_voice(tmp_path: Path, case: str) -> Path:
     return onnx
 
 
-@pytest.mark.parametrize("case", ["no-sample-rate", "bad-json", "not-onnx", "no-config"])
+@pytest.mark.parametrize("case", [
+    "no-sample-rate", "bad-json",
+    pytest.param("not-onnx", marks=pytest.mark.slow),  # goes through Piper's model loader
+    "no-config",
+])
 def test_broken_voice_is_not_half_registered(
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
 ) -> None:

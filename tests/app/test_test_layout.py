@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parents[1]
 
 
@@ -48,3 +50,17 @@ def test_the_check_sees_an_import_of_a_test_module() -> None:
                      "from tests.fakes import TickFactory\n")
     flagged = [m for _, m in _imported_modules(tree) if _is_test_module(m)]
     assert flagged == ["tests.app.test_x", "tests.app.test_z", "tests.models.test_w"]
+
+
+def test_an_unmarked_test_cannot_load_a_real_model() -> None:
+    """The fast tier's guard (tests/conftest.py): real models fail an unmarked test."""
+    import ctranslate2
+
+    from speechpipe.models.whisper_engine import WhisperEngine
+    from speechpipe.session import Pipeline
+    from speechpipe.voices import piper_engine
+
+    for load in (Pipeline.load, WhisperEngine, ctranslate2.models.Whisper,
+                 piper_engine.load_piper):
+        with pytest.raises(pytest.fail.Exception, match="mark it slow"):
+            load()  # type: ignore[operator]

@@ -11,6 +11,8 @@ import pytest
 
 from tests.helpers import run_scenario
 
+pytestmark = pytest.mark.cluster  # real Ray (its own step of .ci/run)
+
 A, B = "ws://127.0.0.1:8811/ws", "ws://127.0.0.1:8812/ws"
 
 

@@ -16,6 +16,8 @@ import pytest
 from tests.helpers import run_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.cluster  # real Ray (its own step of .ci/run)
+
 A, B = "ws://127.0.0.1:8801/ws", "ws://127.0.0.1:8802/ws"
 
 

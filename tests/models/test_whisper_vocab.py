@@ -120,6 +120,7 @@ def test_the_kept_set_is_cached_as_a_small_file_and_no_weights_are_copied(tmp_pa
                           vocabulary.kept)
 
 
+@pytest.mark.slow
 def test_a_restriction_keeps_the_model_weights_shared_and_holds_only_its_rows(pipeline):
     """Three languages' restricted decoders, each on the one shared model: every one holds
     its gathered output rows only (bytes = rows x (512 + 4)); with a budget of one decoder
@@ -151,6 +152,7 @@ def test_a_restriction_keeps_the_model_weights_shared_and_holds_only_its_rows(pi
     assert native.restricted_built == 3 and results[0] == results[2] and results[0][0]
 
 
+@pytest.mark.slow
 def test_a_restricted_decoder_refuses_a_forced_token_it_does_not_keep(pipeline):
     import ctranslate2  # noqa: F401
 

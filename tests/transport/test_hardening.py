@@ -181,6 +181,7 @@ async def test_ping_floods_leave_memory_flat_and_a_real_session_speaking(
 # --------------------------------------------------------------------------- item 5
 
 
+@pytest.mark.slow
 @live
 async def test_clients_leaving_right_after_start_are_not_server_errors(
     pipeline: Any, caplog: pytest.LogCaptureFixture

@@ -172,6 +172,7 @@ def test_piper_session_uses_the_configured_threads() -> None:
     assert synth.synthesize("Hello.").size > 0
 
 
+@pytest.mark.slow
 def test_piper_rejects_a_config_it_cannot_use(tmp_path: Path) -> None:
     config = {k: v for k, v in JOE_CONFIG.items() if k != "espeak"}
     extra = add_voice(tmp_path / "mine", "en_US-broken-medium")
