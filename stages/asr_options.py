@@ -76,6 +76,11 @@ class AsrOptions:
     # the end of the audio that decode heard, never the last word of a partial; 0: agreement
     # alone (the policy before issue 40)
     settle_margin_s: float = 0.4
+    # an utterance's first caption words (nothing committed or carried as context yet) need
+    # this much more settled audio after them: decoded with no context, the opening words
+    # are the ones a later decode most often hears otherwise ("Tien las ramas" for "Y en las
+    # ramas"); the translation rests on the captions, so it waits with them
+    opening_settle_s: float = 0.0
     # the translation commits no word that ends after the committed captions' end (it may
     # not run ahead of what was heard); needs settle_margin_s > 0 and caption partials
     target_rests_on_captions: bool = True
@@ -119,6 +124,8 @@ class AsrOptions:
                 f"asr.commit_policy must be agreement or align, not {self.commit_policy!r}")
         if self.settle_margin_s < 0:
             raise ValueError("asr.settle_margin_s must be >= 0")
+        if self.opening_settle_s < 0:
+            raise ValueError("asr.opening_settle_s must be >= 0")
         if self.shown_tentative_words < 0:
             raise ValueError("asr.shown_tentative_words must be >= 0")
         if self.windowing and not (self.max_window_s > 0 and self.cut_grace_s >= 0):

@@ -327,7 +327,8 @@ class UtteranceDecoder:
                     newly = []
                 else:
                     self._set_edge(side, policy, decode.glued)
-                    newly = policy.update(words, decode.word_ends, heard_s,
+                    newly = policy.update(words, decode.word_ends,
+                                          heard_s - self._opening_margin(side),
                                           self._frontier_s(side))
                 if newly:
                     self._glue_edge(side, policy, len(newly), newly)
@@ -383,6 +384,14 @@ class UtteranceDecoder:
                 or not self.options.source_partials or self.options.settle_margin_s <= 0):
             return None
         return (self.source_settled_pts - self.window_start) / STREAM_RATE
+
+    def _opening_margin(self, side: str) -> float:
+        """Extra settled audio the utterance's first caption words need
+        (``asr.opening_settle_s``): none once a caption word is committed or carried as
+        context, and none for the translation (its frontier is the committed captions)."""
+        if side != "source" or self.source.committed or self.source_context:
+            return 0.0
+        return self.options.opening_settle_s
 
     def _set_edge(self, side: str, policy: CommitPolicy, glued: str) -> None:
         """The newest decode's view of the punctuation after the committed words replaces the

@@ -97,6 +97,31 @@ def test_the_translation_commits_no_word_past_the_committed_captions():
     assert decoder.source_settled_pts == _at(1.5)
 
 
+def test_an_utterances_opening_caption_words_need_more_settled_audio():
+    """``asr.opening_settle_s``: the first caption words wait for more audio after them;
+    once one is committed the usual margin holds, and the translation waits with them."""
+    source = ("le bâtiment est chauffé", (0.5, 1.2, 1.5, 2.4))
+    target = ("the building is heated", (0.5, 1.3, 1.6, 2.4))
+    decoder = _decoder(opening_settle_s=0.5)
+    decoder.apply(_result(source, target), "partial", _at(2.6))
+    decoder.apply(_result(source, target), "partial", _at(2.8))
+    # frontier 2.8 - 0.4 - 0.5 = 1.9: "est" (1.5) settles, as before; at 2.4 only "le"
+    assert decoder.source.committed == ["le", "bâtiment", "est"]
+    late = _decoder(opening_settle_s=0.5)
+    late.apply(_result(source, target), "partial", _at(1.9))
+    late.apply(_result(source, target), "partial", _at(2.0))
+    assert late.source.committed == ["le"]  # "bâtiment" ends at 1.2 > 2.0 - 0.9
+    assert late.target.committed == ["the"]  # nothing past the captions' end (0.5)
+    # with a word committed the usual 0.4 s margin applies: "bâtiment" and "est" settle
+    late.apply(_result(("bâtiment est chauffé", (1.2, 1.5, 2.4)),
+                       ("building is heated", (1.3, 1.6, 2.4))), "partial", _at(2.6))
+    assert late.source.committed == ["le", "bâtiment", "est"]
+    plain = _decoder()
+    plain.apply(_result(source, target), "partial", _at(1.9))
+    plain.apply(_result(source, target), "partial", _at(2.0))
+    assert plain.source.committed == ["le", "bâtiment", "est"]  # without it: 1.5 <= 1.6
+
+
 def test_without_caption_partials_the_translation_settles_on_its_own_audio():
     decoder = _decoder(source_partials=False)
     target = ("the building is heated", (0.5, 1.3, 1.6, 2.4))
