@@ -35,6 +35,7 @@ from cluster_scenario import (  # noqa: E402
     _position_reaching,
     _snapshot_retry,
     _suppress,
+    epoch_snapshot,
     log,
     redirect_of,
     snapshot,
@@ -151,8 +152,8 @@ async def admission(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
             await waiter.close()  # gone while waiting: its turn comes right after
             await holder.stop()
             turn = await settle(lambda: _turn_over(ledger))  # the waiter's turn came, went
-            await asyncio.sleep(1.5)  # a heartbeat brings the figures to /metrics
-            freed = await settle(lambda port=PORTS[node]: _zero(port), 3.0)
+            # the node's next heartbeat brings the figures to /metrics
+            freed = await settle(lambda port=PORTS[node]: _zero(port), 10.0)
             snap = await _snapshot_retry(ledger, 10)
             rounds.append({"position": position, "turn_over": turn, "node_freed": freed,
                            "node_sessions": await node_sessions(PORTS[node]),
@@ -207,7 +208,12 @@ async def admission(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
         out["claim_outcomes"] = list(await asyncio.gather(
             *[_first_or_queued(c) for c in claimers]))
         out["claim_sessions_with_the_ticket"] = sum(1 for c in claimers if c.session == ticket)
-        await asyncio.sleep(1.5)  # a heartbeat brings the figures to the nodes' /metrics
+        async def reused_once() -> bool:  # the nodes' heartbeats bring the figures to /metrics
+            return bool((await snapshot(ledger))["active"] == 2
+                        and await node_sessions(PORTS["a"]) == 1
+                        and await node_sessions(PORTS["b"]) == 1)
+
+        await settle(reused_once)
         snap = await _snapshot_retry(ledger, 10)
         out["after_reuse"] = {"ledger_active": snap["active"],
                               "a": await node_sessions(PORTS["a"]),
@@ -242,7 +248,8 @@ async def admission(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
         with _suppress():
             await waiter.stop()  # b is free again; h1b still runs on a
         pending = [c for c in resumes if not c.outcome.done()]
-        await asyncio.sleep(3.0)  # a pending resume must not start while h1b runs
+        # a pending resume must not start while h1b runs: watched for 3 s, over at the first
+        await settle(lambda: _any_started(resumes), 3.0)
         out["resumes_started_while_live"] = sum(
             1 for c in resumes if c.outcome.done() and c.outcome.result() == "started")
         out["pending_resumes"] = len(pending)
@@ -320,17 +327,18 @@ async def ledger_faults(out: dict[str, Any], procs: Procs) -> None:
         w2 = await opened("w2", URL["b"], tokens.new())
         clients.append(w2)
         out["waiters_before"] = [first, await w2.queued_position()]
+        old_epoch, _ = await epoch_snapshot(ledger)
         ray.kill(ledger, no_restart=False)  # Ray restarts it, empty, with a new epoch
 
         async def rebuilt() -> bool:  # the nodes re-registered and their waiters asked again
             try:
-                snap = await snapshot(ledger)
+                epoch, snap = await epoch_snapshot(ledger)
             except Exception:  # noqa: BLE001 (restarting)
                 return False
-            return snap["active"] == 2 and snap["waiting"] == 2 and len(snap["nodes"]) == 2
+            return (epoch != old_epoch and snap["active"] == 2 and snap["waiting"] == 2
+                    and len(snap["nodes"]) == 2)
 
-        await asyncio.sleep(2.0)  # the old ledger is gone before the first look
-        out["restart_settled"] = await settle(rebuilt, 25.0)  # bounded, not a fixed sleep
+        out["restart_settled"] = await settle(rebuilt, 27.0)  # bounded, not a fixed sleep
         out["waiters_after_restart"] = [
             c.outcome.result() if c.outcome.done() else "waiting" for c in (w1, w2)]
         out["waiter_codes"] = sorted({e["code"] for c in (w1, w2) for e in c.of("error")})
@@ -345,7 +353,7 @@ async def ledger_faults(out: dict[str, Any], procs: Procs) -> None:
         recreated = None
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline:
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(0.25)
             try:
                 fresh = ledger_handle(create=False)
                 snap = await snapshot(fresh)
@@ -407,6 +415,10 @@ async def _line_empty(ledger: Any) -> bool:
 async def _metric_is(port: int, name: str, value: float) -> bool:
     lines = await asyncio.to_thread(_metrics, port)
     return any(line == f"{name} {value}" for line in lines)
+
+
+async def _any_started(clients: list[Client]) -> bool:
+    return any(c.outcome.done() and c.outcome.result() == "started" for c in clients)
 
 
 async def _zero(port: int) -> bool:

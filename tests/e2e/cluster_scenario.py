@@ -243,9 +243,60 @@ async def follow(label: str, url: str, **start: Any) -> Client:
 
 
 async def snapshot(ledger: Any) -> dict[str, Any]:
+    return (await epoch_snapshot(ledger))[1]
+
+
+async def epoch_snapshot(ledger: Any) -> tuple[str, dict[str, Any]]:
+    """The ledger's epoch (new after each restart) and its snapshot."""
     ref = ledger.snapshot.remote()
-    _, snap = await asyncio.wait_for(asyncio.wrap_future(ref.future()), 15)
-    return snap
+    epoch, snap = await asyncio.wait_for(asyncio.wrap_future(ref.future()), 15)
+    return str(epoch), snap
+
+
+async def until(check: Any, limit_s: float = 10.0, every_s: float = 0.1) -> bool:
+    """Wait until ``await check()`` is true, at most ``limit_s``; whether it became true.
+    The scenarios wait on conditions like this one, never on fixed sleeps."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        try:
+            if await check():
+                return True
+        except Exception:  # noqa: BLE001 (a ledger restarting, a node not answering yet)
+            pass
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(every_s)
+
+
+async def restarted_ledger(ledger: Any, old_epoch: str, nodes: int,
+                           limit_s: float = 30.0) -> dict[str, Any]:
+    """The snapshot of the ledger restarted after ``old_epoch`` (a new epoch) once ``nodes``
+    nodes have registered with it, or the latest one after ``limit_s``."""
+    seen: dict[str, Any] = {}
+
+    async def registered() -> bool:
+        epoch, snap = await epoch_snapshot(ledger)
+        seen.update(snap)
+        return epoch != old_epoch and len(snap["nodes"]) == nodes
+
+    await until(registered, limit_s, every_s=0.25)
+    return seen if seen else await _snapshot_retry(ledger, 20)
+
+
+async def metrics_showing(port: int, want: dict[str, float],
+                          limit_s: float = 10.0) -> list[str]:
+    """The node's cluster metrics once they show ``want`` (name -> value; the ledger's
+    figures reach a node with its next heartbeat), or as they are after ``limit_s``."""
+    lines: list[str] = []
+
+    async def shown() -> bool:
+        lines[:] = await asyncio.to_thread(_metrics, port)
+        values = dict(line.rsplit(" ", 1) for line in lines)
+        return all(name in values and float(values[name]) == value
+                   for name, value in want.items())
+
+    await until(shown, limit_s, every_s=0.2)
+    return lines
 
 
 def nodes_by_url(snap: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -286,8 +337,11 @@ async def scenario(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
                           "queued": bool(c.statuses("queued"))} for c in first4]
         snap = await snapshot(ledger)
         out["spread_nodes"] = {u: n["active"] for u, n in nodes_by_url(snap).items()}
-        await asyncio.sleep(1.5)  # a heartbeat brings the ledger's figures to the node
-        out["metrics_b"] = await asyncio.to_thread(_metrics, PORTS["b"])
+        # a heartbeat brings the ledger's figures to the node
+        out["metrics_b"] = await metrics_showing(PORTS["b"], {
+            "speechpipe_cluster_ledger_reachable": 1, "speechpipe_cluster_capacity": 4,
+            "speechpipe_cluster_node_sessions": 2,
+            'speechpipe_cluster_sessions{state="active"}': 4})
 
         log('step 2')
         # 2. the 5th (at b) and 6th (at a) wait at positions 1 and 2; the 7th is refused
@@ -329,21 +383,17 @@ async def scenario(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
         log('step 4')
         # 4. the ledger is killed (Ray restarts it): no session dropped, no slot double-booked
         targets_before = {c.label: c.targets for c in running}
+        old_epoch, _ = await epoch_snapshot(ledger)
         ray.kill(ledger, no_restart=False)
-        await asyncio.sleep(1.0)
-        deadline = time.monotonic() + 30
-        while True:  # until both nodes have re-registered with the restarted ledger
-            snap = await _snapshot_retry(ledger, 20)
-            if len(snap["nodes"]) == 2 or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.5)
+        # until both nodes have re-registered with the restarted ledger (a new epoch)
+        snap = await restarted_ledger(ledger, old_epoch, nodes=2)
         out["after_ledger_restart"] = {
             "active": snap["active"], "capacity": snap["capacity"],
             "nodes": {u: n["active"] for u, n in nodes_by_url(snap).items()},
             "still_open": [c.label for c in running if not c.outcome.done()
                            or c.outcome.result() == "started" and c.close_code is None],
         }
-        await asyncio.sleep(1.5)
+        await until(lambda: _grew(running, targets_before))  # audio still flowing
         out["after_ledger_restart"]["targets_grew"] = [
             c.label for c in running if c.targets > targets_before[c.label]]
         c8 = Client("c8")
@@ -375,7 +425,11 @@ async def scenario(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
                                    for i, again in enumerate(resumed)]
         out["c6_position_behind_resumes"] = await _position_reaching(c6, 3, limit_s=10.0)
         out["c6_positions"] = [e["detail"]["position"] for e in c6.statuses("queued")]
-        await asyncio.sleep(4.0)  # b's lease (3 s) runs out
+        async def b_lost() -> bool:  # b's lease (3 s) runs out: b counted lost
+            node = nodes_by_url(await snapshot(ledger)).get(URL["b"])
+            return node is not None and not node["alive"]
+
+        await until(b_lost, 15.0, every_s=0.25)
         snap = await _snapshot_retry(ledger, 10)
         out["after_node_loss"] = {"lost": snap["lost"], "capacity": snap["capacity"],
                                   "nodes": {u: (n["alive"], n["active"])
@@ -480,6 +534,10 @@ def _metrics(port: int) -> list[str]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
         text = reply.read().decode()
     return [line for line in text.splitlines() if line.startswith("speechpipe_cluster_")]
+
+
+async def _grew(running: list[Client], before: dict[str, int]) -> bool:
+    return all(c.targets > before[c.label] for c in running)
 
 
 async def _latest_position(client: Client, after: float = 0.6) -> int:
