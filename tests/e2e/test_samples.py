@@ -88,35 +88,26 @@ def test_whisper_base_hears_the_clip(whisper: Any, clip: str) -> None:
     assert jiwer.cer(norm(row["transcript"]), norm(heard)) <= 0.15
 
 
-@pytest.fixture(scope="module")
-def pipeline() -> Any:
-    from speechpipe.cli import _options, build_parser
-    from speechpipe.session import Pipeline
-
-    args = build_parser().parse_args(["translate", "in.wav", "--out", "o.wav"])
-    with Pipeline.load(_options(args)) as loaded:
-        loaded.warm_up()
-        yield loaded
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("row", ROWS, ids=[row["id"] for row in ROWS])
-def test_translate_detects_the_language_of_every_bundled_clip(pipeline: Any,
-                                                              row: dict[str, Any]) -> None:
+async def test_translate_detects_the_language_of_every_bundled_clip(
+    pipeline: Any, row: dict[str, Any],
+) -> None:
     """What a user meets trying the samples after the Quick start: ``speechpipe translate
     samples/wav/X.wav`` (``--source-lang auto``, its options and request) detects the clip's
     language, and only it. espeak-ng's own German and French voices were detected as Thai,
     Latin and Spanish (issue 47): those clips speak through MBROLA voices now."""
-    import asyncio
-
-    from speechpipe.cli import _request, build_parser
+    from speechpipe.cli import _options, _request, build_parser
+    from speechpipe.config import PipelineOptions
     from speechpipe.evaluation.trace import source_language_confidence
     from speechpipe.file_translation import translate_audio
 
     path = str(SAMPLES / row["file"])
-    request = _request(build_parser().parse_args(["translate", path, "--out", "o.wav"]))
+    args = build_parser().parse_args(["translate", path, "--out", "o.wav"])
+    assert _options(args) == PipelineOptions()  # the run's shared pipeline is translate's
+    request = _request(args)
     assert request.source_lang == "auto" and request.pace == "fast"
     audio, _ = sf.read(path, dtype="int16")
-    run = asyncio.run(translate_audio(pipeline, audio, request))
+    run = await translate_audio(pipeline, audio, request)
     detected = source_language_confidence(run.records)
     assert list(detected) == [row["lang"]], detected
