@@ -15,9 +15,10 @@ the user's cache (it held ~700 MB after a test run before).
 
 Tiers: a test that loads a real model or the shared pipeline is marked ``slow``, one that
 drives Chromium ``browser``, one that runs Ray ``cluster``. Everything else is the fast tier,
-and the guard below holds it to that: in an unmarked test, loading Whisper, CTranslate2's
-Whisper, a Piper voice or the pipeline, asking for the ``pipeline``/``live_server`` fixtures,
-or ``ray.init`` fails the test ("mark it slow").
+what plain ``pytest`` runs (pyproject.toml's addopts; ``scripts/test-all`` runs every tier,
+each in its own pytest run), and the guard below holds it to that: in an unmarked test,
+loading Whisper, CTranslate2's Whisper, a Piper voice or the pipeline, asking for the
+``pipeline``/``live_server`` fixtures, or ``ray.init`` fails the test ("mark it slow").
 """
 
 from __future__ import annotations
@@ -57,6 +58,16 @@ def pytest_configure(config: pytest.Config) -> None:
 TIER_MARKS = ("slow", "browser", "cluster")  # tests allowed real models, Chromium, Ray
 REAL_FIXTURES = ("pipeline", "live_server")  # the shared real pipeline and the server on it
 _GUARD_KEY = pytest.StashKey[MonkeyPatch]()
+
+
+FAST_TIER = "not slow and not browser and not cluster"  # pyproject.toml's addopts
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if config.getoption("markexpr", "") == FAST_TIER:
+        return ("tier: fast only (plain pytest); scripts/test-all runs every tier, "
+                "-m slow/browser/cluster one, -m '' everything selected")
+    return None
 
 
 def _unmarked(item: pytest.Item) -> bool:

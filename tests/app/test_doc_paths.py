@@ -85,7 +85,7 @@ def test_every_relative_link_of_a_document_resolves(name: str) -> None:
 
 def test_the_readme_is_read_for_the_paths_a_user_types() -> None:
     readme = repository_paths((ROOT / "README.md").read_text(encoding="utf-8"))
-    assert {"samples/wav/es_gato.wav", "scripts/netns-pytest", "docs/usage.md",
+    assert {"samples/wav/es_gato.wav", "scripts/test-all", "docs/usage.md",
             "docs/serving.md", "tests/e2e/test_readme_example.py"} <= readme
     # outside the repository, or not a path: never checked
     assert repository_paths("`../shared/samples/x.wav` `~/.cache/speechpipe` "
