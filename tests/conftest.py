@@ -18,11 +18,13 @@ drives Chromium ``browser``, one that runs Ray ``cluster``. Everything else is t
 what plain ``pytest`` runs (pyproject.toml's addopts; ``scripts/test-all`` runs every tier,
 each in its own pytest run), and the guard below holds it to that: in an unmarked test,
 loading Whisper, CTranslate2's Whisper, a Piper voice or the pipeline, asking for the
-``pipeline``/``live_server`` fixtures, or ``ray.init`` fails the test ("mark it slow").
+``pipeline``/``live_server`` fixtures, starting ``speechpipe serve`` on the real models in a
+subprocess, or ``ray.init`` fails the test ("mark it slow").
 """
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -58,6 +60,16 @@ def pytest_configure(config: pytest.Config) -> None:
 TIER_MARKS = ("slow", "browser", "cluster")  # tests allowed real models, Chromium, Ray
 REAL_FIXTURES = ("pipeline", "live_server")  # the shared real pipeline and the server on it
 _GUARD_KEY = pytest.StashKey[MonkeyPatch]()
+_SERVERS_KEY = pytest.StashKey[list[Any]]()
+
+
+def starts_a_server(argv: Any) -> bool:
+    """Whether a subprocess's ``argv`` is ``speechpipe serve`` on the real models (the
+    scripted pipeline is model-free)."""
+    words = argv.split() if isinstance(argv, str) else [str(a) for a in argv]
+    names = [w.rsplit("/", 1)[-1] for w in words]
+    return ("speechpipe" in names and "serve" in names
+            and "--scripted-pipeline" not in names)
 
 
 FAST_TIER = "not slow and not browser and not cluster"  # pyproject.toml's addopts
@@ -98,6 +110,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
     patch = MonkeyPatch()
     item.stash[_GUARD_KEY] = patch
+    servers: list[Any] = []
+    item.stash[_SERVERS_KEY] = servers
+    popen_init = subprocess.Popen.__init__
+
+    def watched_init(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
+        popen_init(self, args, *rest, **kwargs)
+        if starts_a_server(args):
+            servers.append(self)
+
+    patch.setattr(subprocess.Popen, "__init__", watched_init)
     patch.setattr(whisper_engine.WhisperEngine, "__init__",
                   _refuse("loads a real model (WhisperEngine)"))
     patch.setattr(ctranslate2.models, "Whisper",
@@ -111,6 +133,19 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pass
     else:
         patch.setattr(ray, "init", _refuse("starts or joins Ray (ray.init)"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """After an unmarked test: a ``speechpipe serve`` it started that did not exit at once
+    with a usage error (1 or 2) was a live server on the real models."""
+    result = yield
+    served = [proc.args for proc in item.stash.get(_SERVERS_KEY, [])
+              if proc.poll() not in (1, 2)]
+    if served:
+        pytest.fail(f"unmarked test starts a live speechpipe server ({served[0]}): mark it slow",
+                    pytrace=False)
+    return result
 
 
 @pytest.hookimpl(hookwrapper=True)
