@@ -198,13 +198,16 @@ def cut_forced_restatement(
     committed and cannot be taken back, so the second saying only doubles the speech.
     Cut from where, in a sentence that began in the committed text (``context``: committed
     words before ``words``, the forced prefix last), the words run to the decode's end
-    as a restatement of ``min_words`` or more words:
+    as a restatement of ``min_words`` or more words, ending with the word the first saying
+    ended with:
     - after a sentence end: starting with the same word as that sentence, with at least
       ``sentence_overlap`` of its words in it (``cut_restatement`` needs three same words);
     - inside it: starting with its first two words, with at least ``clause_overlap`` of
       its words before.
     A real repetition goes on past it ("and I went to the store and I bought milk" keeps
-    its words: under half of "and I bought milk" was said before). Returns (kept words,
+    its words: under half of "and I bought milk" was said before), and a new sentence that
+    opens like the last one ends otherwise ("La parole est à madame Annie Louerro. La parole
+    est à madame la ministre des Régés"). Returns (kept words,
     whether anything was cut)."""
     all_words = [*context, *words]
     n_context = len(context)
@@ -221,7 +224,10 @@ def cut_forced_restatement(
         tail = [w for w in norm[j:] if w]
         if j < n_context or len(tail) < min_words:
             continue
-        before = set(norm[sentence_start:j])
+        said = [w for w in norm[sentence_start:j] if w]
+        if not said or tail[-1] != said[-1]:
+            continue  # a restatement ends where the first saying ended; new words go on
+        before = set(said)
         overlap = sum(w in before for w in tail) / len(tail)
         if ended:
             restated = norm[j] == norm[sentence_start] and overlap >= sentence_overlap
@@ -244,13 +250,16 @@ def cut_capped_restatement(
     does not stop, so the cap stops it. ``cut_restatement`` needs the copy to start like the
     earlier sentence; ``cut_restart`` is for partials, whose tail later decodes re-decide.
     A decode that stopped by itself is never cut here, and a restated sentence the decoder
-    finished is ``cut_restatement``'s. ``context`` is the committed text before ``words``,
+    finished is ``cut_restatement``'s. Nor is a copy of an earlier sentence's opening:
+    speakers open sentences alike, so the words the cap stopped are not the loop's mark
+    there. ``context`` is the committed text before ``words``,
     never cut. Returns (kept words, whether anything was cut)."""
     all_words = [*context, *words]
     n_context = len(context)
-    last_end = max((i for i, w in enumerate(all_words[:-1]) if w.endswith(_SENTENCE_END)),
-                   default=-1)
-    start = last_end + 1
+    if not words or words[-1].endswith(_SENTENCE_END):
+        return list(words), False  # it ended its sentence: nothing unfinished
+    sentence_starts = {0} | {i + 1 for i, w in enumerate(all_words) if w.endswith(_SENTENCE_END)}
+    start = max(i for i in sentence_starts if i < len(all_words))
     if start <= n_context or start == 0:
         return list(words), False  # the unfinished sentence began in the committed text
     norm = _normalized(all_words)
@@ -259,7 +268,10 @@ def cut_capped_restatement(
         return list(words), False
     earlier = norm[:start]
     n = len(tail)
-    if any(earlier[i:i + n] == tail for i in range(len(earlier) - n + 1)):
+    # a copy of an earlier sentence's opening is left alone: a speaker opens sentences
+    # alike ("La parole est à madame Annie Louerro. La parole est à madame la ministre")
+    if any(earlier[i:i + n] == tail for i in range(len(earlier) - n + 1)
+           if i not in sentence_starts):
         return list(words[: start - n_context]), True
     return list(words), False
 

@@ -51,9 +51,12 @@ def test_a_final_decode_the_cap_stopped_in_a_restatement_loses_it():
 
     words = "No, I don't know so much that little. I don't know so".split()
     assert cut_capped_restatement(words) == (words[:8], True)
-    # a new sentence that copies nothing, or one word, stays
+    # a new sentence that copies nothing, or one word, or an earlier sentence's opening
+    # (the long French recording: two clips open alike), or a finished one, stays
     for text in ("No, I don't know so much. It was last week",
-                 "No, I don't know so much that little. Little"):
+                 "No, I don't know so much that little. Little",
+                 "La parole est à madame Annie Louerro. La parole est à madame",
+                 "No, I don't know so much that little. I don't know so."):
         assert cut_capped_restatement(text.split()) == (text.split(), False), text
     # the unfinished sentence began in the committed text: not this decode's to cut
     assert cut_capped_restatement("know so".split(), context="I don't know so".split()) == (
@@ -94,6 +97,8 @@ def test_a_decode_that_says_its_forced_sentence_again_loses_the_second_saying():
                           ("I know.", "I know that you know."),
                           ("I", "know. I know that you know it well"),
                           ("We left early.", "We left early and came back late"),
+                          ("La parole est à madame Annie Louerro",
+                           "La parole est à madame la ministre des Régés."),
                           ("", "we left early. we left early again today")):
         assert cut_forced_restatement(text.split(), context.split()) == (text.split(), False), \
             text
@@ -110,3 +115,19 @@ def test_the_restatement_guards_can_be_switched_off_for_a_comparison():
     assert guard_words(capped, [], None, False, capped=True)[1]
     assert guard_words(capped, [], None, False, capped=True, restatement_guard=False) == (
         capped, False)
+
+
+def test_a_new_sentence_after_the_held_full_stop_is_kept():
+    """The long French recording: the held full stop comes back glued to the forced prefix
+    (". La parole ..."), and the next sentence opens like the last one but ends otherwise:
+    a new sentence, not the forced one said again."""
+    from speechpipe.stages.loop_guard import guarded_decode
+    from speechpipe.stages.model_api import DecodeTask, WhisperRequest
+
+    task = DecodeTask("transcribe", "La parole est à madame Annie Louerro")
+    request = WhisperRequest(audio=np.zeros(16000, np.float32), language="fr", tasks=(task,))
+    decode = guarded_decode(request, task, ". La parole est à madame la ministre des Régés.",
+                            -0.3, 0.0, hit_cap=False)
+    assert decode.glued == "."
+    assert decode.continuation == "La parole est à madame la ministre des Régés."
+    assert not decode.cut
