@@ -331,7 +331,6 @@ def unsure_language_hint(languages: dict[str, float | None],
     if len(codes) >= 2:
         hint += f"; or --set asr.detect_among={','.join(codes)} to choose among these"
     return hint
-    return hint
 
 
 def cmd_config(args: argparse.Namespace) -> int:

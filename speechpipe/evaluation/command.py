@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -82,7 +83,8 @@ def run_eval(args: argparse.Namespace, options: PipelineOptions, request: Sessio
             return _run_comparison(args, pipeline, clips, request, offline)
         report = asyncio.run(evaluate_clips(
             pipeline, clips, request, detect_language=args.detect_language, offline=offline,
-            on_run=subtitles.write if subtitles is not None else None))
+            on_run=subtitles.write if subtitles is not None else None,
+            progress=sys.stderr.isatty()))
     finally:
         pipeline.close()
     report["settings"] = {"pace": request.pace, "mode": request.mode,
@@ -106,7 +108,8 @@ def _offline(pipeline: Pipeline, clips: list[dict[str, Any]], beam: int,
         pipeline.engine.check_language(clip["lang"])
     model_dir = resolve_whisper_model(pipeline.options.asr_model)
     return offline_references(pipeline.engine.model, model_dir, clips, beam,
-                              request.target_lang.strip().lower())
+                              request.target_lang.strip().lower(),
+                              progress=sys.stderr.isatty())
 
 
 def _write_report(path: str, report: dict[str, Any]) -> None:

@@ -140,6 +140,8 @@ def test_offline_reference_on_a_real_clip_is_scored_and_cached(tmp_path: Path):
             capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
         assert result.returncode == 0, result.stderr[-2000:]
         assert "offline reference (whole clips, beam 5): BLEU" in result.stdout
+        # not a terminal (a log, a pipe): no progress bars written into it
+        assert "eval:" not in result.stderr and "offline reference:" not in result.stderr
         # a single eval names its machine and command like a comparison (figures from
         # different CPU kinds differ 2x: docs/benchmarks.md)
         from speechpipe.machine import describe_cpu
