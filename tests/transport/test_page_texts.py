@@ -45,6 +45,7 @@ vm.runInContext(`
         spokenUtterances: new Set(), lines: { source: new Map(), target: new Map() },
         captionLag: null, speechOffset: null, pendingAudio: null, playhead: 0 };
   for (const m of scenario.messages) onMessage({ data: JSON.stringify(m) });
+  if (scenario.close) setStatus(closedStatus(scenario.close, s.refusal), "error");
 `, context);
 console.log(JSON.stringify({
   latency: elements.latency ? elements.latency.textContent : "",
@@ -56,14 +57,15 @@ console.log(JSON.stringify({
 
 
 def run_page(role: dict[str, str] | None, messages: list[dict[str, object]],
-             tmp_path: Path) -> dict[str, str]:
+             tmp_path: Path, close: dict[str, object] | None = None) -> dict[str, str]:
     node = shutil.which("node")
     if node is None:
         pytest.skip("Node.js is not installed (apt-get install -y nodejs)")
     harness = tmp_path / "harness.js"
     harness.write_text(HARNESS)
     result = subprocess.run(
-        [node, str(harness), str(APP_JS), json.dumps({"role": role, "messages": messages})],
+        [node, str(harness), str(APP_JS),
+         json.dumps({"role": role, "messages": messages, "close": close})],
         capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
@@ -132,3 +134,19 @@ def test_the_page_s_hints_name_real_flags_and_commands() -> None:
                         .split("</select>")[0])
     assert "en" in listed and len(listed) > 1
     assert all(f"en-{code}" in PAIR_CATALOGUE for code in listed if code != "en"), listed
+
+
+def test_a_refusal_stays_in_view_when_the_server_closes(tmp_path: Path) -> None:
+    """The newcomer's "disconnected (4003: unsupported_language)": the close that follows a
+    fatal error replaced the error's text, which says what to do."""
+    refusal = {"type": "error", "code": "unsupported_language", "fatal": True,
+               "message": "no es voice or en->es pair: run speechpipe models pull en-es"}
+    close = {"code": 4003, "reason": "unsupported_language"}
+    shown = run_page(None, [refusal], tmp_path, close=close)
+    assert shown["status"] == ("error (unsupported_language): no es voice or en->es pair: run "
+                               "speechpipe models pull en-es (disconnected, 4003: "
+                               "unsupported_language)"), shown
+    assert shown["level"] == "error"
+    # a close with no error before it still says what closed
+    shown = run_page(None, [], tmp_path, close={"code": 1011, "reason": ""})
+    assert shown["status"] == "disconnected (1011)", shown

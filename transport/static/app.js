@@ -306,6 +306,8 @@ function onMessage(event) {
       }
       bump("errors");
       setStatus(`error (${msg.code}): ${msg.message}`, msg.fatal ? "error" : "warn");
+      // the close that follows a fatal error keeps this text: it says what to do
+      if (msg.fatal) s.refusal = `error (${msg.code}): ${msg.message}`;
       break;
     case "answer":
       s.pc.setRemoteDescription({ type: "answer", sdp: msg.sdp })
@@ -453,7 +455,7 @@ async function start() {
     capturing: false, samplesSent: 0, streamStart: null, playhead: 0, pendingAudio: null, stopping: false,
     lines: { source: new Map(), target: new Map() }, speechStarts: new Map(),
     spokenUtterances: new Set(), captionLag: null, speechOffset: null,
-    playout: { queue: [], done: 0, reported: 0, timer: null },
+    playout: { queue: [], done: 0, reported: 0, timer: null }, refusal: null,
   };
   window.speechpipeState = s;
   if (capture) {
@@ -482,11 +484,18 @@ async function start() {
   ws.onerror = () => setStatus("connection error", "error");
   ws.onclose = (e) => {
     const normal = e.code === 1000;
-    if (!normal) setStatus(`disconnected (${e.code}${e.reason ? ": " + e.reason : ""})`, "error");
+    if (!normal) setStatus(closedStatus(e, s && s.ws === ws ? s.refusal : null), "error");
     $("stats").dataset.state = "closed";
     teardown();
   };
   $("stop").disabled = false;
+}
+
+// What the status says when the server closes the session abnormally: the fatal error it
+// sent just before (what to do, e.g. "run speechpipe models pull en-es") stays in view.
+function closedStatus(e, refusal) {
+  const closed = `${e.code}${e.reason ? ": " + e.reason : ""}`;
+  return refusal ? `${refusal} (disconnected, ${closed})` : `disconnected (${closed})`;
 }
 
 // A session token (servers run with --auth-secret) from the page's address: #token=...
