@@ -137,7 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     config = commands.add_parser(
         "config", help="print the effective configuration tree (serve's arguments apply)"
     )
-    config.add_argument("--format", choices=("toml", "json"), default="toml")
+    config.add_argument("--format", choices=("toml", "json"), default="toml",
+                        help="toml (with a one-line description per option; --config reads it "
+                             "back) or json (default: %(default)s)")
     _register_optional(commands)
     from speechpipe.server.serve import add_serve_arguments
 

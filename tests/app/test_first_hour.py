@@ -449,3 +449,13 @@ def test_a_session_counts_every_detection_for_the_hint() -> None:
     assert [language for language, _ in ranking] == ["fr", "es"]  # de was given, not detected
     assert ranking[0][1] == pytest.approx((0.4 * 1 + 0.6 * 3) / 4)
     assert ranking[1][1] == pytest.approx((0.5 * 1 + 0.2 * 3) / 4)
+
+
+def test_config_help_says_what_each_format_is() -> None:
+    """The newcomer run: `config --format` had no help text."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command")
+    config = commands.choices["config"]
+    action = next(a for a in config._actions if "--format" in a.option_strings)
+    assert action.help and "toml" in action.help and "json" in action.help
+    assert "%(default)s" in action.help and action.default == "toml"
