@@ -37,12 +37,25 @@ class StartCase:
     session_firsts: list[float] = field(default_factory=list)  # the same, each first recording
     ends: list[float] = field(default_factory=list)  # end of translated audio - last voiced
     together: bool = True  # synchronized: every client was admitted before the audio began
+    # why: error events by code, the client's own failure, and close codes other than 1000
+    causes: dict[str, int] = field(default_factory=dict)
 
     def add(self, run: ClientRun, spans: Sequence[tuple[float, float]]) -> None:
         """Take one client's run (``spans``: its recordings' voiced spans)."""
         self.finished += run.close_code == 1000
         self.errors += sum(1 for _, e in run.events if e.get("type") == "error") + bool(
             run.error)
+        for _, event in run.events:
+            if event.get("type") == "error":
+                self._count(f"error {event.get('code')}")
+        if run.error:
+            self._count(f"client {str(run.error).split(':')[0][:40]}")
+        if run.close_code != 1000:
+            self._count(f"close {run.close_code}")
+        if run.queued:
+            self._count("queued")
+        if run.refused:
+            self._count("refused")
         self.recordings += len(spans)
         offsets = recording_offsets(run, spans)
         for k, pair in enumerate(offsets):
@@ -53,6 +66,9 @@ class StartCase:
             if k == 0:
                 self.session_firsts.append(pair[0])
 
+    def _count(self, cause: str) -> None:
+        self.causes[cause] = self.causes.get(cause, 0) + 1
+
     def row(self) -> dict[str, Any]:
         """The case's figures as one table row."""
         p = rounded_percentile
@@ -61,7 +77,7 @@ class StartCase:
                 "heard": len(self.firsts), "first_p50": p(self.firsts, 50),
                 "session_first_p50": p(self.session_firsts, 50),
                 "end_p50": p(self.ends, 50), "end_p95": p(self.ends, 95),
-                "together": self.together}
+                "together": self.together, "causes": dict(sorted(self.causes.items()))}
 
 
 async def run_start_case(
@@ -93,8 +109,12 @@ async def run_start_case(
         told = False
 
         def on_message(message: str | bytes) -> None:
+            # ready: started, or in the waiting line (beyond --capacity a session queues and
+            # starts when a place frees; the admitted ones must not wait for it, or their
+            # silence reads as audio fallen behind real time and closes them, too_slow)
             nonlocal told
-            if not told and isinstance(message, str) and '"started"' in message:
+            if not told and isinstance(message, str) and (
+                    '"started"' in message or '"queued"' in message):
                 told = True
                 one_ready()
 
@@ -142,6 +162,11 @@ def print_cases(rows: Sequence[dict[str, Any]]) -> None:
               f"{row['session_first_p50']:>12} {row['end_p50']:>8} {row['end_p95']:>8}"
               + ("" if row["together"] else "  (not all admitted in time: started apart)"),
               flush=True)
+    for row in rows:
+        if row.get("causes"):
+            print(f"  {row['case']}: " + ", ".join(f"{cause} x{n}"
+                                                   for cause, n in row["causes"].items()),
+                  flush=True)
 
 
 async def run_start_cases(

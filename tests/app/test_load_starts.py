@@ -151,3 +151,22 @@ async def test_two_synchronized_sessions_of_one_short_clip_are_both_heard(live_s
     assert 0 < row["first_p50"] < 30 and row["end_p95"] < 30
     with pytest.raises(ValueError):
         await run_start_case(url, clips, 1, label="x", mode="sideways")
+
+
+def test_a_case_says_why_sessions_did_not_finish() -> None:
+    """12 on --capacity 8 synchronized showed 'done 4' and nothing else: the row now counts
+    error codes, close codes and the waiting line."""
+    from speechpipe.bench.load_starts import StartCase
+    from speechpipe.transport.client import ClientRun
+
+    case = StartCase("12 synchronized", 3)
+    closed = ClientRun(0, events=[(5.0, {"type": "error", "code": "too_slow"})],
+                       close_code=4010)
+    waited = ClientRun(1, queued=True, close_code=1000)
+    refused = ClientRun(2, refused=True, error="over_capacity", close_code=4002)
+    for run in (closed, waited, refused):
+        case.add(run, [])
+    row = case.row()
+    assert row["finished"] == 1 and row["errors"] == 2
+    assert row["causes"] == {"client over_capacity": 1, "close 4002": 1, "close 4010": 1,
+                             "error too_slow": 1, "queued": 1, "refused": 1}
