@@ -221,8 +221,10 @@ def cut_forced_restatement(
     ended = False  # a sentence end between the sentence's start and this word
     for j in range(sentence_start + 1, len(all_words)):
         ended = ended or all_words[j - 1].endswith(_SENTENCE_END)
+        if j < n_context or norm[j] != norm[sentence_start]:
+            continue  # both rules start the second saying with the sentence's first word
         tail = [w for w in norm[j:] if w]
-        if j < n_context or len(tail) < min_words:
+        if len(tail) < min_words:
             continue
         said = [w for w in norm[sentence_start:j] if w]
         if not said or tail[-1] != said[-1]:
@@ -230,7 +232,7 @@ def cut_forced_restatement(
         before = set(said)
         overlap = sum(w in before for w in tail) / len(tail)
         if ended:
-            restated = norm[j] == norm[sentence_start] and overlap >= sentence_overlap
+            restated = overlap >= sentence_overlap
         else:
             restated = (norm[j:j + 2] == norm[sentence_start:sentence_start + 2]
                         and overlap >= clause_overlap)

@@ -202,17 +202,13 @@ def commit_aggregate(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     translation, ``translation_incomplete`` events; each only where the rows carry it."""
     out: dict[str, Any] = {}
     for side in ("source", "target"):
-        counted = [r for r in rows if f"committed_words_{side}" in r]
-        if counted:
-            total = sum(r[f"committed_words_{side}"] for r in counted)
-            unmatched = sum(r[f"unmatched_words_{side}"] for r in counted)
-            out[f"regret_{side}"] = round(unmatched / total, 4) if total else None
-        for name in ("utterance", "hindsight"):
-            counted = [r for r in rows if f"{name}_committed_words_{side}" in r]
+        # whole-clip regret, then against each utterance's offline span, then hindsight
+        for prefix in ("", "utterance_", "hindsight_"):
+            counted = [r for r in rows if f"{prefix}committed_words_{side}" in r]
             if counted:
-                total = sum(r[f"{name}_committed_words_{side}"] for r in counted)
-                unmatched = sum(r[f"{name}_unmatched_words_{side}"] for r in counted)
-                out[f"{name}_regret_{side}"] = round(unmatched / total, 4) if total else None
+                total = sum(r[f"{prefix}committed_words_{side}"] for r in counted)
+                unmatched = sum(r[f"{prefix}unmatched_words_{side}"] for r in counted)
+                out[f"{prefix}regret_{side}"] = round(unmatched / total, 4) if total else None
         if any(f"hindsight_unjudged_{side}" in r for r in rows):
             out[f"hindsight_unjudged_{side}"] = sum(r.get(f"hindsight_unjudged_{side}", 0)
                                                     for r in rows)
