@@ -211,14 +211,15 @@ class WhisperEngine:
         languages: list[tuple[str, float]] = []
         detected: list[tuple[tuple[str, float], ...]] = []
         for row, request in enumerate(requests):
-            if request.language:
+            if request.language and not request.detect_too:
                 detected.append(())
                 languages.append((request.language, 1.0))
             else:
                 one_row = np.ascontiguousarray(encoded[row : row + 1])
                 view = ctranslate2.StorageView.from_array(one_row)
                 detected.append(self.detect_language(view, request.detect_among))
-                languages.append(detected[-1][0])
+                languages.append((request.language, 1.0) if request.language
+                                 else detected[-1][0])
         t2 = time.perf_counter()
         # a restricted decoder has ids of its own: prompts are mapped to them, outputs back
         native = (self.prefill() if any(r.prefill or r.vocabulary_words for r in requests)

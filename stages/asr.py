@@ -251,6 +251,7 @@ class AsrStage:
                                      else None),
                 vote=(self.language_evidence.copy()
                       if self.options.keep_detected_language else LanguageVote()),
+                watch_switch=self.language is None and self.detected_language is not None,
                 translate=self.translate,
                 faithfulness=self.faithfulness,
                 speech=self.speech if self.faithfulness.guard else None,
@@ -383,7 +384,8 @@ class AsrStage:
         if outcome is None:
             return
         changed, timings = outcome
-        if kind == "hush" and decoder.due() == "pause" and decoder.covered():
+        if (kind == "hush" and decoder.due() == "pause" and decoder.covered()
+                and decoder.language_to_redecode() is None):
             # the pause came while the hush decode ran: commit its hypothesis now, in one
             # hypothesis with nothing tentative (what the voice speaks as the finish), not as
             # a partial first and the commit a moment later
@@ -405,27 +407,46 @@ class AsrStage:
         )
         basis = decoder.basis(kind)
         timings: tuple[StageTiming, ...] = ()
-        if kind in ("final", "pause") and (decoder.covered() or too_little_voice):
-            changed = decoder.commit_last(kind == "pause") if decoder.covered() else [
+        # a last hypothesis in another language than the vote's leader is decoded again in it
+        redecode = (decoder.language_to_redecode()
+                    if kind in ("final", "pause") and not too_little_voice else None)
+        covered = decoder.covered() and redecode is None
+        if kind in ("final", "pause") and (covered or too_little_voice):
+            changed = decoder.commit_last(kind == "pause") if covered else [
                 ("source", decoder.text("source"), ""),
                 ("target", decoder.text("target"), ""),
             ][: 2 if decoder.translate else 1]
             if kind == "pause":
                 decoder.pause_pending = False
         else:
-            request = _marked(decoder, kind)
-            queued = max(0.0, time.monotonic() - self._last_arrival)
-            try:
-                result: WhisperResult | SpeechpipeError = await self.recognize(request)
-            except Superseded:
-                return  # dropped as stale: the next step decodes newer audio
-            except SpeechpipeError as exc:
-                result = exc
-            outcome = await self._apply(decoder, kind, basis, result, queued, events)
+            decoder.commit_in = decoder.commit_in or redecode
+            outcome = await self._decode(decoder, kind, basis, events)
+            if outcome is not None and decoder.commit_in is not None:
+                # it came out in another language than the vote's leader: once more, in it
+                first = {change[0]: change for change in outcome[0]}
+                outcome = await self._decode(decoder, kind, basis, events)
+                if outcome is not None:
+                    first.update({change[0]: change for change in outcome[0]})
+                    outcome = (list(first.values()), outcome[1])
             if outcome is None:
                 return
             changed, timings = outcome
         await self._emit(decoder, kind, basis, changed, timings, outbox, events)
+
+    async def _decode(
+        self, decoder: UtteranceDecoder, kind: str, basis: int, events: Channel[OutputEvent],
+    ) -> tuple[list[tuple[str, str, str]], tuple[StageTiming, ...]] | None:
+        """One sequential decode of ``kind``, applied; None when it was dropped or failed
+        (a partial's failure; a final's commits its last hypothesis)."""
+        request = _marked(decoder, kind)
+        queued = max(0.0, time.monotonic() - self._last_arrival)
+        try:
+            result: WhisperResult | SpeechpipeError = await self.recognize(request)
+        except Superseded:
+            return None  # dropped as stale: the next step decodes newer audio
+        except SpeechpipeError as exc:
+            result = exc
+        return await self._apply(decoder, kind, basis, result, queued, events)
 
     async def _apply(
         self,
@@ -475,6 +496,8 @@ class AsrStage:
             self.detected_language = decoder.language
             self.detected_confidence = confidence
         elif kind == "final":
+            if decoder.switched:  # the kept language is no longer spoken: detect again
+                self.detected_language = self.detected_confidence = None
             self.language_evidence = decoder.vote.carried()
 
     async def _retranslate_missing(self, decoder: UtteranceDecoder) -> bool:

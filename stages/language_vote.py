@@ -107,3 +107,18 @@ def settle_language(vote: LanguageVote, heard_s: float, confident: float, min_s:
     if language and (heard_s >= lock_s or (heard_s >= min_s and share >= confident)):
         return language, share
     return None
+
+
+def switched_language(probabilities: Iterable[tuple[str, float]], kept: str, heard_s: float,
+                      confident: float, min_s: float) -> str | None:
+    """The language a speaker switched to, or None: another language than the session's
+    ``kept`` one that a detection on at least ``min_s`` seconds gives ``confident`` or more.
+
+    Asked of the decodes that commit everything (a pause, a cut, an utterance's end), which
+    hear the most audio: their detection is the one a single answer can be trusted on. A
+    file in Spanish and then English is translated as English from the first utterance the
+    detector hears as English, instead of staying Spanish (issue 47)."""
+    if heard_s < min_s:
+        return None
+    return next((language for language, probability in probabilities
+                 if language != kept and probability >= confident), None)

@@ -93,6 +93,9 @@ class WhisperRequest:
     check_target_language: bool = False
     # with ``language`` None: the languages the detection chooses among (empty: all)
     detect_among: frozenset[str] = frozenset()
+    # with ``language`` given: detect the language anyway (``WhisperResult.language_probs``)
+    # and still decode in ``language``: a session's kept language watched for a switch
+    detect_too: bool = False
     # a partial of an utterance with nothing committed yet (its first words): a shared
     # worker serves it as urgently as a final, ahead of partials that only refresh
     # tentative text (``models.batching.decode_deadline_s``); the decode itself is the same

@@ -26,13 +26,14 @@ from speechpipe.stages.faithfulness import (
     guard_decodes,
 )
 from speechpipe.stages.frames import STREAM_RATE
-from speechpipe.stages.language_vote import LanguageVote, settle_language
+from speechpipe.stages.language_vote import LanguageVote, settle_language, switched_language
 from speechpipe.stages.model_api import DecodeTask, WhisperRequest, WhisperResult
 from speechpipe.stages.window import quiet_tail
 
 __all__ = ["UtteranceDecoder", "RETRANSLATE_MAX_S"]
 
 RETRANSLATE_MAX_S = 28.0  # a retranslation hears at most this much of its utterance's end
+COMMIT_KINDS = ("final", "pause", "cut")  # decodes that commit everything they heard
 
 _I_FORMS = frozenset(("i", "i'm", "i'll", "i've", "i'd"))
 
@@ -65,6 +66,15 @@ class UtteranceDecoder:
     vote: LanguageVote = field(default_factory=LanguageVote)
     language_confidence: float | None = None
     detecting: bool = field(init=False, default=False)  # the language is this one's to find
+    # the language is the session's detected one (not given): the first decode on
+    # ``language_min_s`` of audio and the decodes that commit everything detect too, and a
+    # confident other language re-decides it (``switched_language``)
+    watch_switch: bool = False
+    switch_checked: bool = False  # a partial's detection was checked already
+    switched: bool = False  # ... and this utterance heard the speaker switch
+    # a decode that commits everything came out in another language than the vote's leader:
+    # it is asked again, once, in the leader (``commit_in``), and only that one commits
+    commit_in: str | None = None
     # the last hypothesis of each side before the language was fixed, with the language it
     # was decoded in: the decode that fixes the language may commit what agrees with it
     unlocked_words: dict[str, tuple[str | None, list[str]]] = field(default_factory=dict)
@@ -235,10 +245,15 @@ class UtteranceDecoder:
         else:  # enough for the audio not yet committed, not for a loop
             uncommitted = (basis - max(self.window_start, self.committed_at)) / STREAM_RATE
             cap = 8 + int(self.options.tokens_per_second * uncommitted)
+        commits = kind in COMMIT_KINDS
+        language = self.language if self.language_locked else None
+        if commits and self.commit_in:
+            language = self.commit_in
         return self._with_recovery(kind, WhisperRequest(
             audio=audio.astype(np.float32) / 32768.0,
-            language=self.language if self.language_locked else None,
+            language=language,
             detect_among=frozenset(self.options.detect_among),
+            detect_too=self._detect_too(kind, basis),
             tasks=self.tasks(kind),
             beam_size=self.options.beam_size if partial else self.options.final_beam_size,
             tokens_per_second=self.options.tokens_per_second,
@@ -254,6 +269,16 @@ class UtteranceDecoder:
             restatement_guard=self.options.restatement_guard,
             check_target_language=self.translate and self.options.check_target_language,
         ))
+
+    def _detect_too(self, kind: str, basis: int) -> bool:
+        """Does a decode in the session's kept language also detect (watching for a switch)?
+        Those that commit everything, and the first partial on ``language_min_s`` of audio
+        (a final the last partial covered is not decoded)."""
+        if not (self.watch_switch and self.language_locked) or self.commit_in:
+            return False
+        heard_s = (basis - self.window_start) / STREAM_RATE
+        return kind in COMMIT_KINDS or (not self.switch_checked
+                                        and heard_s >= self.options.language_min_s)
 
     def _word_times(self, kind: str) -> tuple[str, ...]:
         """Tasks whose words need alignment times: the partials of a side whose commit
@@ -286,8 +311,12 @@ class UtteranceDecoder:
         if kind == "hush" or basis_pts >= self.hush_at:
             self.hush_pending = False  # this decode heard the hush
         self.last_truncated = any(d.truncated for d in result.decodes)
-        commit_all = kind in ("final", "pause", "cut")
+        commit_all = kind in COMMIT_KINDS
+        if self.watch_switch and self.language_locked and result.language_probs:
+            self._watch_switch(result, basis_pts)
         locking = not self.language_locked and self._vote_language(result, basis_pts, commit_all)
+        if self.commit_in is not None:  # to be decoded again in the vote's leader: shown only
+            commit_all = False
         heard_s = (basis_pts - self.window_start) / STREAM_RATE
         changed = []
         # captions first: the translation commits only what the committed captions cover
@@ -340,7 +369,7 @@ class UtteranceDecoder:
             after = (self.text(side), self._shown(policy.tentative))
             if after != before or kind == "final":
                 changed.append((side, *after))
-        if kind == "pause":
+        if kind == "pause" and self.commit_in is None:
             self.pause_pending = False
         if commit_all:
             self.committed_at = basis_pts
@@ -356,18 +385,56 @@ class UtteranceDecoder:
         then ``language`` is the one this decode was in (its words are shown in it)."""
         options = self.options
         heard_s = (basis_pts - self.window_start) / STREAM_RATE
+        if commit_all and self.commit_in is not None:
+            # asked in the vote's leader: no detection of its own, its words are in it
+            self.language, self.commit_in = self.commit_in, None
+            self.language_confidence = self.vote.share(self.language)
+            self.language_locked = settle_language(
+                self.vote, heard_s, options.language_confident, options.language_min_s,
+                options.language_lock_s) is not None
+            return self.language_locked
         self.vote.add(result.language_probs or ((result.language, result.language_prob),),
                       heard_s)
         settled = settle_language(self.vote, heard_s, options.language_confident,
                                   options.language_min_s, options.language_lock_s)
-        if settled is None or (commit_all and settled[0] != result.language):
-            # a decode that commits everything commits it in its own language
+        if commit_all:
+            # what is committed is in the language all the detections lead with (not the
+            # last one's alone): when this decode was in another, it is asked again in it
+            language = (settled or self.vote.leader())[0]
+            if language and language != result.language:
+                self.commit_in = language
+                return False
+        if settled is None:
             self.language = result.language
             self.language_confidence = self.vote.share(result.language)
             return False
         self.language, self.language_confidence = settled
         self.language_locked = True
         return True
+
+    def _watch_switch(self, result: WhisperResult, basis_pts: int) -> None:
+        """A decode in the kept language also detected (``_detect_too``): when that detection
+        is confident of another language, the speaker switched, and this utterance detects
+        its language again, from this answer on (a decode that commits everything is asked
+        again in the new language: ``_vote_language``)."""
+        self.switch_checked = True
+        heard_s = (basis_pts - self.window_start) / STREAM_RATE
+        other = switched_language(result.language_probs, self.language or "", heard_s,
+                                  self.options.language_confident, self.options.language_min_s)
+        if other is None:
+            return
+        self.switched = self.detecting = True
+        self.language_locked = False
+        self.vote = LanguageVote()
+
+    def language_to_redecode(self) -> str | None:
+        """Before committing the last hypothesis without decoding (``covered``): the vote's
+        leader when that hypothesis was decoded in another language (the commit decode is
+        then asked in it: ``commit_in``), else None."""
+        if self.language_locked or not self.detecting:
+            return None
+        leader, _ = self.vote.leader()
+        return leader if leader and leader != self.language else None
 
     def _shown(self, tentative: list[str]) -> str:
         """The tentative words a hypothesis shows: the first ``asr.shown_tentative_words``

@@ -18,7 +18,12 @@ from speechpipe.stages.asr import AsrOptions, AsrStage, UtteranceDecoder
 from speechpipe.stages.channels import Channel
 from speechpipe.stages.clock import BasisStreamClock
 from speechpipe.stages.frames import STREAM_RATE, TextHypothesis, VadEvent
-from speechpipe.stages.language_vote import LanguageVote, settle_language, top_languages
+from speechpipe.stages.language_vote import (
+    LanguageVote,
+    settle_language,
+    switched_language,
+    top_languages,
+)
 from speechpipe.stages.model_api import DecodeResult, WhisperRequest, WhisperResult
 from speechpipe.stages.vad import LabeledAudio
 
@@ -137,7 +142,8 @@ def test_the_fixed_language_is_asked_for_in_later_requests():
 
 class ScriptedDetector:
     """Detects the language of each utterance from a script (one (language, probability)
-    per utterance), and says the same two words whatever it hears."""
+    per utterance), and says the same two words whatever it hears. A request with a language
+    and ``detect_too`` is decoded in its language and detected from the script too."""
 
     def __init__(self, detections: list[tuple[str, float]]):
         self.detections = detections
@@ -150,8 +156,10 @@ class ScriptedDetector:
         if request.language is None:
             language, prob = self.detections[self.utterance]
         decodes = tuple(DecodeResult(task.task, "uno dos", -0.2, 0.01) for task in request.tasks)
+        detected = (self.detections[self.utterance],) if request.detect_too else ()
         return WhisperResult(language, prob, decodes, 0.0, 0.0,
-                             language_probs=((language, prob),) if not request.language else ())
+                             language_probs=((language, prob),) if not request.language
+                             else detected)
 
 
 def _talk(utterances: list[tuple[float, float]]) -> list[LabeledAudio]:
@@ -170,8 +178,10 @@ def _talk(utterances: list[tuple[float, float]]) -> list[LabeledAudio]:
     return items
 
 
-async def _session(detections: list[tuple[str, float]], options: AsrOptions = OPTIONS):
-    detector = ScriptedDetector(detections)
+async def _session(detections: list[tuple[str, float]], options: AsrOptions = OPTIONS,
+                   talk: tuple[tuple[float, float], ...] = ((0.5, 5.0), (6.0, 10.0)),
+                   detector: ScriptedDetector | None = None):
+    detector = detector or ScriptedDetector(detections)
     stage = AsrStage(detector, BasisStreamClock(), options=options, language=None)
     inbox: Channel[LabeledAudio] = Channel(1)
     outbox: Channel[TextHypothesis] = Channel(1000)
@@ -179,7 +189,7 @@ async def _session(detections: list[tuple[str, float]], options: AsrOptions = OP
     hypotheses: list[TextHypothesis] = []
 
     async def produce():
-        for item in _talk([(0.5, 5.0), (6.0, 10.0)]):
+        for item in _talk(list(talk)):
             await inbox.put(item)
             await asyncio.sleep(0)
         inbox.close()
@@ -203,9 +213,13 @@ def _first_request_language(detector: ScriptedDetector, utterance: int) -> str |
 
 
 async def test_a_session_keeps_a_language_found_with_confidence():
-    stage, detector, hypotheses = await _session([("de", 0.95), ("fr", 0.95)])
+    stage, detector, hypotheses = await _session([("de", 0.95), ("fr", 0.6)])
     assert stage.detected_language == "de"
     assert _first_request_language(detector, 1) == "de"  # not detected again
+    # ... only watched: the first decode on language_min_s of audio detects too (fr at 0.6
+    # is no switch), and decodes in German all the same
+    watched = [r for k, r in detector.requests if k == 1 and r.detect_too]
+    assert watched and all(r.language == "de" for k, r in detector.requests if k == 1)
     finals = [h for h in hypotheses if h.side == "source" and h.final]
     assert [h.language for h in finals] == ["de", "de"]
     assert all(h.language_confidence == pytest.approx(0.95) for h in finals)
@@ -232,3 +246,110 @@ async def test_a_session_detecting_each_utterance_starts_each_vote_afresh():
     finals = [h for h in hypotheses if h.side == "source" and h.final]
     assert [h.language for h in finals] == ["la", "de"]
     assert finals[1].language_confidence == pytest.approx(0.9)
+
+
+async def test_a_speaker_who_switches_language_is_followed():
+    # a file in German, then English: the kept language is watched, and a confident other
+    # one on enough audio re-decides it (docs/usage.md, "Languages"); before, the second
+    # utterance stayed German
+    stage, detector, hypotheses = await _session([("de", 0.95), ("en", 0.95)])
+    finals = [h for h in hypotheses if h.side == "source" and h.final]
+    assert [h.language for h in finals] == ["de", "en"]
+    assert finals[1].language_confidence == pytest.approx(0.95)
+    assert stage.detected_language == "en"
+    asked = [r.language for k, r in detector.requests if k == 1]
+    switch = asked.index("en")  # heard at the first decode on language_min_s of audio
+    assert switch > 0 and set(asked[:switch]) == {"de"} and set(asked[switch:]) == {"en"}
+
+
+def test_a_watched_utterance_detects_again_from_a_confident_other_answer():
+    decoder = UtteranceDecoder(utterance=2, start_pts=0, options=OPTIONS, language="es",
+                               language_confidence=0.9, translate=True, watch_switch=True)
+    _hear(decoder, 1.0)
+    assert not decoder.request("partial").detect_too  # too little audio to trust
+    _hear(decoder, 0.5)
+    assert decoder.request("partial").detect_too
+    result = WhisperResult("es", 1.0, (DecodeResult("transcribe", "jeló", -0.1, 0.0),),
+                           0.0, 0.0, language_probs=(("en", 0.9), ("es", 0.05)))
+    decoder.apply(result, "partial", decoder.end)
+    assert decoder.switched and decoder.language == "en" and decoder.language_locked
+    assert decoder.text("source") == ""  # decoded in Spanish: shown, not committed
+    assert decoder.request("partial").language == "en"
+    assert not decoder.request("partial").detect_too  # detecting on its own again
+    # the same answer short of confident is no switch
+    kept = UtteranceDecoder(utterance=2, start_pts=0, options=OPTIONS, language="es",
+                            language_confidence=0.9, translate=True, watch_switch=True)
+    _hear(kept, 1.5)
+    kept.apply(replace(result, language_probs=(("en", 0.7), ("es", 0.2))), "partial", kept.end)
+    assert not kept.switched and kept.language == "es"
+    assert not kept.request("partial").detect_too  # one partial checks, not every one
+    assert kept.request("final").detect_too  # ... and each decode that commits everything
+
+
+def test_a_short_utterance_commits_in_the_language_its_vote_leads_with():
+    # under language_lock_s, nothing settles; the final decode detected Portuguese, the
+    # vote of all the utterance's detections leads with Spanish: the final is asked again,
+    # once, in Spanish, and only that decode commits (before: the last detection's pt)
+    decoder = _auto()
+    _hear(decoder, 1.0)
+    _decoded(decoder, "es", 0.7, "hola a", "hello to")
+    _hear(decoder, 0.5)
+    _decoded(decoder, "es", 0.7, "hola a todos", "hello to everyone")
+    assert not decoder.language_locked
+    _hear(decoder, 0.5)
+    decoder.ended = True
+    assert decoder.request("final").language is None  # the final detects too
+    result = WhisperResult("pt", 0.6, (DecodeResult("transcribe", "olá a todos", -0.1, 0.0),
+                                       DecodeResult("translate", "hi all", -0.1, 0.0)),
+                           0.0, 0.0, language_probs=(("pt", 0.6), ("es", 0.35)))
+    decoder.apply(result, "final", decoder.end)
+    assert decoder.commit_in == "es"
+    assert decoder.text("source") == "" and decoder.text("target") == ""
+    again = decoder.request("final")
+    assert again.language == "es" and not again.detect_too
+    redone = WhisperResult("es", 1.0, (DecodeResult("transcribe", "hola a todos", -0.1, 0.0),
+                                       DecodeResult("translate", "hello everyone", -0.1, 0.0)),
+                           0.0, 0.0)
+    decoder.apply(redone, "final", decoder.end)
+    assert decoder.commit_in is None and decoder.language == "es"
+    assert decoder.language_confidence == pytest.approx(decoder.vote.share("es"))
+    assert decoder.text("source") == "hola a todos"
+    assert decoder.text("target") == "hello everyone"
+
+
+def test_a_last_hypothesis_in_another_language_than_the_vote_is_not_committed_undecoded():
+    decoder = _auto()
+    _hear(decoder, 1.0)
+    _decoded(decoder, "es", 0.9, "hola a", "hello to")
+    _hear(decoder, 0.5)
+    _decoded(decoder, "pt", 0.5, "olá a todos", "hi all")  # es 0.9 and 0.9, pt 0.5
+    assert decoder.language == "pt" and decoder.language_to_redecode() == "es"
+    _decoded(decoder, "es", 0.9, "hola a todos", "hello to everyone")
+    assert decoder.language_to_redecode() is None
+
+
+def test_a_switch_needs_a_confident_answer_on_enough_audio():
+    assert switched_language((("en", 0.9), ("es", 0.1)), "es", 1.5, 0.8, 1.3) == "en"
+    assert switched_language((("en", 0.9),), "es", 1.0, 0.8, 1.3) is None  # too short
+    assert switched_language((("en", 0.7), ("es", 0.3)), "es", 3.0, 0.8, 1.3) is None
+    assert switched_language((("es", 0.95),), "es", 3.0, 0.8, 1.3) is None
+
+
+class FinalSaysPortuguese(ScriptedDetector):
+    """Partials detect Spanish (0.7), a decode that commits everything Portuguese (0.6)."""
+
+    async def __call__(self, request: WhisperRequest) -> WhisperResult:
+        self.detections = [("es", 0.7) if request.partial else ("pt", 0.6)] * 2
+        return await super().__call__(request)
+
+
+async def test_a_short_utterance_of_a_session_is_committed_in_its_votes_leader():
+    # 2 s utterances, under language_lock_s: the language never settles; what is committed
+    # is decoded in Spanish, the vote's leader, whatever the last detection said
+    detector = FinalSaysPortuguese([])
+    _, detector, hypotheses = await _session([], talk=((0.5, 2.5),), detector=detector)
+    finals = [h for h in hypotheses if h.side == "source" and h.final]
+    assert [h.language for h in finals] == ["es"]
+    assert 0 < finals[0].language_confidence < 0.8
+    assert detector.requests[-1][1].language == "es"  # the decode that committed
+    assert sum(1 for _, r in detector.requests if not r.partial) <= 2  # at most once more
