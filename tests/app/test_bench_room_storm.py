@@ -24,6 +24,7 @@ def test_caption_lag_is_arrival_after_the_audio_it_covers_was_sent() -> None:
     assert caption_lags(events, t0=10.0) == [0.5, 1.0]
 
 
+@pytest.mark.slow  # two real-time talks and a spawned client process (~12 s)
 @pytest.mark.asyncio(loop_scope="session")
 async def test_a_tiny_storm_against_a_live_server() -> None:
     async with SpeechServer(TickFactory()) as srv:
@@ -38,6 +39,7 @@ async def test_a_tiny_storm_against_a_live_server() -> None:
     assert "joins: 12 admitted" in storm.line("storm")
 
 
+@pytest.mark.slow  # a real-time talk and a spawned client process (~6 s)
 @pytest.mark.asyncio(loop_scope="session")
 async def test_refused_joins_are_counted_by_close_code() -> None:
     limits = ServerLimits(rooms=RoomOptions(join_per_ip_s=0.1, join_ip_burst=2))

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "decoder_step_cost.py"
 
@@ -17,6 +19,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=300, cwd=ROOT)
 
 
+@pytest.mark.slow  # the real embedded Whisper in a subprocess
 def test_it_prints_a_step_cost_for_every_shape_and_window():
     done = run("--audio", str(ROOT / "samples/wav/de_wetter.wav"), "--windows", "1,2",
                "--tokens", "3")
@@ -30,6 +33,7 @@ def test_it_prints_a_step_cost_for_every_shape_and_window():
     assert all(float(r[4]) > 0 and float(r[5]) > 0 for r in rows)  # call ms, ms per step
 
 
+@pytest.mark.slow  # the real embedded Whisper in a subprocess
 def test_a_restricted_vocabulary_steps_too():
     done = run("--audio", str(ROOT / "samples/wav/de_wetter.wav"), "--windows", "1",
                "--tokens", "3", "--vocabulary-words", "1000")

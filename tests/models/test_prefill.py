@@ -184,6 +184,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow  # real models in fresh processes (~8 s each)
 @pytest.mark.parametrize("packed", ["0", "1"])
 def test_an_output_layer_that_cannot_be_restricted_decodes_with_the_full_vocabulary(
         tmp_path: Path, packed: str) -> None:
