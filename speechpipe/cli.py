@@ -293,11 +293,10 @@ def cmd_translate(args: argparse.Namespace) -> int:
     elif args.source_lang.strip().lower() != "auto":
         print(f"language:    {', '.join(languages)} (given)")
     else:  # how sure the detection is: Whisper's votes (stages/language_vote.py)
-        sure = _options(args).asr.language_confident
         print("language:    " + ", ".join(
             f"{language} (detected, confidence {confidence or 0:.2f})"
             for language, confidence in languages.items()))
-        hint = unsure_language_hint(languages, run.language_candidates, sure)
+        hint = unsure_language_hint(languages, run.language_candidates)
         if hint:
             print(f"             {hint}")
     for line in utterance_lines(run.records):
@@ -314,21 +313,30 @@ def cmd_translate(args: argparse.Namespace) -> int:
     return 0
 
 
+UNSURE_BELOW = 0.5  # a detected language's vote share under which translate offers a hint
+
+
 def unsure_language_hint(languages: dict[str, float | None],
-                         candidates: Sequence[tuple[str, float]], sure: float) -> str:
-    """What ``translate`` says under an unsure detection (any confidence under ``sure``),
-    else "": the languages the vote weighed most (``candidates``, with their shares) and the
-    two ways out, named for this input: ``--source-lang`` with the likeliest, and
-    ``asr.detect_among`` limited to the candidates (and the languages the captions came out
-    in), so the command shown is the one to run."""
-    if not any((confidence or 0) < sure for confidence in languages.values()):
+                         candidates: Sequence[tuple[str, float]],
+                         below: float = UNSURE_BELOW) -> str:
+    """What ``translate`` says under an unsure detection, else "": when a language the
+    captions came out in holds under ``below`` of its vote (the leader of a vote where the
+    other languages together weigh more: a low single Whisper probability on a vote that
+    settled is no reason), the two ways out, named for this input: ``--source-lang`` with
+    the likeliest, and ``asr.detect_among`` limited to the languages the vote weighed most
+    (``candidates``) and the captions' own. Each language's confidence is the one the
+    ``language:`` line prints (``languages``); the candidates are named, not figured, so a
+    file has one confidence per language wherever it is printed."""
+    unsure = [language for language, confidence in languages.items()
+              if confidence is not None and confidence < below]
+    if not unsure:
         return ""
-    codes = [language for language, _ in candidates]
+    codes = list(unsure) + [language for language, _ in candidates if language not in unsure]
     codes += [language for language in languages if language not in codes]
-    likeliest = ("; likeliest: " + ", ".join(f"{language} {share:.2f}"
-                                             for language, share in candidates)
-                 if candidates else "")
-    hint = (f"unsure (under {sure:g}{likeliest}): if you know the language, pass "
+    held = ", ".join(f"{language} {languages[language] or 0:.2f}" for language in unsure)
+    others = [language for language in codes if language not in unsure]
+    heard = f"; also heard: {', '.join(others)}" if others else ""
+    hint = (f"unsure (the vote's share: {held}{heard}): if you know the language, pass "
             f"--source-lang with its code (e.g. --source-lang {codes[0]})")
     if len(codes) >= 2:
         hint += f"; or --set asr.detect_among={','.join(codes)} to choose among these"

@@ -386,20 +386,33 @@ def test_bad_cluster_arguments_exit_2(tmp_path: Path, monkeypatch: pytest.Monkey
 
 def test_the_unsure_language_hint_names_the_languages_of_this_vote() -> None:
     """An unsure detection's hint offers the vote's own likeliest languages (and those the
-    captions came out in), not a fixed example, as the command to run."""
+    captions came out in), not a fixed example, as the command to run; each language's
+    confidence is the one the ``language:`` line prints, the other candidates are named
+    only (one confidence per language per file)."""
     from speechpipe.cli import unsure_language_hint
 
-    hint = unsure_language_hint({"es": 0.17}, [("es", 0.17), ("ja", 0.102), ("fr", 0.098)],
-                                0.8)
-    assert hint == ("unsure (under 0.8; likeliest: es 0.17, ja 0.10, fr 0.10): if you know the "
+    hint = unsure_language_hint({"es": 0.17}, [("es", 0.21), ("ja", 0.102), ("fr", 0.098)])
+    assert hint == ("unsure (the vote's share: es 0.17; also heard: ja, fr): if you know the "
                     "language, pass --source-lang with its code (e.g. --source-lang es); or "
                     "--set asr.detect_among=es,ja,fr to choose among these")
-    assert unsure_language_hint({"de": 0.93}, [("de", 0.93), ("en", 0.02)], 0.8) == ""
-    mixed = unsure_language_hint({"th": 0.5, "de": 0.9}, [("th", 0.5), ("la", 0.2)], 0.8)
+    mixed = unsure_language_hint({"th": 0.4, "de": 0.9}, [("th", 0.5), ("la", 0.2)])
+    assert mixed.startswith("unsure (the vote's share: th 0.40; also heard: la, de)"), mixed
     assert mixed.endswith("--set asr.detect_among=th,la,de to choose among these"), mixed
-    lone = unsure_language_hint({"es": 0.6}, [], 0.8)  # no votes kept: the captions' language
-    assert lone == ("unsure (under 0.8): if you know the language, pass --source-lang with its "
-                    "code (e.g. --source-lang es)")
+    lone = unsure_language_hint({"es": 0.3}, [])  # no votes kept: the captions' language
+    assert lone == ("unsure (the vote's share: es 0.30): if you know the language, pass "
+                    "--source-lang with its code (e.g. --source-lang es)")
+
+
+def test_the_unsure_language_hint_stays_quiet_on_a_vote_its_leader_holds() -> None:
+    """A leader holding most of its vote is no reason for a hint, however low one Whisper
+    probability was (a right answer locked at asr.language_lock_s with 0.6 printed
+    "unsure"); a given language (None) never is."""
+    from speechpipe.cli import unsure_language_hint
+
+    assert unsure_language_hint({"de": 0.93}, [("de", 0.93), ("en", 0.02)]) == ""
+    assert unsure_language_hint({"es": 0.6}, [("es", 0.45), ("pt", 0.3)]) == ""
+    assert unsure_language_hint({"es": None}, []) == ""
+    assert unsure_language_hint({"es": 0.49}, [("es", 0.49), ("pt", 0.4)]).startswith("unsure")
 
 
 def test_a_session_counts_every_detection_for_the_hint() -> None:
