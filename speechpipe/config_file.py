@@ -102,7 +102,8 @@ _MORE = {
     "asr.language_lock_s": "auto: the audio (s) after which the vote's leader is fixed "
                            "however unsure",
     "asr.keep_detected_language": "auto: later utterances keep a language found sure "
-                                  "(false: each utterance detects its own)",
+                                  "until one is sure of another (false: each utterance "
+                                  "detects its own)",
     "asr.detect_among": "auto: the languages the detection chooses among, e.g. es,en "
                         "(empty: all)",
     "asr.align_margin_s": "align policy: commit the words aligned this far (s) before the "

@@ -48,8 +48,10 @@ class AsrOptions:
     language_confident: float = 0.8
     language_min_s: float = 1.3
     # later utterances reuse the language found first, when it was found with confidence
-    # ``language_confident``; an unsure one is detected again at the next utterance, its
-    # vote starting from the session's votes so far
+    # ``language_confident``, watched: one detection of ``language_confident`` for another
+    # language on ``language_min_s`` of audio re-decides it (``switched_language``); an
+    # unsure one is detected again at the next utterance, its vote starting from the
+    # session's votes so far
     keep_detected_language: bool = True
     # auto: the languages the detection chooses among (Whisper codes, e.g. ``es,en`` for
     # a conversation in two languages); empty: all of Whisper's languages
