@@ -469,9 +469,9 @@ async def open_room(page: Any, mode: str, role: str, source_lang: str,
                     target_lang: str | None = None) -> str:
     """Start a room of ``mode`` on the page and return the link it shows for ``role``."""
     await page.select_option("#source-lang", source_lang)
+    await page.select_option("#room-mode", mode)  # first: in a room every target is choosable
     if target_lang is not None:
         await page.select_option("#target-lang", target_lang)
-    await page.select_option("#room-mode", mode)
     await page.click("#start")
     await page.wait_for_function(
         f"() => document.querySelector('#{role}-link').href.includes('#room=')",

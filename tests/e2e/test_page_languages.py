@@ -67,11 +67,21 @@ async def test_a_conversation_both_ways_with_an_installed_pair(
                                  f"http://127.0.0.1:{live_server.server.port}/", problems)
             await es.wait_for_function(
                 "() => [...document.querySelectorAll('#target-lang option')]"
-                ".some(o => o.textContent.includes('captions only'))", timeout=10_000)
-            labels = {o["value"]: o["text"] for o in await es.eval_on_selector_all(
-                "#target-lang option", "els => els.map(e => ({value: e.value, text: e.text}))")}
-            assert "captions only" not in labels["es"] and "captions only" not in labels["en"]
-            assert "captions only" in labels["de"]
+                ".some(o => o.textContent.includes('not installed'))", timeout=10_000)
+            shown_options = ("els => els.map(e => ({value: e.value, text: e.text, "
+                             "disabled: e.disabled}))")
+            labels = {o["value"]: o for o in await es.eval_on_selector_all(
+                "#target-lang option", shown_options)}
+            # a session of one: what the server cannot reach is not choosable
+            assert not labels["es"]["disabled"] and not labels["en"]["disabled"]
+            assert "not installed" not in labels["es"]["text"] + labels["en"]["text"]
+            assert labels["de"]["disabled"]
+            assert "not installed: speechpipe models pull en-de" in labels["de"]["text"]
+            # a room: the others' captions in any language
+            await es.select_option("#room-mode", "participant")
+            labels = {o["value"]: o for o in await es.eval_on_selector_all(
+                "#target-lang option", shown_options)}
+            assert not labels["de"]["disabled"] and "captions only" in labels["de"]["text"]
             link = await open_room(es, "participant", "participant", "es", target_lang="es")
             en = await open_page(english_browser, link, problems)
             await en.select_option("#source-lang", "en")

@@ -1,7 +1,8 @@
 """The demo page's texts (issue 47, item 8), run in Node on ``transport/static/app.js`` itself
 with a stand-in for the few DOM calls it makes (a browser would need Chromium; the page's
 Chromium tests cover the wiring): latency figures only for the person they measure, and a
-``translation_incomplete`` event as a notice, not an error."""
+``translation_incomplete`` event as a notice, not an error; a target the server cannot
+reach disabled in a session of one, "captions only" in a room."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,18 +48,36 @@ vm.runInContext(`
         captionLag: null, speechOffset: null, pendingAudio: null, playhead: 0 };
   for (const m of scenario.messages) onMessage({ data: JSON.stringify(m) });
   if (scenario.close) setStatus(closedStatus(scenario.close, s.refusal), "error");
+  if (scenario.targets) {  // "Translate to" once GET /models answered
+    const select = $("target-lang");
+    select.options = scenario.listed.map(([value, textContent]) => (
+      { value, textContent, disabled: false, title: "", dataset: {} }));
+    select.value = scenario.chosen || "en";
+    $("room-mode").value = scenario.roomMode || "off";
+    serverTargets = scenario.targets;
+    labelTargets();
+    for (const mode of scenario.thenRoomMode || []) {  // the Room select changed
+      $("room-mode").value = mode;
+      labelTargets();
+    }
+  }
 `, context);
 console.log(JSON.stringify({
   latency: elements.latency ? elements.latency.textContent : "",
   status: elements.status ? elements.status.textContent : "",
   level: elements.status ? elements.status.dataset.level : "",
   errors: elements.stats ? elements.stats.dataset.errors || "0" : "0",
+  chosen: elements["target-lang"] ? elements["target-lang"].value : "",
+  targets: elements["target-lang"] && elements["target-lang"].options
+    ? elements["target-lang"].options.map((o) => [o.value, o.textContent, o.disabled, o.title])
+    : [],
 }));
 """
 
 
 def run_page(role: dict[str, str] | None, messages: list[dict[str, object]],
-             tmp_path: Path, close: dict[str, object] | None = None) -> dict[str, str]:
+             tmp_path: Path, close: dict[str, object] | None = None,
+             **scenario: object) -> dict[str, Any]:
     node = shutil.which("node")
     if node is None:
         pytest.skip("Node.js is not installed (apt-get install -y nodejs)")
@@ -65,7 +85,7 @@ def run_page(role: dict[str, str] | None, messages: list[dict[str, object]],
     harness.write_text(HARNESS)
     result = subprocess.run(
         [node, str(harness), str(APP_JS),
-         json.dumps({"role": role, "messages": messages, "close": close})],
+         json.dumps({"role": role, "messages": messages, "close": close, **scenario})],
         capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
@@ -129,7 +149,7 @@ def test_the_page_s_hints_name_real_flags_and_commands() -> None:
              for flag in action.option_strings}
     assert named and named <= known, named - known
     assert "--mt" not in named
-    assert "speechpipe models pull en-${option.value}" in texts[0]
+    assert "speechpipe models pull en-${code}" in texts[0]
     listed = re.findall(r'<option value="([a-z]{2})"', texts[1].split('id="target-lang"')[1]
                         .split("</select>")[0])
     assert "en" in listed and len(listed) > 1
@@ -150,3 +170,36 @@ def test_a_refusal_stays_in_view_when_the_server_closes(tmp_path: Path) -> None:
     # a close with no error before it still says what closed
     shown = run_page(None, [], tmp_path, close={"code": 1011, "reason": ""})
     assert shown["status"] == "disconnected (1011)", shown
+
+
+LISTED = [["en", "English"], ["es", "Spanish"], ["fr", "French"], ["de", "German"]]
+
+
+def test_a_session_of_one_cannot_choose_a_target_the_server_cannot_reach(
+    tmp_path: Path,
+) -> None:
+    """The newcomer chose German, marked "(captions only)", and got "disconnected (4003:
+    unsupported_language)": a session of one is refused a target no installed pair reaches,
+    so such a target is listed disabled, with the command that installs it."""
+    shown = run_page(None, [], tmp_path, targets={"en": [], "es": []}, listed=LISTED,
+                     chosen="de")
+    options = {value: (label, disabled, title) for value, label, disabled, title
+               in shown["targets"]}
+    assert options["en"] == ("English", False, "") and options["es"] == ("Spanish", False, "")
+    assert options["de"] == ("German (not installed: speechpipe models pull en-de)", True,
+                             "not installed on this server: speechpipe models pull en-de")
+    assert options["fr"][1] and "captions only" not in options["fr"][0]
+    assert shown["chosen"] == "en"  # a disabled choice does not stay chosen
+
+
+def test_in_a_room_a_target_without_a_pair_is_captions_only(tmp_path: Path) -> None:
+    """A room participant reads the others' captions in any language: there the same
+    targets stay choosable, "captions only"; switching the Room select relabels them."""
+    joined = run_page({"room": "r", "role": "participant"}, [], tmp_path,
+                      targets={"en": []}, listed=LISTED, roomMode="participant", chosen="de")
+    labels = {value: (label, disabled) for value, label, disabled, _ in joined["targets"]}
+    assert labels["de"] == ("German (captions only)", False) and joined["chosen"] == "de"
+    back = run_page(None, [], tmp_path, targets={"en": []}, listed=LISTED,
+                    roomMode="participant", thenRoomMode=["off"])
+    labels = {value: (label, disabled) for value, label, disabled, _ in back["targets"]}
+    assert labels["de"] == ("German (not installed: speechpipe models pull en-de)", True)

@@ -540,12 +540,40 @@ $("start").addEventListener("click", () => {
   });
 });
 $("stop").addEventListener("click", stop);
+$("room-mode").addEventListener("change", labelTargets);
 setupRoomView();
 showInstalledLanguages();
 
 // "Translate to" lists what the server can reach (GET /models): English always, and each
-// language an installed MT pair leads to; the others stay listed and choosable (a room
-// participant reads the others' captions there), marked with the command that installs them.
+// language an installed MT pair leads to. The others: in a room they stay choosable,
+// "captions only" (a participant reads the others' captions there); in a session of one the
+// server refuses them (unsupported_language), so they are listed disabled, with the command
+// that installs them.
+let serverTargets = null; // GET /models' targets, once it answered
+
+function targetOption(code, targets, inRoom) {
+  if (code in targets) return { suffix: "", disabled: false, title: "" };
+  const install = `speechpipe models pull en-${code}`;
+  const title = `not installed on this server: ${install}`;
+  return inRoom ? { suffix: " (captions only)", disabled: false, title }
+    : { suffix: ` (not installed: ${install})`, disabled: true, title };
+}
+
+function labelTargets() {
+  if (!serverTargets) return;
+  const select = $("target-lang");
+  const inRoom = roleOf() !== null;
+  for (const option of select.options) {
+    if (!option.dataset.name) option.dataset.name = option.textContent;
+    const shown = targetOption(option.value, serverTargets, inRoom);
+    option.textContent = option.dataset.name + shown.suffix;
+    option.disabled = shown.disabled;
+    option.title = shown.title;
+  }
+  const chosen = [...select.options].find((o) => o.value === select.value);
+  if (chosen && chosen.disabled) select.value = "en";
+}
+
 async function showInstalledLanguages() {
   let models;
   try {
@@ -567,11 +595,6 @@ async function showInstalledLanguages() {
     option.textContent = (names && names.of(code)) || code;
     select.appendChild(option);
   }
-  for (const option of select.options) {
-    const ok = option.value in targets;
-    option.title = ok ? "" : `not installed on this server: speechpipe models pull en-${option.value}`;
-    if (!ok && !option.textContent.endsWith(" (captions only)")) {
-      option.textContent += " (captions only)";
-    }
-  }
+  serverTargets = targets;
+  labelTargets();
 }
