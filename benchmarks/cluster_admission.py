@@ -5,7 +5,7 @@ Run it inside a private network namespace (Ray binds the machine's address other
     unshare -n -- sh -c 'ip link set lo up && exec .venv/bin/python benchmarks/cluster_admission.py'
 
 It starts a Ray head (loopback), a node without ``--cluster`` and two cluster nodes, all
-with the test-only scripted pipeline (``--scripted-pipeline``: no models, so the figures are
+with the test-only scripted pipeline (``tests/scripted_serve.py``: no models, so the figures are
 the admission path and Ray alone, not translation), and prints:
 
 1. connect -> ``started`` per session (p50/p95 of ``--sessions`` one after another) on the
@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.e2e.cluster_scenario import (  # noqa: E402  (a script beside the repo)
-    BIN,
     HEAD_PORT,
+    SCRIPTED_SPEECHPIPE,
     Client,
     Procs,
     redirect_of,
@@ -145,11 +145,11 @@ async def bench(args: argparse.Namespace, procs: Procs) -> dict[str, Any]:
     out: dict[str, Any] = {}
     await start_head(procs)
     address = f"127.0.0.1:{HEAD_PORT}"
-    common = ["serve", "--scripted-pipeline", "--no-webrtc", "--capacity", str(args.capacity),
+    common = ["serve", "--no-webrtc", "--capacity", str(args.capacity),
               "--max-queue-wait", str(args.max_queue_wait)]
-    procs.start("plain", [str(BIN / "speechpipe"), *common, "--port", str(PLAIN)])
+    procs.start("plain", [*SCRIPTED_SPEECHPIPE, *common, "--port", str(PLAIN)])
     for name, port in (("a", A), ("b", B)):
-        procs.start(name, [str(BIN / "speechpipe"), *common, "--port", str(port),
+        procs.start(name, [*SCRIPTED_SPEECHPIPE, *common, "--port", str(port),
                            "--cluster", address, "--public-url", url(port)])
     await procs.wait_for("plain", "ready", 60)
     for name in ("a", "b"):

@@ -65,11 +65,10 @@ _SERVERS_KEY = pytest.StashKey[list[Any]]()
 
 def starts_a_server(argv: Any) -> bool:
     """Whether a subprocess's ``argv`` is ``speechpipe serve`` on the real models (the
-    scripted pipeline is model-free)."""
+    model-free scripted one is ``tests/scripted_serve.py serve``)."""
     words = argv.split() if isinstance(argv, str) else [str(a) for a in argv]
     names = [w.rsplit("/", 1)[-1] for w in words]
-    return ("speechpipe" in names and "serve" in names
-            and "--scripted-pipeline" not in names)
+    return "speechpipe" in names and "serve" in names
 
 
 FAST_TIER = "not slow and not browser and not cluster"  # pyproject.toml's addopts

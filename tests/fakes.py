@@ -4,6 +4,9 @@
 - live sessions without models: ``TickSession``/``TickFactory`` (known caption text, for the
   auth, quota, privacy and fault tests) and ``ScriptedSession``/``FakeFactory`` (VAD events,
   hypotheses and speech per second of audio, for the protocol tests);
+- ``ScriptedPipeline``: a whole pipeline without models for a server (sessions that say
+  "second N" and a tone per second of audio), for the cluster, tracing and bench tests;
+  ``tests/scripted_serve.py`` serves it from a subprocess;
 - ``ScriptedEngine``: a Whisper engine stand-in for the batcher (records calls, can hold the
   worker), with ``req`` and ``hold_worker``;
 - ``InProcessLedger`` (the real ledger behind a Ray actor handle's call shape) and ``Heard``
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import fractions
 import hashlib
 import json
@@ -190,6 +194,75 @@ class FakeFactory:
             raise AdmissionError("all workers busy", retry_after_s=2.0)
         return ScriptedSession(request, self.sessions)
 
+
+
+class SecondsSession:
+    """A session of ``ScriptedPipeline``: per second of audio received, one ``target``
+    hypothesis ("second N") and a short tone; ``finish`` ends its events."""
+
+    def __init__(self) -> None:
+        self._events: asyncio.Queue[OutputEvent | None] = asyncio.Queue(maxsize=256)
+        self._received = 0
+        self._said = 0
+
+    async def push(self, frame: AudioFrame) -> None:
+        self._received = frame.end
+        while self._received >= (self._said + 1) * STREAM_RATE:
+            self._said += 1
+            pts = self._said * STREAM_RATE
+            await self._events.put(TextHypothesis(
+                "target", 0, self._said, f"second {self._said}", "", "en",
+                0, pts, pts))
+            tone = (3000 * np.sin(np.arange(1600) * 0.2)).astype(np.int16)
+            await self._events.put(SpeechChunk(tone, STREAM_RATE, 0, "tone", pts))
+
+    def flush(self) -> None:
+        pass
+
+    async def finish(self) -> None:
+        await self._events.put(None)
+
+    async def events(self) -> AsyncIterator[OutputEvent]:
+        while (event := await self._events.get()) is not None:
+            yield event
+
+
+class ScriptedPipeline:
+    """Stands in for ``speechpipe.session.Pipeline`` in ``ServerApp``, without any model, so
+    a test can run several server nodes on a 2-core machine and look only at admission,
+    routing and failure handling. In a subprocess: ``tests/scripted_serve.py`` (``speechpipe
+    serve`` on this pipeline); in-process: ``SpeechServer(ScriptedPipeline().session)``."""
+
+    def __init__(self) -> None:
+        self.whisper = SimpleNamespace(observer=None)
+        self.live_sessions: set[SecondsSession] = set()
+
+    def warm_up(self) -> None:
+        """Nothing to warm up."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+    def stop_workers(self) -> None:
+        """No worker threads to join."""
+
+    def worker_health(self) -> list[object]:
+        """No shared model workers (``/readyz`` and the worker metrics read this)."""
+        return []
+
+    async def aclose(self) -> None:
+        """Nothing to close (the server's shutdown path calls it)."""
+
+    @contextlib.asynccontextmanager
+    async def session(self, request: SessionRequest) -> AsyncIterator[SecondsSession]:
+        """A scripted session, tracked in ``live_sessions`` while open."""
+        del request
+        session = SecondsSession()
+        self.live_sessions.add(session)
+        try:
+            yield session
+        finally:
+            self.live_sessions.discard(session)
 
 
 class ScriptedEngine:

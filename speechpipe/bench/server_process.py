@@ -14,16 +14,23 @@ import urllib.request
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-__all__ = ["ServerProcess", "scrape", "metric", "metric_sums", "metrics_text", "endpoint",
-           "loopback_opener"]
+__all__ = ["SPEECHPIPE", "ServerProcess", "scrape", "metric", "metric_sums", "metrics_text",
+           "endpoint", "loopback_opener"]
 
 
 # -- the server -------------------------------------------------------------------------------
+# -P: the working directory is not put on the import path, so a folder there named speechpipe
+# (the clone's own folder, run from the folder that holds it) cannot shadow the installed package
+SPEECHPIPE = (sys.executable, "-P", "-m", "speechpipe")
+
+
 class ServerProcess:
     """``speechpipe serve`` in a subprocess on 127.0.0.1 (port chosen by the OS)."""
 
-    def __init__(self, extra: Sequence[str], port: int = 0) -> None:
+    def __init__(self, extra: Sequence[str], port: int = 0,
+                 command: Sequence[str] | None = None) -> None:
         self.extra = list(extra)
+        self.command = list(command or SPEECHPIPE)  # the program whose ``serve`` runs
         self.requested_port = port  # 0: any free port
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = tempfile.NamedTemporaryFile(prefix="speechpipe-bench-", suffix=".log",
@@ -31,10 +38,7 @@ class ServerProcess:
         self.port = 0
 
     def __enter__(self) -> ServerProcess:
-        # -P: the working directory is not put on the import path, so a folder there named
-        # speechpipe (the clone's own folder, run from the folder that holds it) cannot
-        # shadow the installed package
-        cmd = [sys.executable, "-P", "-m", "speechpipe", "serve", "--host", "127.0.0.1",
+        cmd = [*self.command, "serve", "--host", "127.0.0.1",
                "--port", str(self.requested_port), "--no-webrtc", *self.extra]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
         deadline = time.monotonic() + 300

@@ -173,7 +173,7 @@ class ServerApp:
             self.metrics.registry.register(WorkerCollector(self.pipeline.worker_health))
             from speechpipe.server.model_metrics import ModelMemoryCollector
 
-            # a --scripted-pipeline server (bench and cluster tests) has no ASR model
+            # the tests' scripted pipeline (tests/scripted_serve.py) has no ASR model
             engine = getattr(self.pipeline, "engine", None)
             if engine is not None:
                 self.metrics.registry.register(ModelMemoryCollector(engine))
@@ -458,8 +458,6 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                 LOAD_ALIASES)
     add_aliases(parser.add_argument_group("cluster (Ray; pip install 'speechpipe[cluster]')"),
                 CLUSTER_ALIASES)
-    # TEST ONLY: serve scripted sessions without models (speechpipe.cluster.scripted)
-    parser.add_argument("--scripted-pipeline", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(handler=serve_main)
 
 
@@ -555,18 +553,10 @@ def serve_main(args: argparse.Namespace) -> int:
         check_otlp_endpoint(otlp)
         require_otel()
     cluster = cluster_options(config)
-    pipeline: Pipeline | None = None
-    if getattr(args, "scripted_pipeline", False):  # TEST ONLY
-        from speechpipe.cluster.scripted import ScriptedPipeline
-
-        if load.admission.capacity is None:
-            raise SystemExit("speechpipe: --scripted-pipeline needs --capacity")
-        pipeline = ScriptedPipeline()  # type: ignore[assignment]
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run_server(args.host, args.port, options, limits=limits,
                                webrtc=not args.no_webrtc,
-                               load=None if pipeline is not None else load,
-                               pipeline=pipeline, cluster=cluster, otlp_endpoint=otlp))
+                               load=load, cluster=cluster, otlp_endpoint=otlp))
     return 0

@@ -111,7 +111,7 @@ def test_cluster_without_ray_fails_with_one_line():
         "import sys\n"
         "sys.modules['ray'] = None  # as if not installed\n"
         "from speechpipe.cli import main\n"
-        "sys.exit(main(['serve', '--scripted-pipeline', '--capacity', '1', '--port', '0',\n"
+        "sys.exit(main(['serve', '--capacity', '1', '--port', '0',\n"
         "               '--cluster', '127.0.0.1:6379', '--public-url', 'ws://a/ws']))\n"
     )
     assert done.returncode != 0

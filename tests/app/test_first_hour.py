@@ -146,11 +146,15 @@ def test_the_bench_server_ignores_a_speechpipe_folder_in_the_working_directory(
 ) -> None:
     """Run from the folder that holds the clone, ``python -m`` imported the clone's folder
     (a namespace package without ``__version__``) instead of the installed speechpipe."""
-    from speechpipe.bench.server_process import ServerProcess
+    from speechpipe.bench.server_process import SPEECHPIPE, ServerProcess
+    from tests.scripted_serve import SCRIPTED_SPEECHPIPE
 
     (tmp_path / "speechpipe").mkdir()  # what the clone's folder looks like from its parent
     monkeypatch.chdir(tmp_path)
-    with ServerProcess(["--scripted-pipeline", "--capacity", "1"]) as server:
+    done = subprocess.run([*SPEECHPIPE, "--version"], capture_output=True, text=True,
+                          timeout=120)  # the command the bench serves with, models aside
+    assert done.returncode == 0 and done.stdout.startswith("speechpipe "), done.stderr
+    with ServerProcess(["--capacity", "1"], command=SCRIPTED_SPEECHPIPE) as server:
         assert server.port > 0
 
 
@@ -270,11 +274,12 @@ def test_reading_an_mp3_prints_no_decoder_warnings(tmp_path: Path) -> None:
 def test_the_bench_server_listens_on_the_port_asked_for(tmp_path: Path) -> None:
     """``bench room --port N``: the server the bench starts listens there (0: any)."""
     from speechpipe.bench.server_process import ServerProcess
+    from tests.scripted_serve import SCRIPTED_SPEECHPIPE
 
     with socket.socket() as probe:  # a port that was free a moment ago
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    with ServerProcess(["--scripted-pipeline", "--capacity", "1"], port=port) as server:
+    with ServerProcess(["--capacity", "1"], port=port, command=SCRIPTED_SPEECHPIPE) as server:
         assert server.port == port
     commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     bench = commands["bench"]._subparsers._group_actions[0].choices  # type: ignore[union-attr]

@@ -68,9 +68,10 @@ def test_an_unmarked_test_cannot_load_a_real_model() -> None:
 
 def test_a_speechpipe_server_subprocess_is_recognised() -> None:
     from tests.conftest import starts_a_server
+    from tests.scripted_serve import SCRIPTED_SPEECHPIPE
 
     assert starts_a_server(["/venv/bin/python", "-m", "speechpipe", "serve", "--port", "0"])
     assert starts_a_server("/venv/bin/speechpipe -v serve --token t")
-    assert not starts_a_server(["python", "-m", "speechpipe", "serve", "--scripted-pipeline"])
+    assert not starts_a_server([*SCRIPTED_SPEECHPIPE, "-v", "serve", "--capacity", "1"])
     assert not starts_a_server(["python", "-m", "speechpipe", "translate", "a.wav"])
     assert not starts_a_server(["prometheus", "--config.file=x"])

@@ -9,7 +9,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ import pytest
 
 from speechpipe.transport.websocket_server import ServerLimits
 from tests.helpers import masked_frame, raw_upgrade
+from tests.scripted_serve import SCRIPTED_SPEECHPIPE
 
 pytest.importorskip("opentelemetry.sdk.trace", reason="needs the otel extra")
 
@@ -59,8 +59,8 @@ def collector() -> Iterator[HangingCollector]:
 def _serve(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], int, Path]:
     log = tmp_path / "serve.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "speechpipe", "-v", "serve", "--scripted-pipeline", "--port",
-         "0", "--no-webrtc", "--capacity", "2", *args],
+        [*SCRIPTED_SPEECHPIPE, "-v", "serve", "--port", "0", "--no-webrtc", "--capacity",
+         "2", *args],
         stdout=subprocess.DEVNULL, stderr=log.open("wb"),
     )
     deadline = time.monotonic() + 120

@@ -2,7 +2,7 @@
 namespace by tests/e2e/test_cluster_attacks.py.
 
 Like ``cluster_scenario.py`` (whose helpers it uses): a Ray head on loopback, two
-``speechpipe serve --cluster --scripted-pipeline`` nodes of capacity 1, real WebSocket
+``speechpipe serve --cluster`` nodes on the scripted pipeline of capacity 1, real WebSocket
 clients with real signed session tokens; it records what each attack observed into a JSON
 file for the test to check. Every wait is bounded; every process is killed in ``finally``.
 
@@ -28,6 +28,7 @@ import cluster_scenario as base  # noqa: E402
 from cluster_scenario import (  # noqa: E402
     BIN,
     HEAD_PORT,
+    SCRIPTED_SPEECHPIPE,
     Client,
     Procs,
     _first_or_queued,
@@ -67,8 +68,8 @@ def node_env(secret: str = CLUSTER_SECRET) -> dict[str, str]:
 
 def start_node(procs: Procs, name: str, port: int, url: str, *extra: str,
                secret: str = CLUSTER_SECRET) -> None:
-    procs.start(name, [str(BIN / "speechpipe"), "-v", "serve", "--scripted-pipeline",
-                       "--no-webrtc", "--port", str(port), "--capacity", "1",
+    procs.start(name, [*SCRIPTED_SPEECHPIPE, "-v", "serve", "--no-webrtc", "--port", str(port),
+                       "--capacity", "1",
                        "--cluster", f"127.0.0.1:{HEAD_PORT}", "--public-url", url,
                        "--cluster-lease", "3", *extra], env=node_env(secret))
 
@@ -173,8 +174,8 @@ async def admission(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
         with _suppress():
             await fair.stop()  # b is free; a holds h1b
         # an active session's id as start.ticket, on a node with room (c: capacity 2)
-        procs.start("c", [str(BIN / "speechpipe"), "-v", "serve", "--scripted-pipeline",
-                          "--no-webrtc", "--port", "8813", "--capacity", "2", "--cluster",
+        procs.start("c", [*SCRIPTED_SPEECHPIPE, "-v", "serve", "--no-webrtc", "--port", "8813",
+                          "--capacity", "2", "--cluster",
                           f"127.0.0.1:{HEAD_PORT}", "--public-url", URL_C, "--cluster-lease",
                           "3", *flags], env=node_env())
         await procs.wait_for("c", "joined the cluster", 120)

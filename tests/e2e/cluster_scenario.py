@@ -1,10 +1,11 @@
 """A two-node cluster scenario, run INSIDE a private network namespace by
 tests/e2e/test_cluster_ray.py.
 
-Starts a Ray head (loopback), two ``speechpipe serve --cluster --scripted-pipeline`` nodes
-with capacity 2, then real WebSocket clients; records what every step observed into a JSON
-file for the test to check. Every wait is bounded; every process started here is killed (by
-process group) in ``finally``. Not a test module itself: pytest never collects it.
+Starts a Ray head (loopback), two ``speechpipe serve --cluster`` nodes on the scripted
+pipeline (``tests/scripted_serve.py``: no models) with capacity 2, then real WebSocket
+clients; records what every step observed into a JSON file for the test to check. Every wait
+is bounded; every process started here is killed (by process group) in ``finally``. Not a test
+module itself: pytest never collects it.
 
 Usage: python tests/e2e/cluster_scenario.py OUT.json [--real-models]
 """
@@ -28,6 +29,8 @@ from websockets.exceptions import ConnectionClosed
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+# ``speechpipe`` whose ``serve`` runs the tests' scripted pipeline (tests/scripted_serve.py)
+SCRIPTED_SPEECHPIPE = [sys.executable, "-P", str(ROOT / "tests" / "scripted_serve.py")]
 HEAD_PORT = 6390
 PORTS = {"a": 8801, "b": 8802}
 URL = {name: f"ws://127.0.0.1:{port}/ws" for name, port in PORTS.items()}
@@ -311,8 +314,8 @@ async def scenario(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
     await start_head(procs)
     address = f"127.0.0.1:{HEAD_PORT}"
     for name, port in PORTS.items():
-        procs.start(name, [str(BIN / "speechpipe"), "-v", "serve", "--scripted-pipeline",
-                           "--no-webrtc", "--port", str(port), "--capacity", str(CAPACITY),
+        procs.start(name, [*SCRIPTED_SPEECHPIPE, "-v", "serve", "--no-webrtc", "--port", str(port),
+                           "--capacity", str(CAPACITY),
                            "--max-queue", "3", "--max-queue-wait", "1000", "--cluster", address,
                            "--public-url", URL[name], "--cluster-lease", "3",
                            "--drain-deadline", "4"])

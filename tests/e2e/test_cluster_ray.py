@@ -3,7 +3,7 @@ private network namespace this test creates (``unshare -n``; every address in it
 loopback), driven by ``tests/e2e/cluster_scenario.py``; this test checks what it recorded.
 
 The model is not the point here, so the nodes serve the test-only scripted pipeline
-(``speechpipe serve --scripted-pipeline``). Needs root (for ``unshare -n``) and Ray.
+(``tests/scripted_serve.py serve``). Needs root (for ``unshare -n``) and Ray.
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 from websockets.asyncio.client import connect
 
-from speechpipe.cluster.scripted import ScriptedPipeline
 from speechpipe.transport.codes import CloseCode
 from speechpipe.transport.websocket_server import SpeechServer
+from tests.fakes import ScriptedPipeline
 from tests.helpers import pcm, read_until_closed, recv_json, wait_for
 
 # local_ice: skips where aiortc's ICE would use the machine's interface addresses
