@@ -96,6 +96,15 @@ async def settle(check: Any, limit_s: float = 10.0) -> bool:
     return False
 
 
+async def _waits_under(ledger: Any, places: int, limit_s: float) -> bool:
+    """Whether the ledger's own estimate of the wait at line position ``places`` (the last of
+    the next ``places`` arrivals) is under ``limit_s``, read on the actor."""
+    ref = ledger.__ray_call__.remote(
+        lambda service, n: service.core.estimated_wait(n, service._now()), places)
+    wait = await asyncio.wait_for(asyncio.wrap_future(ref.future()), 10)
+    return bool(wait < limit_s)
+
+
 # ------------------------------------------------------------------------- part 1: admission
 async def admission(out: dict[str, Any], procs: Procs) -> None:  # noqa: PLR0915
     import ray
@@ -319,7 +328,10 @@ async def ledger_faults(out: dict[str, Any], procs: Procs) -> None:
         h2 = await base.follow("h2", URL["a"], token=tokens.new())
         clients.append(h2)
         out["holders"] = [await h1.first(), await h2.first(), h2.url]
-        await asyncio.sleep(7.0)  # the sessions age: a wait of 20 - 7 s is under 15 s
+        # the sessions age until the ledger would put two waiters in line: a wait of 20 s
+        # less their age is under 15 s past 5 s; 1 s to spare for the ages the nodes report
+        # to the restarted ledger below (bounded, not a fixed sleep)
+        out["aged"] = await settle(lambda: _waits_under(ledger, 2, 14.0), 20.0)
         # w1 is in line before w2 asks: the two nodes reach the ledger in their own time,
         # so opening both at once left their order to chance (w2 first in one CI run)
         w1 = await opened("w1", URL["a"], tokens.new())

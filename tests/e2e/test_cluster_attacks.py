@@ -108,6 +108,7 @@ def test_a_lost_sessions_resume_priority_is_its_holders_only(admission):
 @pytest.mark.slow
 def test_waiters_keep_their_place_across_a_ledger_restart(ledger):
     assert ledger["holders"] == ["started", "started", B]
+    assert ledger["aged"] is True  # the holders aged until both waiters fit the wait limit
     assert ledger["waiters_before"] == [1, 2]
     assert ledger["waiters_after_restart"] == ["waiting", "waiting"], ledger["waiter_codes"]
     assert ledger["waiter_codes"] == []
