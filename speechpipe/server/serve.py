@@ -23,21 +23,18 @@ from typing import TYPE_CHECKING, Any
 
 from speechpipe.config import MODEL_ALIASES, Alias, add_aliases, apply_aliases, groups_of
 from speechpipe.errors import InputError, SessionError
-from speechpipe.machine import describe_cpu
-from speechpipe.server.load_control import LoadControl
-from speechpipe.server.metrics import ServerMetrics
-from speechpipe.server.observe import ObservedSession
 from speechpipe.server.options import LoadOptions
-from speechpipe.stages.request import SessionRequest
-from speechpipe.transport.limits import ServerLimits
-from speechpipe.transport.session_api import LiveSession
-from speechpipe.transport.websocket_server import SpeechServer
 
+# The server's machinery (the WebSocket server, metrics, load control) is imported where the
+# server is built, not here: every command's parser reads this module for `serve`'s flags
 if TYPE_CHECKING:
     from speechpipe.cluster.node import ClusterNode, ClusterOptions
     from speechpipe.config import Config, PipelineOptions
     from speechpipe.server.tracing import SessionTracing
     from speechpipe.session import Pipeline
+    from speechpipe.stages.request import SessionRequest
+    from speechpipe.transport.limits import ServerLimits
+    from speechpipe.transport.session_api import LiveSession
 
 __all__ = ["run_server", "add_serve_arguments", "serve_main", "serve_options", "ServerApp"]
 
@@ -62,6 +59,10 @@ class ServerApp:
         load: LoadOptions | None = None,
         tracing: SessionTracing | None = None,
     ) -> None:
+        from speechpipe.server.load_control import LoadControl
+        from speechpipe.server.metrics import ServerMetrics
+        from speechpipe.transport.websocket_server import SpeechServer
+
         self.options = options
         self.metrics = ServerMetrics()
         self.tracing = tracing  # OpenTelemetry session traces (server.tracing); None: off
@@ -150,6 +151,8 @@ class ServerApp:
         """A session for ``request`` (refused while the models load)."""
         if self.pipeline is None or not self._ready:
             raise SessionError("models are still loading", code="not_ready")
+        from speechpipe.server.observe import ObservedSession
+
         return ObservedSession(self.pipeline.session(request), self.metrics.listener, request,
                                self.tracing)
 
@@ -280,6 +283,8 @@ async def run_server(
             if node is not None:
                 await _join_cluster(app, node)
             print("speechpipe: ready", file=sys.stderr, flush=True)
+            from speechpipe.machine import describe_cpu
+
             print(f"speechpipe: CPU {describe_cpu()}", file=sys.stderr, flush=True)
             if app.load_control is not None:
                 print(app.load_control.describe(), file=sys.stderr, flush=True)
