@@ -173,6 +173,21 @@ async def wait_for(predicate: Callable[[], bool], within: float = 5.0, what: str
         await asyncio.sleep(0.02)
 
 
+async def events_until_spoken(events: Any, text: str, within: float = 5.0) -> list[Any]:
+    """Read ``events`` (a stage's output ``Channel``) until a ``SpeechChunk`` of ``text``
+    arrives, at most ``within`` s (else the test fails); every event read, in order. For a
+    wall-clock stage test that waits on what the stage did, not on a fixed sleep."""
+    from speechpipe.stages.frames import SpeechChunk
+
+    seen: list[Any] = []
+    deadline = time.monotonic() + within
+    while not (seen and isinstance(seen[-1], SpeechChunk) and seen[-1].text == text):
+        left = deadline - time.monotonic()
+        assert left > 0, f"no speech {text!r} within {within} s: {seen}"
+        seen.append(await asyncio.wait_for(events.get(), left))
+    return seen
+
+
 async def assert_released(
     tasks_before: set[asyncio.Task[Any]], fds_before: set[tuple[str, str]], within: float = 2.0
 ) -> None:

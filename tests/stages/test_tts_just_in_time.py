@@ -12,6 +12,7 @@ from speechpipe.stages.clock import WallStreamClock
 from speechpipe.stages.frames import STREAM_RATE, SpeechChunk, TextHypothesis
 from speechpipe.stages.phrases import PhraseOptions
 from speechpipe.stages.tts import TtsStage
+from tests.helpers import events_until_spoken
 
 RATE = 16_000
 
@@ -44,12 +45,13 @@ async def test_held_words_are_cut_when_the_speech_runs_out_without_a_new_hypothe
     await inbox.put(target("one two three", 1, 0))  # silent output: spoken at once (1.8 s)
     await asyncio.sleep(0.1)
     await inbox.put(target("one two three four", 2, 0))  # 1.7 s still queued: "four" waits
-    await asyncio.sleep(2.0)  # no hypothesis for 2 s; the queue runs low at ~1.3 s
+    # no new hypothesis: the queue runs low at ~1.3 s and "four" goes out (bounded wait)
+    seen = await events_until_spoken(events, "four", within=5.0)
     await inbox.put(target("one two three four five", 3, 0, final=True))
     inbox.close()
     await asyncio.wait_for(task, 5)
     events.close()
-    chunks = [e async for e in events if isinstance(e, SpeechChunk)]
+    chunks = [e for e in [*seen, *[e async for e in events]] if isinstance(e, SpeechChunk)]
     assert [c.text for c in chunks] == ["one two three", "four", "five"]
     cut_at = chunks[1].stream_pts / STREAM_RATE
     assert 1.0 <= cut_at < 1.9, cut_at  # cut just in time, before the last hypothesis (2.1 s)

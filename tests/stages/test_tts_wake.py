@@ -17,6 +17,7 @@ from speechpipe.stages.clock import WallStreamClock
 from speechpipe.stages.frames import STREAM_RATE, SpeechChunk, TextHypothesis
 from speechpipe.stages.phrases import PhraseOptions
 from speechpipe.stages.tts import TtsStage
+from tests.helpers import events_until_spoken
 
 RATE = 16_000
 OPTIONS = PhraseOptions(lead_s=1.0, hold_silence_s=0.5, hold_wait_s=1.0)
@@ -109,12 +110,13 @@ async def test_the_live_loop_wakes_for_a_lone_word_before_the_final_comes():
     await inbox.put(target("red green blue", 0))  # spoken at once: 1.5 s
     await asyncio.sleep(0.1)
     await inbox.put(target("red green blue yellow", 0))  # held
-    await asyncio.sleep(3.0)  # no hypothesis: the queue ends at ~1.5 s, +0.5 s of silence
+    # no hypothesis: the queue ends at ~1.5 s, +0.5 s of silence, then "yellow" (bounded)
+    seen = await events_until_spoken(events, "yellow", within=5.0)
     await inbox.put(target("red green blue yellow pink.", 0, final=True))
     inbox.close()
     await asyncio.wait_for(task, 5)
     events.close()
-    chunks = [e async for e in events if isinstance(e, SpeechChunk)]
+    chunks = [e for e in [*seen, *[e async for e in events]] if isinstance(e, SpeechChunk)]
     # "yellow" went out alone, before the final (else "yellow pink." would be one phrase) ...
     assert [c.text for c in chunks] == ["red green blue", "yellow", "pink."]
     # ... and not before the queued speech had ended and the silence had lasted 0.5 s
