@@ -120,9 +120,12 @@ def _normalized(words: Sequence[str]) -> list[str]:
     return [w.casefold().strip(".,;:!?¿¡\"'…") for w in words]
 
 
+PRIOR_OVERLAP = 0.9  # a sentence of an earlier window is restated only by a near copy
+
+
 def cut_restatement(
     words: Sequence[str], context: Sequence[str] = (), same_start: int = 3,
-    min_overlap: float = 0.6,
+    min_overlap: float = 0.6, prior: int = 0, prior_overlap: float = PRIOR_OVERLAP,
 ) -> tuple[list[str], bool]:
     """Cut ``words`` before a sentence that restates an earlier one.
 
@@ -131,8 +134,13 @@ def cut_restatement(
     Forest Lawn cemetery."): not an immediate repeat, so ``cut_repetition`` misses it. A
     sentence of ``words`` counts as a restatement when its first ``same_start`` words are an
     earlier sentence's first words and at least ``min_overlap`` of its words occur in that
-    sentence. ``context`` is the text before ``words`` (committed, never cut). Returns (kept
-    words, whether anything was cut)."""
+    sentence. ``context`` is the text before ``words`` (committed, never cut). Its first
+    ``prior`` words are an earlier window's (the ``<|startofprev|>`` text, whose audio this
+    decode does not hear): the decoder cannot be saying that audio again, and speakers open
+    sentences alike ("La parole est à madame Annie Louerro. La parole est à madame la
+    ministre ..."), so a sentence there counts as restated only by a near copy (Whisper
+    copying its prompt): ``prior_overlap`` of the words. Returns (kept words, whether
+    anything was cut)."""
     all_words = [*context, *words]
     norm = _normalized(all_words)
     starts = [0] + [i + 1 for i, w in enumerate(all_words[:-1]) if w.endswith(_SENTENCE_END)]
@@ -148,7 +156,8 @@ def cut_restatement(
             if norm[earlier_start:earlier_start + same_start] != head:
                 continue
             theirs = set(norm[earlier_start:earlier_end])
-            if sum(w in theirs for w in mine) >= min_overlap * len(mine):
+            share = prior_overlap if earlier_start < prior else min_overlap
+            if sum(w in theirs for w in mine) >= share * len(mine):
                 return list(words[: start - n_context]), True
     return list(words), False
 
@@ -281,16 +290,17 @@ def cut_capped_restatement(
 def guard_words(
     words: Sequence[str], context: Sequence[str], spoken: Sequence[str] | None,
     restart_guard: bool, capped: bool = False, restatement_guard: bool = True,
+    prior: int = 0,
 ) -> tuple[list[str], bool]:
     """A decode's words after the loop guards: ``cut_repetition`` (``spoken``: for a
     translation, the same audio's captions; None for the captions themselves), then
     ``cut_restatement``, ``cut_forced_restatement`` (with ``restatement_guard``), then
     ``cut_restart`` when ``restart_guard`` (partials), and ``cut_capped_restatement`` when
     the length cap stopped the decode (``capped``, with ``restatement_guard``).
-    ``context`` is the text before the words (never cut). Returns (kept words, whether
-    anything was cut)."""
+    ``context`` is the text before the words (never cut), its first ``prior`` words an
+    earlier window's. Returns (kept words, whether anything was cut)."""
     words, was_cut = cut_repetition(words, context=context, spoken=spoken)
-    words, restated = cut_restatement(words, context=context)
+    words, restated = cut_restatement(words, context=context, prior=prior)
     was_cut = was_cut or restated
     if restatement_guard:
         words, restated = cut_forced_restatement(words, context=context)
@@ -315,10 +325,12 @@ def guarded_decode(
     if task.prefix.strip() and text and not text[0].isspace():
         glued, _, text = text.partition(" ")
     # a loop that starts in the context (text copied from before the window) is cut too
-    context = [*task.context.split()[-40:], *task.prefix.split()]
+    prior = task.context.split()[-40:]
+    context = [*prior, *task.prefix.split()]
     words, was_cut = guard_words(text.split(), context, spoken, request.restart_guard,
                                  capped=hit_cap and not request.partial,
-                                 restatement_guard=request.restatement_guard)
+                                 restatement_guard=request.restatement_guard,
+                                 prior=len(prior))
     suppressed = (
         no_speech_prob > request.no_speech_threshold
         and avg_logprob < request.logprob_threshold

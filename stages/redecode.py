@@ -3,7 +3,8 @@
 
 The translation in English (issue 45, ``keep_to_english``): Whisper's ``translate`` task
 sometimes transcribes instead; such a translate decode is decoded again with English as the
-language token.
+language token, and once more with nothing forced when the forced prefix is not English
+either (``_unforced``).
 
 Coverage recovery (``recover_coverage``, for decodes that commit everything): Whisper's
 ``translate`` can end its output after a short first sentence ("Merci. Mais ..." ->
@@ -64,10 +65,29 @@ def keep_to_english(request: WhisperRequest, language: str, decodes: list[Decode
                                                   if t == "translate")))
     redone = replace(again, redecoded=True)
     if reads_as_english(task.prefix, redone, language) is False:
-        redone = replace(redone, wrong_language=True)
+        redone = _unforced(request, task, language, decode) or replace(
+            redone, wrong_language=True)
     out = list(decodes)
     out[index] = redone
     return out
+
+
+def _unforced(request: WhisperRequest, task: DecodeTask, language: str,
+              decode: Callable[[WhisperRequest], DecodeResult]) -> DecodeResult | None:
+    """When the forced prefix is itself not English (a half-heard opening committed as
+    the translation: "La" for "La parole est à ..."), Whisper forced through it goes on in
+    the source language at every decode, and the utterance's translation would be lost. The
+    translation is then decoded once more with nothing forced; its words follow the prefix
+    (already said). None: the prefix reads as English, or this decode is not English either."""
+    if not task.prefix or in_language(task.prefix, "en", [language]) is True:
+        return None
+    loose = decode(replace(
+        request, language="en", tasks=(replace(task, prefix=""),),
+        check_target_language=False, recover_coverage=False,
+        word_times=tuple(t for t in request.word_times if t == "translate")))
+    if reads_as_english("", loose, language) is False:
+        return None
+    return replace(loose, redecoded=True)
 
 
 def recover_coverage(

@@ -26,7 +26,12 @@ from speechpipe.stages.faithfulness import (
     guard_decodes,
 )
 from speechpipe.stages.frames import STREAM_RATE
-from speechpipe.stages.language_vote import LanguageVote, settle_language, switched_language
+from speechpipe.stages.language_vote import (
+    SWITCH_ANSWERS,
+    LanguageVote,
+    settle_language,
+    switched_language,
+)
 from speechpipe.stages.model_api import DecodeTask, WhisperRequest, WhisperResult
 from speechpipe.stages.window import quiet_tail
 
@@ -67,11 +72,14 @@ class UtteranceDecoder:
     language_confidence: float | None = None
     detecting: bool = field(init=False, default=False)  # the language is this one's to find
     # the language is the session's detected one (not given): the first decode on
-    # ``language_min_s`` of audio and the decodes that commit everything detect too, and a
-    # confident other language re-decides it (``switched_language``)
+    # ``language_min_s`` of audio, the next ones while another language leads, and the
+    # decodes that commit everything detect too; ``SWITCH_ANSWERS`` confident answers for
+    # another language re-decide it (``switched_language``)
     watch_switch: bool = False
     switch_checked: bool = False  # a partial's detection was checked already
-    switched: bool = False  # ... and this utterance heard the speaker switch
+    other_leads: bool = False  # ... and another language led it
+    switch_answers: dict[str, int] = field(default_factory=dict)  # confident, per language
+    switched: bool = False  # this utterance heard the speaker switch
     # a decode that commits everything came out in another language than the vote's leader:
     # it is asked again, once, in the leader (``commit_in``), and only that one commits
     commit_in: str | None = None
@@ -98,6 +106,7 @@ class UtteranceDecoder:
     # the latest full commit inside the window: (position, source words, target words of
     # the window committed up to it); the window may move on to it
     commit_point: tuple[int, int, int] | None = None
+    voiced_at_commit_point: int = 0  # voiced samples heard when the commit point was marked
     window_voiced_from: int = 0  # voiced_samples when the window started
     windows: int = 1  # windows this utterance has had
     faithfulness: FaithfulnessOptions = field(default_factory=FaithfulnessOptions)
@@ -272,13 +281,14 @@ class UtteranceDecoder:
 
     def _detect_too(self, kind: str, basis: int) -> bool:
         """Does a decode in the session's kept language also detect (watching for a switch)?
-        Those that commit everything, and the first partial on ``language_min_s`` of audio
-        (a final the last partial covered is not decoded)."""
+        On ``language_min_s`` of audio or more: those that commit everything, the first
+        partial (a final the last partial covered is not decoded) and, while another
+        language led the last answer, the partials after it."""
         if not (self.watch_switch and self.language_locked) or self.commit_in:
             return False
-        heard_s = (basis - self.window_start) / STREAM_RATE
-        return kind in COMMIT_KINDS or (not self.switch_checked
-                                        and heard_s >= self.options.language_min_s)
+        if (basis - self.window_start) / STREAM_RATE < self.options.language_min_s:
+            return False
+        return kind in COMMIT_KINDS or not self.switch_checked or self.other_leads
 
     def _word_times(self, kind: str) -> tuple[str, ...]:
         """Tasks whose words need alignment times: the partials of a side whose commit
@@ -377,7 +387,36 @@ class UtteranceDecoder:
                 self._advance(basis_pts)
             elif kind == "pause":
                 self._mark_commit_point(basis_pts)
+        elif self._stalled_at_commit_point(result):
+            # the punctuation it ended with (held as the edge) is what the new speech
+            # follows: it goes with the committed words into the context
+            self._glue_held_edge("source")
+            if self.translate:
+                self._glue_held_edge("target")
+            self._move_to_commit_point()
         return changed
+
+    def _glue_held_edge(self, side: str) -> None:
+        fragment = self.edge.pop(side, "")
+        if fragment and not normalize_word(fragment) and (
+                side == "source" or self._end_rests_on_captions(fragment)):
+            self._glue(side, fragment)
+
+    def _stalled_at_commit_point(self, result: WhisperResult) -> bool:
+        """Whisper took the words committed at a pause for the whole text: forced through
+        them, a decode ends (a full stop at most) while the audio after the pause holds
+        speech. Every later decode of the window would do the same and the speech after the
+        pause would be lost ("La question ... revient régulièrement." and nothing of the
+        next sentence). The window then moves on to the pause (``asr.windowing``), so the
+        next decode hears the new speech alone, with the committed words as context."""
+        if not self.options.windowing or self.commit_point is None or not result.decodes:
+            return False
+        if any(d.continuation.strip() for d in result.decodes):
+            return False
+        if self.commit_point[0] <= self.window_start:
+            return False
+        voiced_after = self.voiced_samples - self.voiced_at_commit_point
+        return voiced_after >= self.options.min_voiced_s * STREAM_RATE
 
     def _vote_language(self, result: WhisperResult, basis_pts: int, commit_all: bool) -> bool:
         """Count this decode's detection in the vote; fix the language when the vote settles
@@ -413,15 +452,22 @@ class UtteranceDecoder:
         return True
 
     def _watch_switch(self, result: WhisperResult, basis_pts: int) -> None:
-        """A decode in the kept language also detected (``_detect_too``): when that detection
-        is confident of another language, the speaker switched, and this utterance detects
-        its language again, from this answer on (a decode that commits everything is asked
-        again in the new language: ``_vote_language``)."""
+        """A decode in the kept language also detected (``_detect_too``): the
+        ``SWITCH_ANSWERS``-th answer of this utterance confident of the same other language
+        means the speaker switched, and this utterance detects its language again, from this
+        answer on (a decode that commits everything is asked again in the new language:
+        ``_vote_language``). One confident answer is not enough: Whisper base said Arabic
+        with 0.86 on 1.5 s of a French clip, and 0.35 half a second later."""
         self.switch_checked = True
+        kept = self.language or ""
+        self.other_leads = result.language_probs[0][0] != kept
         heard_s = (basis_pts - self.window_start) / STREAM_RATE
-        other = switched_language(result.language_probs, self.language or "", heard_s,
+        other = switched_language(result.language_probs, kept, heard_s,
                                   self.options.language_confident, self.options.language_min_s)
         if other is None:
+            return
+        self.switch_answers[other] = self.switch_answers.get(other, 0) + 1
+        if self.switch_answers[other] < SWITCH_ANSWERS:
             return
         self.switched = self.detecting = True
         self.language_locked = False
@@ -523,6 +569,7 @@ class UtteranceDecoder:
         if self.translate and not self.options.commit_target_on_pause and self.target.tentative:
             return  # the translation still holds words of this audio
         self.commit_point = (pts, len(self.source.committed), len(self.target.committed))
+        self.voiced_at_commit_point = self.voiced_samples
 
     def _move_to_commit_point(self) -> None:
         """Start the window at the latest full commit: the words committed up to it become

@@ -57,6 +57,19 @@ def test_restatement_guard_cuts_a_sentence_said_again_in_other_words():
         words, False)
 
 
+def test_a_sentence_of_an_earlier_window_opening_alike_is_a_new_sentence_not_a_restatement():
+    # the long French recording (issue 40): two read sentences open alike; the second was
+    # decoded in a new window with the first as context and cut whole, its speech lost
+    context = "La parole est à madame Annie Louerro.".split()
+    words = "La parole est à madame la ministre des Régions.".split()
+    assert cut_restatement(words, context=context, prior=len(context)) == (words, False)
+    # the same words forced in this window (audio the decode hears again) are restated
+    assert cut_restatement(words, context=context) == ([], True)
+    # Whisper copying its prompt (a near copy of the earlier window's sentence) is cut
+    copy = "La parole est à madame Annie Louerro.".split()
+    assert cut_restatement(copy, context=context, prior=len(context)) == ([], True)
+
+
 def test_restart_guard_cuts_a_partial_that_starts_its_sentence_over():
     # bench load, the French playlist's last utterance: a partial's captions restarted the
     # sentence; agreement committed "j'ai donc" and the rest of the sentence was lost

@@ -79,6 +79,56 @@ def test_a_short_window_keeps_its_audio_at_a_pause():
                                                           "translate": "hello"}
 
 
+def _glued(source: str, target: str, glued: str) -> WhisperResult:
+    return WhisperResult(
+        language="es", language_prob=1.0, encode_s=0.0, decode_s=0.0,
+        decodes=(DecodeResult("transcribe", source, -0.1, 0.0, glued=glued),
+                 DecodeResult("translate", target, -0.1, 0.0, glued=glued)))
+
+
+def test_a_decode_that_ends_at_the_pause_while_speech_goes_on_moves_the_window_there():
+    # the long French recording (issue 40): forced through the sentence the pause committed,
+    # every later decode said "." and stopped while the next sentence was spoken; 5 s of
+    # speech were lost. The window moves on to the pause; the full stop goes with the
+    # committed words into the context, and the new speech is decoded on its own.
+    decoder = _decoder()
+    _add(decoder, 1.5)
+    decoder.pause_pending, decoder.pause_pts = True, int(1.4 * STREAM_RATE)
+    basis = decoder.basis("pause")
+    decoder.apply(_result("la pregunta vuelve", "the question returns"), "pause", basis)
+    _add(decoder, 1.0)
+    decoder.apply(_glued("", "", "."), "partial", decoder.end)
+    assert decoder.window_start == basis  # well under max_window_s, yet moved
+    assert (decoder.source_context, decoder.target_context) == (
+        "la pregunta vuelve.", "the question returns.")
+    request = decoder.request("final")
+    assert {t.task: t.prefix for t in request.tasks} == {"transcribe": "", "translate": ""}
+    assert len(request.audio) == decoder.end - basis  # only the speech after the pause
+    decoder.apply(_result("el presupuesto", "the budget"), "partial", decoder.end)
+    decoder.apply(_result("el presupuesto", "the budget"), "partial", decoder.end)
+    decoder.apply(_result("presupuesto de", "budget of"), "final", decoder.end)  # after "el"
+    assert decoder.text("source") == "la pregunta vuelve. el presupuesto de"
+    assert decoder.text("target") == "the question returns. the budget of"
+
+
+def test_a_decode_that_says_nothing_after_a_pause_with_no_speech_after_it_moves_nothing():
+    decoder = _decoder()
+    _add(decoder, 1.5)
+    decoder.pause_pending, decoder.pause_pts = True, int(1.4 * STREAM_RATE)
+    decoder.apply(_result("hola", "hello"), "pause", decoder.basis("pause"))
+    _add(decoder, 1.0, voiced=False)  # silence after the pause: nothing to lose
+    decoder.apply(_glued("", "", "."), "partial", decoder.end)
+    assert decoder.window_start == 0
+    # and a decode that goes on after the pause is the window's own: kept
+    decoder2 = _decoder()
+    _add(decoder2, 1.5)
+    decoder2.pause_pending, decoder2.pause_pts = True, int(1.4 * STREAM_RATE)
+    decoder2.apply(_result("hola", "hello"), "pause", decoder2.basis("pause"))
+    _add(decoder2, 1.0)
+    decoder2.apply(_result("y adiós", "and goodbye"), "partial", decoder2.end)
+    assert decoder2.window_start == 0
+
+
 def test_a_window_without_pause_is_cut_by_the_grace_limit_and_never_grows_past_it():
     decoder = _decoder()
     longest = 0.0
