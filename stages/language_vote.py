@@ -19,6 +19,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 KEPT_LANGUAGES = 5  # a detection's most likely languages kept (``WhisperResult.language_probs``)
+# confident answers for one other language an utterance in a kept language needs to switch
+# (``switched_language``): one is not enough (on 17 shared clips, 1.5 s of a French one was
+# Arabic at 0.86, then 0.35 half a second later)
+SWITCH_ANSWERS = 2
 
 
 def top_languages(probabilities: Iterable[tuple[str, float]], among: frozenset[str] = frozenset(),
@@ -111,13 +115,11 @@ def settle_language(vote: LanguageVote, heard_s: float, confident: float, min_s:
 
 def switched_language(probabilities: Iterable[tuple[str, float]], kept: str, heard_s: float,
                       confident: float, min_s: float) -> str | None:
-    """The language a speaker switched to, or None: another language than the session's
-    ``kept`` one that a detection on at least ``min_s`` seconds gives ``confident`` or more.
-
-    Asked of the decodes that commit everything (a pause, a cut, an utterance's end), which
-    hear the most audio: their detection is the one a single answer can be trusted on. A
-    file in Spanish and then English is translated as English from the first utterance the
-    detector hears as English, instead of staying Spanish (issue 47)."""
+    """The language a speaker may have switched to, or None: another language than the
+    session's ``kept`` one that a detection on at least ``min_s`` seconds gives
+    ``confident`` or more. The caller counts such answers and takes ``SWITCH_ANSWERS`` of
+    them: a file in Spanish and then English is translated as English from the first
+    utterance the detector hears twice as English, instead of staying Spanish (issue 47)."""
     if heard_s < min_s:
         return None
     return next((language for language, probability in probabilities

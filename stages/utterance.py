@@ -470,7 +470,8 @@ class UtteranceDecoder:
         if self.switch_answers[other] < SWITCH_ANSWERS:
             return
         self.switched = self.detecting = True
-        self.language_locked = False
+        self.language_locked = self.other_leads = False
+        self.switch_answers = {}
         self.vote = LanguageVote()
 
     def language_to_redecode(self) -> str | None:

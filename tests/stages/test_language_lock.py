@@ -262,7 +262,7 @@ async def test_a_speaker_who_switches_language_is_followed():
     assert switch > 0 and set(asked[:switch]) == {"de"} and set(asked[switch:]) == {"en"}
 
 
-def test_a_watched_utterance_detects_again_from_a_confident_other_answer():
+def test_a_watched_utterance_detects_again_from_two_confident_other_answers():
     decoder = UtteranceDecoder(utterance=2, start_pts=0, options=OPTIONS, language="es",
                                language_confidence=0.9, translate=True, watch_switch=True)
     _hear(decoder, 1.0)
@@ -272,18 +272,31 @@ def test_a_watched_utterance_detects_again_from_a_confident_other_answer():
     result = WhisperResult("es", 1.0, (DecodeResult("transcribe", "jeló", -0.1, 0.0),),
                            0.0, 0.0, language_probs=(("en", 0.9), ("es", 0.05)))
     decoder.apply(result, "partial", decoder.end)
+    assert not decoder.switched and decoder.language == "es"  # one answer is not enough
+    _hear(decoder, 0.5)
+    assert decoder.request("partial").detect_too  # English led: the next partial checks too
+    decoder.apply(result, "partial", decoder.end)
     assert decoder.switched and decoder.language == "en" and decoder.language_locked
     assert decoder.text("source") == ""  # decoded in Spanish: shown, not committed
     assert decoder.request("partial").language == "en"
     assert not decoder.request("partial").detect_too  # detecting on its own again
-    # the same answer short of confident is no switch
-    kept = UtteranceDecoder(utterance=2, start_pts=0, options=OPTIONS, language="es",
+
+
+def test_a_watched_utterance_keeps_its_language_on_one_odd_answer():
+    # Whisper base on 1.5 s of a shared French clip: Arabic 0.86, half a second later 0.35
+    kept = UtteranceDecoder(utterance=2, start_pts=0, options=OPTIONS, language="fr",
                             language_confidence=0.9, translate=True, watch_switch=True)
     _hear(kept, 1.5)
-    kept.apply(replace(result, language_probs=(("en", 0.7), ("es", 0.2))), "partial", kept.end)
-    assert not kept.switched and kept.language == "es"
-    assert not kept.request("partial").detect_too  # one partial checks, not every one
-    assert kept.request("final").detect_too  # ... and each decode that commits everything
+    odd = WhisperResult("fr", 1.0, (DecodeResult("transcribe", "nous", -0.1, 0.0),), 0.0, 0.0,
+                        language_probs=(("ar", 0.86), ("he", 0.08), ("fr", 0.03)))
+    kept.apply(odd, "partial", kept.end)
+    _hear(kept, 0.5)
+    kept.apply(replace(odd, language_probs=(("ar", 0.35), ("fr", 0.31))), "partial", kept.end)
+    _hear(kept, 0.5)
+    kept.apply(replace(odd, language_probs=(("fr", 0.7), ("ar", 0.2))), "partial", kept.end)
+    assert not kept.switched and kept.language == "fr"
+    assert not kept.request("partial").detect_too  # its own language leads: partials stop
+    assert kept.request("final").detect_too  # ... each decode that commits everything checks
 
 
 def test_a_short_utterance_commits_in_the_language_its_vote_leads_with():
