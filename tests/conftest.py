@@ -37,6 +37,7 @@ from tests.helpers import SPANISH_CLIP, manifest_clip, stream_websocket
 from tests.netguard import *  # noqa: F403  (socket guard: hooks, local_traffic_only, local_ice)
 
 _TEST_HOME: Path | None = None
+_PYCACHE: Path | None = None  # the subprocesses' bytecode cache, when the tree gets none
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -44,7 +45,7 @@ def pytest_configure(config: pytest.Config) -> None:
     import os
     import tempfile
 
-    global _TEST_HOME
+    global _TEST_HOME, _PYCACHE
     _TEST_HOME = Path(tempfile.mkdtemp(prefix="speechpipe-test-home-"))
     os.environ["SPEECHPIPE_HOME"] = str(_TEST_HOME)
     # CTranslate2 packs linear weights for Intel MKL's GEMM (CT2_PACKED_GEMM, default on with
@@ -53,6 +54,13 @@ def pytest_configure(config: pytest.Config) -> None:
     # tested on every CPU; the packed default has its own test in fresh processes
     # (tests/models/test_prefill.py). Inherited by the subprocesses the tests start.
     os.environ.setdefault("CT2_PACKED_GEMM", "0")
+    # The subprocesses the tests start (the CLI, a hundred times and more) import the same
+    # modules: where the environment says not to write bytecode (PYTHONDONTWRITEBYTECODE), each
+    # compiled the project's ~100 modules again (~0.1 s a start). They share one bytecode cache
+    # in a temporary folder of the run instead, so nothing is still written into the tree.
+    if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+        _PYCACHE = Path(tempfile.mkdtemp(prefix="speechpipe-test-pycache-"))
+        os.environ["PYTHONPYCACHEPREFIX"] = str(_PYCACHE)
 
 
 # --- the fast tier's guard ---------------------------------------------------------------
@@ -158,8 +166,9 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def pytest_unconfigure(config: pytest.Config) -> None:
     import shutil
 
-    if _TEST_HOME is not None:
-        shutil.rmtree(_TEST_HOME, ignore_errors=True)
+    for folder in (_TEST_HOME, _PYCACHE):
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
