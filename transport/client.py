@@ -53,18 +53,26 @@ class ClientRun:
             final[e["utterance"]] = " ".join(p for p in (e["committed"], e["tentative"]) if p)
         return " ".join(final[k] for k in sorted(final))
 
+    def speech_span(self) -> tuple[float, float] | None:
+        """(start of the first utterance, end of the last) by the server's VAD, on the
+        stream clock (audio second ``t`` was sent at ``t``: the client sends at real time);
+        None without a ``vad`` start."""
+        starts = [e["t"] for e in self.of("vad") if e["kind"] == "start"]
+        ends = [e["t"] for e in self.of("vad") if e["kind"] == "end"]
+        if not starts:
+            return None
+        return min(starts), max(ends) if ends else max(starts)
+
     def offsets(self) -> tuple[float | None, float | None]:
         """(StartOffset, EndOffset) as the client experiences them: speech arrival on its
         stream clock, chunks laid back to back, against the server's VAD speech span."""
-        starts = [e["t"] for e in self.of("vad") if e["kind"] == "start"]
-        ends = [e["t"] for e in self.of("vad") if e["kind"] == "end"]
-        if not starts or not self.audio:
+        span = self.speech_span()
+        if span is None or not self.audio:
             return None, None
         laid_end = 0.0
         for arrived, header, _ in self.audio:
             laid_end = max(arrived, laid_end) + header["samples"] / header["sample_rate"]
-        speech_end = max(ends) if ends else max(starts)
-        return self.audio[0][0] - min(starts), laid_end - speech_end
+        return self.audio[0][0] - span[0], laid_end - span[1]
 
 
 async def stream_session(

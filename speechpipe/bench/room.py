@@ -11,22 +11,34 @@ It prints the server's CPU seconds in each phase, the fan-out cost the server me
 (``speechpipe_room_fanout_cpu_seconds_total``: CPU spent writing room messages to listeners'
 sockets), whether room CPU <= 1.15 x lone + fan-out, whether every listener received the same
 committed captions and the same speech bytes (SHA-256 per listener), and the delay between the
-first and the last listener receiving each speech chunk (and each message), p50/p95. Each
-phase uses its own phrase-cache namespace, so the room's speaker synthesizes everything anew.
-Bounded: at most ``MAX_LISTENERS`` listeners, a hard time limit per phase.
+first and the last listener receiving each speech chunk (and each message), p50/p95. Then what
+N listeners cost per 100 of them ((room - lone) / N x 100): server CPU seconds, and server RSS
+(sampled before the listeners join, with all of them in, and at its peak in each phase); and
+the speaker's EndOffset in each phase (its own client's clock: end of its translated speech
+laid back to back, ``ClientRun.offsets``, after the end of its last utterance) against the
+bar of at most +0.2 s in the room. Each phase uses its own phrase-cache namespace, so the
+room's speaker synthesizes everything anew. Bounded: at most ``MAX_LISTENERS`` listeners, a
+hard time limit per phase.
+
+Lifted for the run (all connections come from 127.0.0.1): ``--max-sessions-per-ip 0``,
+``--max-listeners 0``, ``--max-listeners-per-room 0``, ``rooms.join_per_ip_s=0`` and
+``rooms.join_per_room_s=0`` (``--server-arg`` adds to or overrides them); the open-files soft
+limit is raised to the hard limit, which the started server and the client processes inherit
+(a one-line error when the hard limit is below what N listeners need).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import hashlib
 import json
 import math
+import resource
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,12 +46,13 @@ from typing import Any
 import numpy as np
 
 from speechpipe.bench.own_samples import own_samples
-from speechpipe.bench.server_process import ServerProcess, metric
+from speechpipe.bench.server_process import PeakRss, ServerProcess, metric
 from speechpipe.bench.stats import percentile_ms
 from speechpipe.errors import InputError
-from speechpipe.transport.client import ListenerRun, listen_room, stream_session
+from speechpipe.transport.client import ClientRun, ListenerRun, listen_room, stream_session
 
-__all__ = ["register_room", "run_room_bench", "spread", "listener_digest"]
+__all__ = ["register_room", "run_room_bench", "spread", "listener_digest", "per_hundred",
+           "speaker_end_offsets", "open_files_soft_limit", "LIFTED_LIMITS"]
 
 DEFAULT_CLIP = own_samples() / "wav" / "es_gato.wav"
 MAX_LISTENERS = 1000
@@ -47,6 +60,57 @@ LEAD_S = 1.0  # silence before the clip (listeners are all in before it)
 TAIL_S = 3.0
 PHASE_LIMIT_S = 600.0
 CPU_MARGIN = 0.15
+END_OFFSET_BAR_S = 0.2  # the room may raise the speaker's EndOffset by at most this
+FILES_SLACK = 256  # open files beyond one per listener: models, logs, the speaker, /metrics
+# what the bench lifts for its run (every listener comes from 127.0.0.1, all at once)
+LIFTED_LIMITS = ("--max-sessions-per-ip", "0", "--max-listeners", "0",
+                 "--max-listeners-per-room", "0",
+                 "--set", "rooms.join_per_ip_s=0", "--set", "rooms.join_per_room_s=0")
+
+
+def per_hundred(room: float, lone: float, listeners: int) -> float:
+    """What 100 listeners add to a lone speaker's figure: (room - lone) / N x 100."""
+    return (room - lone) / listeners * 100 if listeners > 0 else math.nan
+
+
+def speaker_end_offsets(run: ClientRun) -> tuple[float, float, float]:
+    """The speaker's (EndOffset, last speech chunk, last committed translation), seconds after
+    the end of its last utterance (the server's VAD ``end``; on the client's stream clock, so
+    when its last voiced sample was sent): the EndOffset of ``ClientRun.offsets`` (speech
+    laid back to back), the arrival of the last speech chunk and of the last final
+    ``target`` event. NaN where the run has no speech or no such event."""
+    span = run.speech_span()
+    if span is None:
+        return math.nan, math.nan, math.nan
+    end_offset = run.offsets()[1]
+    last_chunk = max((t for t, _, _ in run.audio), default=math.nan)
+    last_final = max((t for t, e in run.events if e.get("type") == "target" and e.get("final")),
+                     default=math.nan)
+    return (math.nan if end_offset is None else end_offset, last_chunk - span[1],
+            last_final - span[1])
+
+
+def open_files_soft_limit(need: int, soft: int, hard: int) -> int:
+    """The open-files soft limit to set for ``need`` descriptors: the hard limit (or ``need``
+    when it is unlimited) when ``soft`` is lower, else ``soft``; ``RuntimeError`` (one line)
+    when the hard limit is below ``need``."""
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return soft
+    if hard == resource.RLIM_INFINITY:
+        return need
+    if hard < need:
+        raise RuntimeError(f"about {need} open files are needed but their hard limit is {hard} "
+                           f"(raise it: ulimit -Hn {need}, or nofile in limits.conf)")
+    return hard
+
+
+def _raise_open_files(need: int) -> None:
+    """Raise this process's open-files soft limit for ``need`` descriptors (the server and
+    client processes started afterwards inherit it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = open_files_soft_limit(need, soft, hard)
+    if target != soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 def listener_digest(run: ListenerRun) -> tuple[str, str]:
@@ -76,46 +140,32 @@ def spread(runs: list[ListenerRun]) -> tuple[list[float], list[float]]:
 
 async def _speak(url: str, audio: np.ndarray, start: dict[str, Any],
                  ready: asyncio.Event | None = None,
-                 room: asyncio.Future[str] | None = None) -> dict[str, Any]:
-    """One speaker at real time (``ready``: wait for it before the audio starts)."""
-    from websockets.asyncio.client import connect
+                 room: asyncio.Future[str] | None = None) -> ClientRun:
+    """One speaker at real time, ``LEAD_S`` of silence first and ``TAIL_S`` after (``ready``:
+    wait for it before the audio starts; ``room``: gets the room id from ``started``). Every
+    event and speech chunk is kept with its arrival on the speaker's stream clock."""
+    def on_message(message: str | bytes) -> None:
+        if room is not None and not room.done() and isinstance(message, str):
+            first = json.loads(message)
+            if first.get("type") == "started":
+                room.set_result(first.get("room", ""))
 
-    padded = np.concatenate([np.zeros(int(LEAD_S * 16000), np.int16), audio,
-                             np.zeros(int(TAIL_S * 16000), np.int16)]).astype("<i2")
-    async with connect(url, max_size=None, open_timeout=60) as ws:
-        await ws.send(json.dumps({"type": "start", "sample_rate": 16000, **start}))
-        started = json.loads(await ws.recv())
-        if started.get("type") != "started":
-            raise RuntimeError(f"the speaker was refused: {started}")
-        if room is not None:
-            room.set_result(started["room"])
-        if ready is not None:
-            await ready.wait()
-
-        async def drain() -> int:
-            count = 0
-            with contextlib.suppress(Exception):
-                async for _ in ws:
-                    count += 1
-            return count
-
-        reader = asyncio.create_task(drain())
-        t0 = time.monotonic()
-        for i, offset in enumerate(range(0, len(padded), 320)):
-            delay = t0 + i * 0.02 - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            await ws.send(padded[offset: offset + 320].tobytes())
-        await ws.send(json.dumps({"type": "stop"}))
-        received = await reader
-    return {"close_code": ws.close_code, "messages": received}
+    lead = np.zeros(int(LEAD_S * 16000), np.int16)
+    run = await stream_session(url, np.concatenate([lead, audio]), start=start, tail_s=TAIL_S,
+                               begin=ready, on_message=on_message, open_timeout_s=60)
+    if not run.started:
+        error = RuntimeError(f"the speaker was refused: {run.error or run.close_code}")
+        if room is not None and not room.done():
+            room.set_exception(error)
+        raise error
+    return run
 
 
 @dataclass
 class RoomPhase:
     """What the room phase saw."""
 
-    spoke: dict[str, Any]
+    spoke: ClientRun  # the speaker's
     runs: list[ListenerRun]  # the listeners that joined before the speech
     late: ListenerRun | None = None  # joined mid-talk
     late_joined: float = math.nan  # monotonic time its ``started`` arrived
@@ -153,10 +203,12 @@ def _listener_worker(url: str, room: str, count: int, joined: Any, stop: Any,
 
 
 async def _room_phase(url: str, audio: np.ndarray, listeners: int, source_lang: str,
-                      stalled: int, client_procs: int = 1) -> RoomPhase:
+                      stalled: int, client_procs: int = 1,
+                      on_joined: Callable[[], None] = lambda: None) -> RoomPhase:
+    """The room phase (``on_joined``: called once every listener is in, before the talk)."""
     if client_procs > 1:
         return await _room_phase_procs(url, audio, listeners, source_lang, stalled,
-                                       client_procs)
+                                       client_procs, on_joined)
     loop = asyncio.get_running_loop()
     room: asyncio.Future[str] = loop.create_future()
     ready, stop = asyncio.Event(), asyncio.Event()
@@ -184,6 +236,7 @@ async def _room_phase(url: str, audio: np.ndarray, listeners: int, source_lang: 
     if waiting not in done:  # a listener ended before all were in: refused
         failed = next(t for t in tasks if t.done())
         raise RuntimeError(f"a listener was refused: {failed.result().error}")
+    on_joined()
     spoke, late, late_joined = await _talk_with_late_joiner(url, room_id, audio, ready, stop,
                                                             speaker)
     runs = [await t for t in tasks]
@@ -192,8 +245,8 @@ async def _room_phase(url: str, audio: np.ndarray, listeners: int, source_lang: 
 
 async def _talk_with_late_joiner(
     url: str, room_id: str, audio: np.ndarray, ready: asyncio.Event, stop: asyncio.Event,
-    speaker: asyncio.Task[dict[str, Any]],
-) -> tuple[dict[str, Any], asyncio.Task[ListenerRun], list[float]]:
+    speaker: asyncio.Task[ClientRun],
+) -> tuple[ClientRun, asyncio.Task[ListenerRun], list[float]]:
     """Everyone is in: let the speaker talk, send a late joiner in mid-talk, wait for the end
     of the talk and its last fan-out, then stop the listeners. Returns what the speaker's task
     gave, the late joiner's task and its admission time (``_late_joiner``)."""
@@ -219,7 +272,8 @@ def _late_joiner(url: str, room_id: str,
 
 
 async def _room_phase_procs(url: str, audio: np.ndarray, listeners: int, source_lang: str,
-                            stalled: int, procs: int) -> RoomPhase:
+                            stalled: int, procs: int,
+                            on_joined: Callable[[], None] = lambda: None) -> RoomPhase:
     """``_room_phase`` with the listeners spread over ``procs`` client processes, so the
     first-to-last spread is not the bench's own event loop working through N sockets."""
     import multiprocessing
@@ -247,6 +301,7 @@ async def _room_phase_procs(url: str, audio: np.ndarray, listeners: int, source_
             answer = await loop.run_in_executor(None, joined.get, True, 180)
             if answer != "ok":
                 raise RuntimeError(f"a listener was {answer}")
+        on_joined()
         spoke, late, late_joined = await _talk_with_late_joiner(url, room_id, audio, ready,
                                                                 stop, speaker)
         stop_all.set()
@@ -274,31 +329,32 @@ def run_room_bench(listeners: int, clip: Path, source_lang: str,
 
     one = read_audio(clip)
     audio = np.concatenate([np.concatenate([one, np.zeros(16000, np.int16)])] * repeat)
-    extra = ["--max-sessions-per-ip", "0", "--max-listeners", "0",
-             "--max-listeners-per-room", "0", "--capacity", "4",
-             # all N listeners join at once from 127.0.0.1: lift the join rate limits
-             "--set", "rooms.join_per_ip_s=0", "--set", "rooms.join_per_room_s=0", *server_args]
+    _raise_open_files(listeners + stalled + FILES_SLACK)
+    extra = [*LIFTED_LIMITS, "--capacity", "4", *server_args]
     with ServerProcess(extra, port=port) as server:
         url = server.url
-
-        async def lone() -> None:
-            run = await stream_session(url, audio, start={
-                "source_lang": source_lang, "phrase_cache": uuid.uuid4().hex[:12]},
-                tail_s=TAIL_S + LEAD_S)
-            if not run.started:
-                raise RuntimeError(f"the lone session was refused: {run.error}")
-
+        lone_start = {"source_lang": source_lang, "phrase_cache": uuid.uuid4().hex[:12]}
+        rss_lone = server.rss_mb()
         cpu0 = server.cpu_seconds()
         t0 = time.monotonic()
-        asyncio.run(asyncio.wait_for(lone(), PHASE_LIMIT_S))
+        with PeakRss(server) as lone_peak:
+            alone = asyncio.run(asyncio.wait_for(_speak(url, audio, lone_start), PHASE_LIMIT_S))
         lone_cpu, lone_wall = server.cpu_seconds() - cpu0, time.monotonic() - t0
 
         fan0 = metric(url, "speechpipe_room_fanout_cpu_seconds_total")
+        rss_before = server.rss_mb()
+        at_joined: dict[str, float] = {}
+
+        def joined() -> None:
+            at_joined.update(rss=server.rss_mb(), cpu=server.cpu_seconds() - cpu0)
+
         cpu0 = server.cpu_seconds()
         t0 = time.monotonic()
-        phase = asyncio.run(asyncio.wait_for(
-            _room_phase(url, audio, listeners, source_lang, stalled, client_procs),
-            PHASE_LIMIT_S))
+        with PeakRss(server) as room_peak:
+            phase = asyncio.run(asyncio.wait_for(
+                _room_phase(url, audio, listeners, source_lang, stalled, client_procs,
+                            joined),
+                PHASE_LIMIT_S))
         spoke, runs = phase.spoke, phase.runs
         room_cpu, room_wall = server.cpu_seconds() - cpu0, time.monotonic() - t0
         fanout = metric(url, "speechpipe_room_fanout_cpu_seconds_total") - fan0
@@ -316,7 +372,7 @@ def run_room_bench(listeners: int, clip: Path, source_lang: str,
           "silence after each play), real time")
     print(f"  lone session:  server CPU {lone_cpu:.2f} s over {lone_wall:.1f} s")
     print(f"  room:          server CPU {room_cpu:.2f} s over {room_wall:.1f} s "
-          f"(speaker close {spoke['close_code']}; {closed_ok}/{listeners} listeners closed "
+          f"(speaker close {spoke.close_code}; {closed_ok}/{listeners} listeners closed "
           f"normally; fan-out drops {drops:g})")
     print(f"  fan-out cost:  {fanout:.3f} s CPU measured by the server "
           f"({fanout / max(listeners, 1) * 1000:.2f} ms per listener)")
@@ -329,6 +385,26 @@ def run_room_bench(listeners: int, clip: Path, source_lang: str,
     print(f"  spread:        first-to-last listener per speech chunk p50 {p(chunks, 50):.1f} ms, "
           f"p95 {p(chunks, 95):.1f} ms ({len(chunks)} chunks); per message p50 "
           f"{p(messages, 50):.1f} ms, p95 {p(messages, 95):.1f} ms ({len(messages)} messages)")
+    streamed = LEAD_S + len(audio) / 16000 + TAIL_S
+    hundred = per_hundred(room_cpu, lone_cpu, listeners)
+    print(f"  per 100:       server CPU +{hundred:.2f} s (room - lone; "
+          f"{hundred / streamed:.3f} of a core over the {streamed:.1f} s streamed; joining "
+          f"took {at_joined.get('cpu', math.nan):.2f} s of the room's), fan-out "
+          f"{fanout / max(listeners, 1) * 100:.3f} s")
+    joined_rss = at_joined.get("rss", math.nan)
+    print(f"  server RSS:    lone {rss_lone:.0f} MB, peak {lone_peak.peak_mb:.0f} MB; room "
+          f"{rss_before:.0f} MB before the listeners, {joined_rss:.0f} MB with all {listeners} "
+          f"in, peak {room_peak.peak_mb:.0f} MB; per 100 listeners "
+          f"{per_hundred(joined_rss, rss_before, listeners):+.1f} MB joined, peak "
+          f"{per_hundred(room_peak.peak_mb, lone_peak.peak_mb, listeners):+.1f} MB")
+    lone_end, lone_chunk, lone_text = speaker_end_offsets(alone)
+    room_end, room_chunk, room_text = speaker_end_offsets(spoke)
+    rise = room_end - lone_end
+    held = rise <= END_OFFSET_BAR_S  # False when either is NaN
+    print(f"  speaker:       EndOffset lone {lone_end:.2f} s, room {room_end:.2f} s "
+          f"({rise:+.2f} s <= +{END_OFFSET_BAR_S:.2f} s: {'yes' if held else 'NO'}); after "
+          f"its last voiced sample, lone / room: last speech chunk {lone_chunk:.2f} / "
+          f"{room_chunk:.2f} s, last committed translation {lone_text:.2f} / {room_text:.2f} s")
     late = phase.late
     if late is not None and late.started:
         first = late.events[0][0] - phase.late_joined if late.events else math.nan
@@ -343,14 +419,22 @@ def run_room_bench(listeners: int, clip: Path, source_lang: str,
         closed = sum(1 for r in phase.stalled if r.close_code == 4012)
         print(f"  not reading:   {len(phase.stalled)} listeners stopped reading; {closed} closed "
               f"with 4012 listener_too_slow (the others' spread above includes them)")
-    ok = identical and within and closed_ok == listeners and spoke["close_code"] == 1000
+    ok = (identical and within and held and closed_ok == listeners
+          and spoke.close_code == alone.close_code == 1000)
     return 0 if ok else 1
 
 
 def register_room(kinds: Any) -> None:
     """``speechpipe bench room`` (called by ``speechpipe.bench.register``)."""
-    room = kinds.add_parser("room", help="one speaker, N WebSocket listeners: CPU, fan-out, "
-                                         "identical output, first-to-last delay")
+    room = kinds.add_parser(
+        "room", help="one speaker, N WebSocket listeners: CPU, fan-out, identical output, "
+                     "first-to-last delay, RSS and CPU per 100 listeners, the speaker's EndOffset",
+        description="One speaker heard by N WebSocket listeners on a server the bench starts. "
+                    "Lifted for the run (every listener connects from 127.0.0.1): "
+                    "--max-sessions-per-ip 0, --max-listeners 0, --max-listeners-per-room 0, "
+                    "rooms.join_per_ip_s=0, rooms.join_per_room_s=0 (--server-arg overrides); "
+                    "the open-files soft limit is raised to the hard limit (an error when that "
+                    "is below N + 256). --join-storm keeps the join limits.")
     room.add_argument("--listeners", type=int, default=20, help="listeners (default 20)")
     room.add_argument("--clip", default=str(DEFAULT_CLIP),
                       help="the recording the speaker plays (default: samples/wav/es_gato.wav)")
@@ -387,6 +471,7 @@ def _bench_storm(args: argparse.Namespace, clip: Path) -> int:
         raise InputError(f"--join-storm must be above 0 and at most {MAX_RATE:g} joins/s, "
                          f"--storm-listeners 1-{MAX_STORM}, --storm-addresses 1-250")
     try:
+        _raise_open_files(args.storm_listeners + FILES_SLACK)
         return run_storm_bench(args.join_storm, args.storm_listeners, args.storm_addresses,
                                read_audio(clip), clip.name, args.source_lang, args.server_arg,
                                port=args.port)

@@ -9,13 +9,23 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-__all__ = ["SPEECHPIPE", "ServerProcess", "scrape", "metric", "metric_sums", "metrics_text",
-           "endpoint", "loopback_opener"]
+__all__ = ["SPEECHPIPE", "ServerProcess", "PeakRss", "rss_mb", "scrape", "metric", "metric_sums",
+           "metrics_text", "endpoint", "loopback_opener"]
+
+
+def rss_mb(pid: int | str = "self") -> float:
+    """Resident memory of process ``pid`` in MB (``/proc/PID/statm``); NaN once it is gone."""
+    try:
+        pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return math.nan
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 # -- the server -------------------------------------------------------------------------------
@@ -80,6 +90,41 @@ class ServerProcess:
         except OSError:
             return math.nan
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def rss_mb(self) -> float:
+        """The server process's resident memory now, in MB."""
+        assert self.proc is not None
+        return rss_mb(self.proc.pid)
+
+
+class PeakRss:
+    """The highest RSS of a ``ServerProcess`` while in the ``with`` block, sampled every
+    ``every_s`` by a thread (and once on entry and on exit)."""
+
+    def __init__(self, server: ServerProcess, every_s: float = 0.1) -> None:
+        self.server, self.every_s = server, every_s
+        self.peak_mb = math.nan
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        now = self.server.rss_mb()
+        if not math.isnan(now):
+            self.peak_mb = now if math.isnan(self.peak_mb) else max(self.peak_mb, now)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self._sample()
+
+    def __enter__(self) -> PeakRss:
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._sample()
 
 
 # -- its HTTP endpoints -----------------------------------------------------------------------

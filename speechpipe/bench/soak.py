@@ -39,6 +39,7 @@ import numpy as np
 
 from speechpipe.bench.clips import manifest_rows
 from speechpipe.bench.own_samples import own_samples
+from speechpipe.bench.server_process import rss_mb as process_rss_mb
 
 __all__ = ["register_soak", "run_soak", "SoakReport"]
 
@@ -99,9 +100,7 @@ class SoakReport:
 
 def rss_mb() -> float:
     """This process's resident memory in MB."""
-    with open("/proc/self/statm") as f:
-        pages = int(f.read().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    return process_rss_mb("self")
 
 
 def fds() -> dict[str, str]:

@@ -1,12 +1,24 @@
-"""``speechpipe bench room``: its pure figures (digest, spread) and its bad input (exit 2)."""
+"""``speechpipe bench room``: its pure figures (digest, spread, per 100 listeners, the speaker's
+EndOffset, the open-files limit) and its bad input (exit 2)."""
 
 from __future__ import annotations
 
+import math
+import resource
 import subprocess
 import sys
 
-from speechpipe.bench.room import listener_digest, spread
-from speechpipe.transport.client import ListenerRun
+import numpy as np
+import pytest
+
+from speechpipe.bench.room import (
+    listener_digest,
+    open_files_soft_limit,
+    per_hundred,
+    speaker_end_offsets,
+    spread,
+)
+from speechpipe.transport.client import ClientRun, ListenerRun
 
 
 def run_with(audio: list[tuple[float, bytes]], captions: list[str]) -> ListenerRun:
@@ -38,3 +50,48 @@ def test_bad_listener_count_exits_2_with_one_line() -> None:
                            "0"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and "--listeners" in proc.stderr
+
+
+def test_per_hundred_is_the_rooms_extra_over_n_times_100() -> None:
+    assert per_hundred(812.0, 800.0, 200) == pytest.approx(6.0)
+    assert per_hundred(10.5, 8.0, 1000) == pytest.approx(0.25)
+    assert math.isnan(per_hundred(1.0, 0.0, 0))
+
+
+def speaker_run(chunks: list[tuple[float, float]], finals: list[float]) -> ClientRun:
+    """Speech 1.0-4.0 s by the VAD; ``chunks`` (arrival, seconds) of speech at 16 kHz."""
+    run = ClientRun()
+    run.events += [(1.2, {"type": "vad", "kind": "start", "t": 1.0}),
+                   (4.1, {"type": "vad", "kind": "end", "t": 4.0})]
+    for t in finals:
+        run.events.append((t, {"type": "target", "final": True, "utterance": 0}))
+    run.events.append((9.0, {"type": "target", "final": False, "utterance": 1}))
+    for arrived, seconds in chunks:
+        samples = int(seconds * 16000)
+        run.audio.append((arrived, {"type": "audio", "samples": samples, "sample_rate": 16000},
+                          np.zeros(samples, np.int16)))
+    return run
+
+
+def test_speaker_end_offset_lays_speech_back_to_back_from_the_last_voiced_sample() -> None:
+    # 2 s chunk at 3.0 plays to 5.0; the 1 s chunk at 4.5 waits for it: ends at 6.0
+    run = speaker_run([(3.0, 2.0), (4.5, 1.0)], finals=[3.5, 5.5])
+    end, chunk, text = speaker_end_offsets(run)
+    assert end == pytest.approx(2.0) and end == run.offsets()[1]
+    assert chunk == pytest.approx(0.5)
+    assert text == pytest.approx(1.5), "the last final target, not a later tentative one"
+
+
+def test_speaker_end_offset_is_nan_without_speech() -> None:
+    assert all(math.isnan(x) for x in speaker_end_offsets(ClientRun()))
+    end, chunk, text = speaker_end_offsets(speaker_run([], finals=[5.0]))
+    assert math.isnan(end) and math.isnan(chunk) and text == pytest.approx(1.0)
+
+
+def test_open_files_soft_limit_goes_to_the_hard_limit_or_says_why_not() -> None:
+    assert open_files_soft_limit(1300, 1024, 4096) == 4096
+    assert open_files_soft_limit(1300, 20000, 20000) == 20000, "high enough already"
+    assert open_files_soft_limit(1300, 1024, resource.RLIM_INFINITY) == 1300
+    with pytest.raises(RuntimeError, match="hard limit is 1024") as caught:
+        open_files_soft_limit(1300, 1024, 1024)
+    assert "\n" not in str(caught.value)
