@@ -48,7 +48,14 @@ from typing import Any
 import numpy as np
 
 from speechpipe.bench.own_samples import own_samples
-from speechpipe.bench.server_process import PeakRss, ServerProcess, metric
+from speechpipe.bench.server_process import (
+    PeakRss,
+    ServerProcess,
+    bucket_quantile,
+    histogram_buckets,
+    metric,
+    metrics_text,
+)
 from speechpipe.bench.stats import percentile_ms
 from speechpipe.errors import InputError
 from speechpipe.transport.client import ClientRun, ListenerRun, listen_room, stream_session
@@ -62,6 +69,7 @@ LEAD_S = 1.0  # silence before the clip (listeners are all in before it)
 TAIL_S = 3.0
 PHASE_LIMIT_S = 600.0
 CPU_MARGIN = 0.15
+FANOUT_DELAY = "speechpipe_room_fanout_delay_seconds"
 END_OFFSET_BAR_S = 0.2  # the room may raise the speaker's EndOffset by at most this
 FILES_SLACK = 256  # open files beyond one per listener: models, logs, the speaker, /metrics
 # what the bench lifts for its run (every listener comes from 127.0.0.1, all at once)
@@ -348,6 +356,7 @@ def run_room_bench(listeners: int, clip: Path, source_lang: str,
         lone_cpu, lone_wall = server.cpu_seconds() - cpu0, time.monotonic() - t0
 
         fan0 = metric(url, "speechpipe_room_fanout_cpu_seconds_total")
+        delay0 = histogram_buckets(metrics_text(url), FANOUT_DELAY)
         rss_before = server.rss_mb()
         at_joined: dict[str, float] = {}
 
@@ -364,6 +373,7 @@ def run_room_bench(listeners: int, clip: Path, source_lang: str,
         spoke, runs = phase.spoke, phase.runs
         room_cpu, room_wall = server.cpu_seconds() - cpu0, time.monotonic() - t0
         fanout = metric(url, "speechpipe_room_fanout_cpu_seconds_total") - fan0
+        delay1 = histogram_buckets(metrics_text(url), FANOUT_DELAY)
         drops = metric(url, "speechpipe_room_fanout_drops_total")
 
     digests = {listener_digest(r) for r in runs}
@@ -391,6 +401,12 @@ def run_room_bench(listeners: int, clip: Path, source_lang: str,
     print(f"  spread:        first-to-last listener per speech chunk p50 {p(chunks, 50):.1f} ms, "
           f"p95 {p(chunks, 95):.1f} ms ({len(chunks)} chunks); per message p50 "
           f"{p(messages, 50):.1f} ms, p95 {p(messages, 95):.1f} ms ({len(messages)} messages)")
+    written = [bucket_quantile(delay0, delay1, q) for q in (0.5, 0.95)]
+    print("  server side:   publication -> last byte written to a listener's socket, by the "
+          "server's histogram (bucket upper bounds): p50 "
+          + " ms, p95 ".join("-" if w is None else f"<= {w * 1000:g}" for w in written)
+          + " ms (the rest of the spread is the listeners' client processes reading on the "
+          "same cores)")
     streamed = LEAD_S + len(audio) / 16000 + TAIL_S
     hundred = per_hundred(room_cpu, lone_cpu, listeners)
     print(f"  per 100:       server CPU {hundred:+.2f} s (room - lone; "

@@ -167,6 +167,38 @@ def metric_sums(text: str, names: Collection[str]) -> dict[str, float]:
     return out
 
 
+def histogram_buckets(text: str, name: str) -> dict[float, float]:
+    """A histogram's cumulative bucket counts from ``/metrics`` text (Prometheus), summed
+    over its label sets: upper bound (``le``) -> count."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[float, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != name:
+            continue
+        for sample in family.samples:
+            if sample.name == f"{name}_bucket":
+                bound = float(sample.labels["le"])
+                out[bound] = out.get(bound, 0.0) + sample.value
+    return out
+
+
+def bucket_quantile(before: dict[float, float], after: dict[float, float],
+                    q: float) -> float | None:
+    """The ``q`` quantile (0-1) of what a histogram counted between two scrapes, as the upper
+    bound of the bucket it falls in (an upper estimate, never an interpolation); None when
+    nothing was counted."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0.0) for b in bounds]
+    total = counts[-1] if counts else 0.0
+    if total <= 0:
+        return None
+    for bound, count in zip(bounds, counts, strict=True):
+        if count >= q * total:
+            return bound
+    return bounds[-1]
+
+
 def scrape(url: str) -> dict[str, float]:
     """A few sums from ``/metrics`` (``SCRAPED``); empty when it cannot be read."""
     try:

@@ -95,3 +95,27 @@ def test_open_files_soft_limit_goes_to_the_hard_limit_or_says_why_not() -> None:
     with pytest.raises(RuntimeError, match="hard limit is 1024") as caught:
         open_files_soft_limit(1300, 1024, 1024)
     assert "\n" not in str(caught.value)
+
+
+def test_the_server_side_fanout_delay_comes_from_the_histogram_between_two_scrapes():
+    from speechpipe.bench.server_process import bucket_quantile, histogram_buckets
+
+    def text(counts: list[int]) -> str:
+        bounds = ["0.001", "0.01", "0.05", "+Inf"]
+        lines = ["# HELP speechpipe_room_fanout_delay_seconds d",
+                 "# TYPE speechpipe_room_fanout_delay_seconds histogram"]
+        lines += [f'speechpipe_room_fanout_delay_seconds_bucket{{le="{b}"}} {c}.0'
+                  for b, c in zip(bounds, counts, strict=True)]
+        lines += [f"speechpipe_room_fanout_delay_seconds_count {counts[-1]}.0",
+                  "speechpipe_room_fanout_delay_seconds_sum 1.0"]
+        return "\n".join(lines) + "\n"
+
+    name = "speechpipe_room_fanout_delay_seconds"
+    before = histogram_buckets(text([5, 5, 5, 5]), name)  # the lone phase's, left out
+    after = histogram_buckets(text([5, 55, 100, 105]), name)
+    assert after[0.01] == 55.0
+    # 100 new: 50 under 10 ms, 45 more under 50 ms, 5 over
+    assert bucket_quantile(before, after, 0.5) == 0.01
+    assert bucket_quantile(before, after, 0.95) == 0.05
+    assert bucket_quantile(before, after, 0.99) == float("inf")
+    assert bucket_quantile(after, after, 0.5) is None
