@@ -29,13 +29,13 @@ from speechpipe.errors import InputError
 from speechpipe.models.batch_options import BatchOptions
 from speechpipe.server.options import LoadOptions
 from speechpipe.stages.asr_options import AsrOptions
-from speechpipe.stages.faithfulness import FaithfulnessOptions
-from speechpipe.stages.phrases import PhraseOptions
-from speechpipe.stages.text_mt import TextMtOptions
-from speechpipe.stages.tts import CatchUpOptions
-from speechpipe.stages.vad import VadOptions
+from speechpipe.stages.catch_up_options import CatchUpOptions
+from speechpipe.stages.faithfulness_options import FaithfulnessOptions
+from speechpipe.stages.phrase_options import PhraseOptions
+from speechpipe.stages.text_mt_options import TextMtOptions
+from speechpipe.stages.vad_options import VadOptions
 from speechpipe.transport.limits import ServerLimits
-from speechpipe.voices.piper_engine import PiperOptions
+from speechpipe.voices.piper_options import PiperOptions
 
 __all__ = [
     "Config", "PipelineOptions", "ServerOptions", "GROUPS", "apply_overrides", "with_overrides",

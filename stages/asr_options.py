@@ -6,11 +6,12 @@ models or asyncio."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
-from speechpipe.stages.commit import CommitPolicyName
+__all__ = ["AsrOptions", "AsrOptionsProvider", "FixedOptions", "CommitPolicyName"]
 
-__all__ = ["AsrOptions", "AsrOptionsProvider", "FixedOptions"]
+# the commit rule (``stages.commit.CommitPolicy``) by name
+CommitPolicyName = Literal["agreement", "align"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,14 +27,12 @@ committed so far then travels as context (``stages.asr``). Selected by ``asr.com
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 from speechpipe.stages.agreement import LocalAgreement, normalize_word
+from speechpipe.stages.asr_options import CommitPolicyName
 
 __all__ = ["CommitPolicy", "CommitPolicyName", "align_commit_count", "settled_count",
            "sentence_end_count", "split_sentence_end", "SENTENCE_END_MARKS"]
-
-CommitPolicyName = Literal["agreement", "align"]
 
 
 def align_commit_count(word_ends: Sequence[float], heard_s: float, margin_s: float) -> int:

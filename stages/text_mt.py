@@ -50,6 +50,7 @@ from speechpipe.stages.channels import Channel, ChannelClosed
 from speechpipe.stages.clock import StreamClock
 from speechpipe.stages.frames import ErrorEvent, OutputEvent, StageTiming, TextHypothesis
 from speechpipe.stages.model_api import TextMtRequest, TextMtResult
+from speechpipe.stages.text_mt_options import TextMtOptions
 from speechpipe.stages.translation_memory import TranslationMemory
 
 __all__ = [
@@ -67,18 +68,6 @@ _CLAUSE_END = (",", ";", ":", "，", "；", "、")
 _CLOSERS = "\"'”’)]»」』"
 
 Translate = Callable[[TextMtRequest], Awaitable[TextMtResult]]
-
-
-@dataclass(frozen=True, slots=True)
-class TextMtOptions:
-    """The incremental text-MT policy (``--set text_mt.*``)."""
-    agreement: int = 2
-    """LocalAgreement-n over target continuations."""
-    beam_size: int = 1
-    min_segment_words: int = 3
-    """A sentence end closes a segment only after this many words (keeps "Dr." attached)."""
-    clause_min_words: int = 12
-    max_segment_words: int = 40
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,10 +29,11 @@ import time
 import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from speechpipe.errors import InputError
 from speechpipe.transport.hosts import WebOrigin, parse_host, parse_origin
+from speechpipe.transport.identity import Identity, TokenVerifier
 
 __all__ = [
     "AUDIENCE",
@@ -65,26 +66,6 @@ class AuthError(InputError):
     def __init__(self, message: str, *, expired: bool = False) -> None:
         super().__init__(message)
         self.expired = expired
-
-
-@dataclass(frozen=True, slots=True)
-class Identity:
-    """A verified token. ``key`` is what per-token quotas count by (never the token itself);
-    ``None`` for the one shared ``--token``, which every client holds."""
-
-    key: str | None
-    subject: str = ""
-    expires_at: float | None = None
-    room: str | None = None  # rooms: the room this token is for (``room`` claim)
-    role: str | None = None  # rooms: ``speaker``, ``listener`` or ``participant`` (``role``)
-
-
-class TokenVerifier(Protocol):
-    """Checks a session token; returns the identity it grants."""
-
-    def verify(self, token: str | None) -> Identity:
-        """The token's identity, or ``AuthError``."""
-        ...
 
 
 def new_secret() -> str:

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from speechpipe.transport.auth import TokenVerifier
-from speechpipe.transport.protocol import MAX_MESSAGE_BYTES
+from speechpipe.transport.identity import TokenVerifier
 
-__all__ = ["ServerLimits", "Quotas", "RoomOptions", "DEFAULT_MAX_UNREAD_BYTES"]
+__all__ = ["ServerLimits", "Quotas", "RoomOptions", "DEFAULT_MAX_UNREAD_BYTES", "MAX_MESSAGE_BYTES"]
+
+# the protocol's message limit (``transport.protocol`` re-exports it; docs/protocol.md)
+MAX_MESSAGE_BYTES = 1 << 17
+"""Largest message the server accepts (128 KiB, ~1.4 s of 48 kHz audio); larger -> close 1009."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,8 @@
 
 Nothing here touches a socket or the event loop, so every rule of the protocol is unit tested
 as plain functions (the websockets library's sans-I/O idea). ``docs/protocol.md`` is the
-reference for clients; the constants below are the single source of its numbers.
+reference for clients; the constants below are the single source of its numbers
+(``MAX_MESSAGE_BYTES`` sits in the options leaf ``transport.limits``, re-exported here).
 
 Client -> server: JSON text messages (``start``, ``flush``, ``stop``, ``offer``, ``ice``,
 ``playout``) and
@@ -29,6 +30,7 @@ from speechpipe.errors import InputError
 from speechpipe.stages.frames import STREAM_RATE
 from speechpipe.stages.request import SessionRequest
 from speechpipe.transport.codes import CloseCode, ErrorCode
+from speechpipe.transport.limits import MAX_MESSAGE_BYTES
 from speechpipe.transport.protocol_events import (
     dumps,
     encode_answer,
@@ -63,9 +65,6 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION = 1
-
-MAX_MESSAGE_BYTES = 1 << 17
-"""Largest message the server accepts (128 KiB, ~1.4 s of 48 kHz audio); larger -> close 1009."""
 
 MIN_SAMPLE_RATE = 8_000
 MAX_SAMPLE_RATE = 48_000

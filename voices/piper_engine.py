@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,31 +20,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from speechpipe.errors import ModelError, VoiceError
+from speechpipe.voices.piper_options import PiperOptions
 from speechpipe.voices.registry import VoiceInfo, load_voice_info
 
 if TYPE_CHECKING:
     from piper import PiperVoice
 
 __all__ = ["PiperOptions", "PiperSynthesizer", "load_piper"]
-
-
-@dataclass(frozen=True, slots=True)
-class PiperOptions:
-    """How a voice runs; ``None`` keeps the value from the voice's own config. The pipeline's
-    ``piper`` group (``--set piper.FIELD=VALUE``)."""
-
-    intra_op_threads: int = 1
-    """Threads one synthesis may use; 1 scales best when many sessions share few cores."""
-    allow_spinning: bool = False
-    """onnxruntime busy-waits between ops when True: lower latency, wasted shared CPU."""
-    length_scale: float | None = None
-    """> 1 speaks slower, < 1 faster."""
-    noise_scale: float | None = None
-    noise_w_scale: float | None = None
-    volume: float = 1.0
-    seed: int | None = 0
-    """Seed of the voice's random noise, so a run speaks the same way each time (none:
-    onnxruntime's own, different per process)."""
 
 
 class PiperSynthesizer:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from speechpipe.errors import AdmissionError
+from speechpipe.server.options import AdmissionOptions
 from speechpipe.stages.frames import StatusEvent
 
 __all__ = ["AdmissionOptions", "AdmissionCore", "AdmissionGate", "Decision"]
@@ -45,23 +46,6 @@ def _is_loopback(client: str) -> bool:
         return ipaddress.ip_address(client).is_loopback
     except ValueError:
         return False
-
-
-@dataclass(frozen=True, slots=True)
-class AdmissionOptions:
-    """Capacity, the waiting line and its estimates (``--set admission.*``)."""
-    capacity: int | None = None  # None: calibrate at start-up
-    max_queue: int = 16  # sessions waiting in line
-    max_wait_s: float = 60.0  # refuse when the estimated wait is longer
-    per_client: int | None = None  # sessions (active + waiting) per client; 0: no limit;
-    # None: half the capacity (rounded up) for clients other than loopback (``client_limit``)
-    expected_session_s: float = 120.0  # prior for the wait estimate
-    min_retry_s: float = 5.0  # smallest retry hint given
-    status_interval_s: float = 2.0  # a waiting client hears at least this often
-
-    def __post_init__(self) -> None:
-        if self.capacity is not None and self.capacity < 1:
-            raise ValueError("capacity must be >= 1")
 
 
 @dataclass(frozen=True, slots=True)

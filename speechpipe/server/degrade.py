@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from speechpipe.stages.ladder import MAX_LEVEL
+from speechpipe.server.options import DegradeOptions
 
 __all__ = [
     "DegradeOptions",
@@ -30,26 +30,6 @@ class LoadSample:
     asr_latency_s: float = 0.0  # ASR turnaround: queue wait + compute (recent p90)
     loop_lag_s: float = 0.0  # event-loop lag (a timer's lateness)
     load_ratio: float = 0.0  # active sessions / capacity
-
-
-@dataclass(frozen=True, slots=True)
-class DegradeOptions:
-    """When the ladder steps up and down (``--set degrade.*``)."""
-    up_latency_s: float = 1.0  # overloaded: ASR results take longer than this ...
-    up_lag_s: float = 0.25  # ... or the event loop lags more than this
-    up_load_ratio: float = 1.2  # ... or sessions exceed capacity by this factor
-    down_latency_s: float = 0.5  # calm: all of these under the lower thresholds
-    down_lag_s: float = 0.08
-    down_load_ratio: float = 1.0
-    up_after_s: float = 1.5  # overloaded this long -> one level up ...
-    severe_factor: float = 2.0  # ... two levels when over this multiple of a threshold
-    down_after_s: float = 10.0  # calm this long -> one level down
-    max_level: int = MAX_LEVEL
-
-    def __post_init__(self) -> None:
-        if not (self.down_latency_s < self.up_latency_s and self.down_lag_s < self.up_lag_s
-                and self.down_load_ratio < self.up_load_ratio):
-            raise ValueError("the down thresholds must be below the up thresholds")
 
 
 class DegradeController:

@@ -1,18 +1,56 @@
 """The server's load options: admission, the degrade ladder, load sampling (a leaf module).
 
 ``LoadOptions`` (``--set load.*``, with ``admission.*`` and ``degrade.*`` beneath it) sits in
-the configuration tree (``speechpipe.config``); this module and the two it imports hold
-pure cores and their options only, so the tree is read without loading a server.
+the configuration tree (``speechpipe.config``); this module holds the options only (the
+cores that read them are ``server.admission`` and ``server.degrade``), and imports nothing but
+the ladder's level count, so the tree is read without loading a server or asyncio.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from speechpipe.server.admission import AdmissionOptions
-from speechpipe.server.degrade import DegradeOptions
+from speechpipe.stages.ladder import MAX_LEVEL
 
-__all__ = ["LoadOptions"]
+__all__ = ["LoadOptions", "AdmissionOptions", "DegradeOptions"]
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionOptions:
+    """Capacity, the waiting line and its estimates (``--set admission.*``)."""
+    capacity: int | None = None  # None: calibrate at start-up
+    max_queue: int = 16  # sessions waiting in line
+    max_wait_s: float = 60.0  # refuse when the estimated wait is longer
+    per_client: int | None = None  # sessions (active + waiting) per client; 0: no limit;
+    # None: half the capacity (rounded up) for clients other than loopback (``client_limit``)
+    expected_session_s: float = 120.0  # prior for the wait estimate
+    min_retry_s: float = 5.0  # smallest retry hint given
+    status_interval_s: float = 2.0  # a waiting client hears at least this often
+
+    def __post_init__(self) -> None:
+        if self.capacity is not None and self.capacity < 1:
+            raise ValueError("capacity must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class DegradeOptions:
+    """When the ladder steps up and down (``--set degrade.*``)."""
+    up_latency_s: float = 1.0  # overloaded: ASR results take longer than this ...
+    up_lag_s: float = 0.25  # ... or the event loop lags more than this
+    up_load_ratio: float = 1.2  # ... or sessions exceed capacity by this factor
+    down_latency_s: float = 0.5  # calm: all of these under the lower thresholds
+    down_lag_s: float = 0.08
+    down_load_ratio: float = 1.0
+    up_after_s: float = 1.5  # overloaded this long -> one level up ...
+    severe_factor: float = 2.0  # ... two levels when over this multiple of a threshold
+    down_after_s: float = 10.0  # calm this long -> one level down
+    max_level: int = MAX_LEVEL
+
+    def __post_init__(self) -> None:
+        if not (self.down_latency_s < self.up_latency_s and self.down_lag_s < self.up_lag_s
+                and self.down_load_ratio < self.up_load_ratio):
+            raise ValueError("the down thresholds must be below the up thresholds")
+
 
 
 @dataclass(frozen=True, slots=True)

@@ -173,20 +173,3 @@ def test_no_import_cycles() -> None:
     found = cycles(import_graph())
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
 
-
-def test_the_options_tree_loads_no_server() -> None:
-    """The options are leaves: reading the tree imports no server, no session, no
-    websockets library, no model engine or worker (a subprocess, so nothing this test run
-    imported counts)."""
-    import subprocess
-    import sys
-
-    heavy = ("websockets", "aiortc", "speechpipe.server.load_control", "speechpipe.server.serve",
-             "speechpipe.session", "speechpipe.transport.websocket_server", "ctranslate2",
-             "faster_whisper", "speechpipe.models.whisper_engine", "speechpipe.models.batching",
-             "speechpipe.stages.utterance")
-    code = ("import sys, speechpipe.config; print(','.join(sorted(m for m in sys.modules if "
-            f"m.startswith({heavy!r}))))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, check=True)
-    assert out.stdout.strip() == ""

@@ -1,0 +1,20 @@
+"""The incremental text MT's options (``--set text_mt.*``): a leaf module, so the options
+tree (``speechpipe.config``) imports it without the stage or asyncio."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["TextMtOptions"]
+
+
+@dataclass(frozen=True, slots=True)
+class TextMtOptions:
+    """The incremental text-MT policy (``--set text_mt.*``)."""
+    agreement: int = 2
+    """LocalAgreement-n over target continuations."""
+    beam_size: int = 1
+    min_segment_words: int = 3
+    """A sentence end closes a segment only after this many words (keeps "Dr." attached)."""
+    clause_min_words: int = 12
+    max_segment_words: int = 40
