@@ -397,6 +397,8 @@ class UtteranceDecoder:
         return changed
 
     def _glue_held_edge(self, side: str) -> None:
+        """Commit the punctuation held as ``side``'s edge (a translation's sentence end only
+        where the captions heard one) before the window moves on."""
         fragment = self.edge.pop(side, "")
         if fragment and not normalize_word(fragment) and (
                 side == "source" or self._end_rests_on_captions(fragment)):
