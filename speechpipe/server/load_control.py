@@ -141,6 +141,10 @@ class LoadControl:
         pipeline.whisper.observer = self
         if self.options.admission.capacity is None:
             self.estimate = await asyncio.to_thread(calibrate_capacity, pipeline)
+            # the calibration's own batches (several seconds of audio at once) are no
+            # session's load: counted, they stepped a fresh idle server up the ladder for
+            # its first ~10-20 s ("fast mode" for the first session; the first hour, issue 47)
+            self._turnarounds.clear()
             self.gate.set_capacity(self.estimate.sessions)
             log.info("capacity: %d sessions (calibrated; ASR %.2f s/s, TTS %.2f s/s per session)",
                      self.estimate.sessions, self.estimate.asr_s_per_session_s,

@@ -219,3 +219,35 @@ async def test_asr_stage_reads_its_options_per_decode():
     assert not final.partial and len(final.tasks) == 2  # captions catch up at the end
     gaps = np.diff([len(r.audio) / STREAM_RATE for r in after])
     assert all(g >= 1.9 for g in gaps)
+
+
+async def test_the_start_up_calibration_is_not_counted_as_load(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the newcomer run (issue 47): a session started ~6 s after `serve` on an idle machine
+    # heard "fast mode": the calibration's batch (4 x 4 s of audio) was observed as an ASR
+    # turnaround of several seconds, and the ladder stepped up on it
+    import time
+
+    from speechpipe.config import PipelineOptions
+    from speechpipe.server import load_control
+
+    pipeline = FakePipeline(options=PipelineOptions())
+
+    def calibrate(pipe: FakePipeline) -> load_control.CapacityEstimate:
+        pipe.whisper.observer.batch_done(4, [0.0] * 4, 3.0)  # type: ignore[attr-defined]
+        return load_control.CapacityEstimate(4, 0.2, 0.05, {})
+
+    monkeypatch.setattr(load_control, "calibrate_capacity", calibrate)
+    control = LoadControl(LoadOptions(tick_s=60.0))  # no ticks of its own in this test
+    await control.start(pipeline)  # type: ignore[arg-type]
+    try:
+        assert control.gate.capacity == 4
+        now = time.monotonic()
+        levels = [control.tick(0.0, now + 0.5 * i) for i in range(6)]  # inside the window
+        assert levels == [0] * 6
+        # a real batch as slow as that, after the start, still counts
+        pipeline.whisper.observer.batch_done(1, [0.0], 3.0)  # type: ignore[attr-defined]
+        now = time.monotonic()
+        assert max(control.tick(0.0, now + 0.5 * i) for i in range(6)) > 0
+    finally:
+        await control.stop()
