@@ -95,6 +95,7 @@ class _Prepared:
     lang_tokens: int
     max_length: int
     beam_size: int
+    new_cap: int = 0  # the request's max_new_tokens (0: none)
 
 
 class Ct2TextTranslator:
@@ -256,6 +257,9 @@ class Ct2TextTranslator:
             opts.max_target_tokens, int(opts.length_ratio * len(source)) + opts.length_slack
         )
         prefix = lang_prefix + prefix_pieces
+        max_length = max(len(lang_prefix) + budget, len(prefix) + opts.min_new_tokens)
+        if request.max_new_tokens > 0:
+            max_length = min(max_length, len(prefix) + request.max_new_tokens)
         return _Prepared(
             source=source,
             prefix=prefix,
@@ -263,8 +267,10 @@ class Ct2TextTranslator:
             lang_tokens=len(lang_prefix),
             # The cap counts the forced prefix, so forcing tokens greedy decoding would have
             # produced anyway yields the same output as not forcing them.
-            max_length=max(len(lang_prefix) + budget, len(prefix) + opts.min_new_tokens),
+            max_length=max_length,
             beam_size=request.beam_size,
+            new_cap=request.max_new_tokens if max_length == len(prefix) + request.max_new_tokens
+            else 0,
         )
 
     def _decode(self, tokens: Sequence[str]) -> str:
@@ -280,9 +286,15 @@ class Ct2TextTranslator:
             joins = bool(rest) and not rest[0].isspace()
         else:
             rest, joins = self._decode(generated), False
+        continuation = rest.strip()
+        if prepared.new_cap and len(generated) >= prepared.new_cap:
+            # stopped by the new-token cap, not by the model: its last word may be cut
+            # ("Hal" of "Hallo"), and is left for the next update to say whole
+            continuation = continuation.rsplit(" ", 1)[0] if " " in continuation else ""
+            joins = joins and bool(continuation)
         return TextMtResult(
             text=full,
-            continuation=rest.strip(),
+            continuation=continuation,
             joins_prefix=joins and bool(prefix_text),
             source_tokens=len(prepared.source),
             prefix_tokens=len(prepared.prefix),
@@ -293,9 +305,15 @@ class Ct2TextTranslator:
         # Greedy hypotheses under a longer length cap start with the shorter-cap ones, so
         # greedy requests share a call and are trimmed to their own cap; beam search picks
         # differently under another cap, so its requests are grouped by cap as well.
+        # Requests capped to a few new tokens (open segments) go apart from greedy ones that
+        # run to the length cap: sharing a call would decode them to its longest cap.
         groups: dict[tuple[int, int], list[int]] = collections.defaultdict(list)
         for i, p in enumerate(batch):
-            groups[(p.beam_size, 0 if p.beam_size == 1 else p.max_length)].append(i)
+            if p.beam_size > 1:
+                key = p.max_length
+            else:
+                key = -1 if p.new_cap else 0
+            groups[(p.beam_size, key)].append(i)
         hyps: dict[int, list[str]] = {}
         for (beam, _), indexes in groups.items():
             group = [batch[i] for i in indexes]

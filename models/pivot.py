@@ -33,7 +33,7 @@ class PivotTranslation:
             request.source_text, request.source_lang, PIVOT_LANGUAGE, "", request.beam_size))
         result = await self.second.translate(TextMtRequest(
             english.text, PIVOT_LANGUAGE, request.target_lang, request.target_prefix,
-            request.beam_size))
+            request.beam_size, request.max_new_tokens))
         return TextMtResult(
             result.text, result.continuation, result.joins_prefix,
             source_tokens=english.source_tokens + result.source_tokens,

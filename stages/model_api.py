@@ -148,6 +148,10 @@ class TextMtRequest:
     target_lang: str
     target_prefix: str = ""
     beam_size: int = 1
+    # at most this many tokens after the forced prefix (0: only the translator's length
+    # cap): an open segment's update, of which only the next few words can be agreed on
+    # (``text_mt.open_new_tokens``); a word the cap may have cut is left out of the result
+    max_new_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

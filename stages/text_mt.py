@@ -181,6 +181,8 @@ class IncrementalTextTranslation:
                         target_lang=self.target_lang,
                         target_prefix=" ".join(job.prefix),
                         beam_size=self.options.beam_size,
+                        max_new_tokens=(self.options.open_new_tokens
+                                        if job.kind == "open" else 0),
                     )
                 )
         pending.requests = len(requests)

@@ -18,3 +18,8 @@ class TextMtOptions:
     """A sentence end closes a segment only after this many words (keeps "Dr." attached)."""
     clause_min_words: int = 12
     max_segment_words: int = 40
+    open_new_tokens: int = 8
+    """An open segment's update decodes at most this many tokens after the committed target
+    (0: up to the length cap). LocalAgreement commits only the head on which two updates
+    agree, so the rest of a long continuation is work no one hears; the segment's close and
+    the utterance's end still translate to the end. Bounds an update's cost and latency."""

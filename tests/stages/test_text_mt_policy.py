@@ -519,3 +519,34 @@ async def test_stages_share_a_batching_worker(tiny: Ct2TextTranslator) -> None:
         assert out[-1].final and out[-1].committed
         assert_never_retracted([(h.committed, h.tentative) for h in out])
     assert worker.batches < worker.requests  # requests from different sessions shared calls
+
+
+# --- an open segment's update decodes only the next few tokens ---------------------------
+
+
+def test_open_updates_are_capped_and_closes_are_not() -> None:
+    mt = ScriptedMt()
+    policy = IncrementalTextTranslation("en", "fr", options=TextMtOptions(open_new_tokens=5))
+    for text in ("The cat", "The cat sees", "The cat sees a dog.", "The cat sees a dog. It"):
+        policy.apply(mt.batch(policy.update(text)))
+    policy.apply(mt.batch(policy.update("The cat sees a dog. It runs", final=True)))
+    caps = {(r.source_text, r.max_new_tokens) for r in mt.requests}
+    assert ("The cat", 5) in caps and ("The cat sees", 5) in caps and ("It", 5) in caps
+    # the segment's close and the utterance's end translate to the end
+    assert ("The cat sees a dog.", 0) in caps and ("It runs", 0) in caps
+
+
+def test_tiny_model_capped_update_holds_no_cut_word(tiny: Ct2TextTranslator) -> None:
+    """A continuation stopped by ``max_new_tokens`` leaves out its last, maybe cut, word: what
+    is left is the head of the uncapped translation's continuation, word for word."""
+    checked = 0
+    for sentence in generated_sentences(6, seed=3):
+        full = tiny.translate(TextMtRequest(sentence, "en", "fr"))
+        capped = tiny.translate(TextMtRequest(sentence, "en", "fr", max_new_tokens=6))
+        assert capped.generated_tokens <= 6
+        head = capped.continuation.split()
+        assert head == full.continuation.split()[: len(head)]
+        if full.generated_tokens > 6:
+            assert len(head) < len(full.continuation.split())
+            checked += 1
+    assert checked >= 3, "the tiny model's translations were too short to be capped"
