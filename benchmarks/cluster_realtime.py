@@ -30,7 +30,9 @@ PLAIN, NODE = 8800, 8801
 
 async def run(args: argparse.Namespace, procs: Procs) -> None:
     await start_head(procs)
-    common = ["serve", "--no-webrtc", "--capacity", "32"]
+    from speechpipe.bench.server_process import BENCH_SERVE_ARGS
+
+    common = ["serve", "--no-webrtc", "--capacity", "32", *BENCH_SERVE_ARGS]
     procs.start("plain", [str(BIN / "speechpipe"), *common, "--port", str(PLAIN)])
     procs.start("cluster", [str(BIN / "speechpipe"), *common, "--port", str(NODE), "--cluster",
                             f"127.0.0.1:{HEAD_PORT}", "--public-url",

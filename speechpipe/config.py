@@ -56,6 +56,10 @@ class PipelineOptions:
     asr_restricted_cache_mb: int = 128  # MB of restricted decoders, ~18 per ASR thread+language
     voice_dirs: tuple[str, ...] = ()
     phrase_cache_items: int = 512  # per voice; ~1 s of audio each
+    # each session a phrase-cache namespace of its own, reusing no speech synthesized for
+    # another. The bench servers set it, so their figures are not flattered; false (real
+    # traffic): the sessions on a voice share its cache
+    phrase_cache_per_session: bool = False
     catch_up: CatchUpOptions = field(default_factory=CatchUpOptions)
     mt_threads: int = 2
     translation_memory_items: int = 4096

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -146,6 +147,10 @@ def apply_process_limits(options: PipelineOptions) -> None:
     (CLI, server) that own their process; a library host decides for itself."""
     if options.blas_threads is not None:
         limit_blas_threads(options.blas_threads)
+
+
+# the phrase-cache namespaces of sessions that get one of their own (``phrase_namespace``)
+_SESSION_NAMESPACES = itertools.count(1)
 
 
 class Pipeline:
@@ -325,9 +330,21 @@ class Pipeline:
         self, voice: VoiceInfo,
     ) -> LruCache[tuple[str, str, int, float], np.ndarray]:
         """The shared cache of synthesized phrases for ``voice``, keyed by (namespace, text,
-        rate, speed): ``SessionRequest.phrase_cache`` is the namespace."""
+        rate, speed); a session's namespace is ``phrase_namespace``'s."""
         self.tts_worker(voice)
         return self._phrase_caches[voice.name]
+
+    def phrase_namespace(self, request: SessionRequest) -> str:
+        """A new session's namespace in the phrase caches: the request's own when it names one
+        (in-process callers: ``--compare``'s variants, ``bench cost``), else one no other
+        session has had when ``options.phrase_cache_per_session`` (the bench servers), else
+        ``""``, the one every session shares."""
+        if request.phrase_cache:
+            return request.phrase_cache
+        if self.options.phrase_cache_per_session:
+            # NUL first: no name a caller gives is one of these
+            return f"\0session {next(_SESSION_NAMESPACES)}"
+        return ""
 
     def session(self, request: SessionRequest) -> PipelineSession:
         """A new session for ``request`` (a ``LiveSession``); use it with ``async with``."""
@@ -427,7 +444,7 @@ class PipelineSession:
         self.resolved = resolved = await asyncio.to_thread(pipeline.resolve, self.request)
         options = pipeline.options
         rate = self.request.output_sample_rate
-        namespace = self.request.phrase_cache
+        namespace = pipeline.phrase_namespace(self.request)
         voice = resolved.voice
         if voice is not None:
             tts_worker = await asyncio.to_thread(pipeline.tts_worker, voice)

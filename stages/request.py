@@ -26,9 +26,11 @@ class SessionRequest:
     priority: Literal["live", "replay"] = "live"
     pace: Literal["realtime", "fast"] = "realtime"
     client_id: str = ""
-    # the namespace of the shared phrase cache: sessions only reuse speech synthesized for the
-    # same one ("": the common one). Benchmarks and --compare give each session or variant its
-    # own, so none hears speech synthesized earlier for another for free.
+    # the namespace of the shared phrase cache, for in-process callers: sessions only reuse
+    # speech synthesized for the same one. --compare and bench cost give each variant or session
+    # its own, so none hears speech synthesized earlier for another for free. "": the pipeline
+    # decides (``Pipeline.phrase_namespace``: the common one, or one per session under
+    # ``pipeline.phrase_cache_per_session``); a client's start message cannot set it.
     phrase_cache: str = ""
     # False: captions only, no voice and no speech synthesis (a room's pipeline into a
     # language the server has a text-MT model but no voice for)

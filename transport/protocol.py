@@ -286,7 +286,6 @@ def parse_start(data: dict[str, Any]) -> Start:
     token = _text(data, "token", None, limit=4096) or None
     ticket = _opt_str(data, "ticket", None) or None
     resume = _opt_str(data, "resume", None) or None
-    phrase_cache = _opt_str(data, "phrase_cache", None) or ""
     room = _opt_str(data, "room", None) or None
     role = _opt_str(data, "role", None) or None
     if role is not None and role not in ROLES:
@@ -307,7 +306,6 @@ def parse_start(data: dict[str, Any]) -> Start:
         mode=mode,
         priority="live",
         pace="realtime",
-        phrase_cache=phrase_cache,
     )
     return Start(request=request, sample_rate=rate, format=fmt, token=token, ticket=ticket,
                  resume=resume, room=room, role=role, invite=invite, history=history)

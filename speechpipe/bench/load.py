@@ -260,7 +260,9 @@ def register_load(kinds: Any) -> None:
     load.add_argument("--steps", default="2,4,6,8,10,12",
                       help="session counts for --ramp (default %(default)s)")
     load.add_argument("--url", default=None,
-                      help="a running server's ws://.../ws (default: start one on 127.0.0.1)")
+                      help="a running server's ws://.../ws (default: start one on 127.0.0.1); "
+                           "start it with --set pipeline.phrase_cache_per_session=true, as the "
+                           "bench starts its own, so no session is served another's cached speech")
     load.add_argument("--batching", choices=("both", "on", "off"), default="both",
                       help="server configurations to compare (default: both, same run)")
     load.add_argument("--duration", type=float, default=30.0,

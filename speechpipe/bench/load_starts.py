@@ -14,7 +14,6 @@ from typing import Any
 from speechpipe.bench.clips import RATE, Clip, find_manifest, load_clips, playlist_recordings
 from speechpipe.bench.load_client import (
     ClientRun,
-    phrase_cache_name,
     recording_offsets,
     run_client,
 )
@@ -119,7 +118,6 @@ async def run_start_case(
                 one_ready()
 
         run = await run_client(url, i, audio, lang, frame_ms=frame_ms,
-                               phrase_cache=phrase_cache_name(),
                                timeout_s=len(audio) / RATE * 4 + 120 + begin_timeout_s,
                                begin=begin, on_message=on_message)
         if not told:  # refused or failed: the others do not wait for it

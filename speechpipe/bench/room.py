@@ -39,7 +39,6 @@ import math
 import resource
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -222,10 +221,8 @@ async def _room_phase(url: str, audio: np.ndarray, listeners: int, source_lang: 
     loop = asyncio.get_running_loop()
     room: asyncio.Future[str] = loop.create_future()
     ready, stop = asyncio.Event(), asyncio.Event()
-    ns = uuid.uuid4().hex[:12]
     speaker = asyncio.create_task(_speak(
-        url, audio, {"role": "speaker", "source_lang": source_lang, "phrase_cache": ns},
-        ready, room))
+        url, audio, {"role": "speaker", "source_lang": source_lang}, ready, room))
     room_id = await room
     joined = 0
     all_in = asyncio.Event()
@@ -293,8 +290,7 @@ async def _room_phase_procs(url: str, audio: np.ndarray, listeners: int, source_
     room: asyncio.Future[str] = loop.create_future()
     ready, stop = asyncio.Event(), asyncio.Event()
     speaker = asyncio.create_task(_speak(
-        url, audio, {"role": "speaker", "source_lang": source_lang,
-                     "phrase_cache": uuid.uuid4().hex[:12]}, ready, room))
+        url, audio, {"role": "speaker", "source_lang": source_lang}, ready, room))
     room_id = await room
     ctx = multiprocessing.get_context("spawn")
     joined, out, stop_all = ctx.Queue(), ctx.Queue(), ctx.Event()
@@ -345,9 +341,9 @@ def run_room_bench(listeners: int, clip: Path, source_lang: str,
         url = server.url
         # an unmeasured talk first: what the server loads or fills on its first session
         # (voices, caches, allocator arenas) would otherwise count against the lone phase
-        warm = {"source_lang": source_lang, "phrase_cache": uuid.uuid4().hex[:12]}
+        warm = {"source_lang": source_lang}
         asyncio.run(asyncio.wait_for(_speak(url, audio, warm), PHASE_LIMIT_S))
-        lone_start = {"source_lang": source_lang, "phrase_cache": uuid.uuid4().hex[:12]}
+        lone_start = {"source_lang": source_lang}
         rss_lone = server.rss_mb()
         cpu0 = server.cpu_seconds()
         t0 = time.monotonic()

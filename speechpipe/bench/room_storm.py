@@ -23,7 +23,6 @@ import contextlib
 import json
 import threading
 import time
-import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,8 +104,7 @@ async def _speaker(url: str, audio: np.ndarray, source_lang: str, room: asyncio.
     events: list[tuple[float, dict[str, Any]]] = []
     async with connect(url, max_size=None, open_timeout=60) as ws:
         await ws.send(json.dumps({"type": "start", "sample_rate": 16000, "role": "speaker",
-                                  "source_lang": source_lang,
-                                  "phrase_cache": uuid.uuid4().hex[:12]}))
+                                  "source_lang": source_lang}))
         started = json.loads(await ws.recv())
         if started.get("type") != "started":
             raise RuntimeError(f"the speaker was refused: {started}")

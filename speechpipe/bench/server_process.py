@@ -15,8 +15,8 @@ import urllib.request
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-__all__ = ["SPEECHPIPE", "ServerProcess", "PeakRss", "rss_mb", "scrape", "metric", "metric_sums",
-           "metrics_text", "endpoint", "loopback_opener"]
+__all__ = ["SPEECHPIPE", "BENCH_SERVE_ARGS", "ServerProcess", "PeakRss", "rss_mb", "scrape",
+           "metric", "metric_sums", "metrics_text", "endpoint", "loopback_opener"]
 
 
 def rss_mb(pid: int | str = "self") -> float:
@@ -32,10 +32,15 @@ def rss_mb(pid: int | str = "self") -> float:
 # -P: the working directory is not put on the import path, so a folder there named speechpipe
 # (the clone's own folder, run from the folder that holds it) cannot shadow the installed package
 SPEECHPIPE = (sys.executable, "-P", "-m", "speechpipe")
+# what every bench server is started with, before the bench's own flags: each session a
+# phrase cache of its own, so no session is served speech synthesized for another (the benches
+# replay the same clips; real traffic shares a voice's cache and would look cheaper)
+BENCH_SERVE_ARGS = ("--set", "pipeline.phrase_cache_per_session=true")
 
 
 class ServerProcess:
-    """``speechpipe serve`` in a subprocess on 127.0.0.1 (port chosen by the OS)."""
+    """``speechpipe serve`` in a subprocess on 127.0.0.1 (port chosen by the OS), with
+    ``BENCH_SERVE_ARGS`` and then ``extra``."""
 
     def __init__(self, extra: Sequence[str], port: int = 0,
                  command: Sequence[str] | None = None) -> None:
@@ -49,7 +54,8 @@ class ServerProcess:
 
     def __enter__(self) -> ServerProcess:
         cmd = [*self.command, "serve", "--host", "127.0.0.1",
-               "--port", str(self.requested_port), "--no-webrtc", *self.extra]
+               "--port", str(self.requested_port), "--no-webrtc", *BENCH_SERVE_ARGS,
+               *self.extra]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
         deadline = time.monotonic() + 300
         text = ""

@@ -50,9 +50,23 @@ def _codes(run: ClientRun) -> list[str]:
 
 
 @pytest.fixture
-def drill_guard(pipeline: Any) -> Iterator[Any]:
-    """Short deadlines and cooldowns on the shared pipeline's workers for one drill; the
-    original guards (and no armed fault) afterwards."""
+def own_phrase_caches(pipeline: Any) -> Iterator[None]:
+    """The shared pipeline as a bench server's (``pipeline.phrase_cache_per_session``) for one
+    drill: every session a phrase cache of its own, so every phrase goes to the TTS worker."""
+    import dataclasses
+
+    saved = pipeline.options
+    pipeline.options = dataclasses.replace(saved, phrase_cache_per_session=True)
+    try:
+        yield
+    finally:
+        pipeline.options = saved
+
+
+@pytest.fixture
+def drill_guard(pipeline: Any, own_phrase_caches: None) -> Iterator[Any]:
+    """Short deadlines and cooldowns on the shared pipeline's workers for one drill (and its
+    sessions' own phrase caches); the original guards (and no armed fault) afterwards."""
     from speechpipe.voices.registry import resolve_voice
 
     tts = pipeline.tts_worker(resolve_voice(None, "en", pipeline.options.voice_dirs))
@@ -79,9 +93,9 @@ async def _sessions(app: Any, audio: np.ndarray, n: int, tail_s: float = 1.5,
                     ) -> list[ClientRun]:
     async with asyncio.timeout(40):
         return list(await asyncio.gather(*(
-            # a phrase-cache namespace of its own: every phrase goes to the TTS worker
+            # a phrase cache of its own (own_phrase_caches): every phrase goes to the TTS worker
             stream_session(_url(app), audio, tail_s=tail_s, index=i, start={
-                "source_lang": "es", "phrase_cache": f"drill-{time.monotonic_ns()}-{i}"})
+                "source_lang": "es"})
             for i in range(n))))
 
 
@@ -213,6 +227,7 @@ def test_the_worker_codes_are_the_docs_rows() -> None:
 
 @pytest.mark.slow
 @live
+@pytest.mark.usefixtures("own_phrase_caches")
 async def test_a_voice_file_truncated_or_removed_while_serving_refuses_only_its_sessions(
     live_server: Any, pipeline: Any, spanish_clip: Any, tmp_path: Any,
     caplog: pytest.LogCaptureFixture,
@@ -303,19 +318,18 @@ async def tiny_fr_en(pipeline: Any, tmp_path: Any) -> Any:
 async def _mixed(app: Any, french: np.ndarray, spanish: np.ndarray, others: int,
                  ) -> tuple[ClientRun, list[ClientRun]]:
     """One French session (the text-MT route) and ``others`` Spanish ones (Whisper's)."""
-    stamp = time.monotonic_ns()
     async with asyncio.timeout(60):
         runs = await asyncio.gather(
-            stream_session(_url(app), french, tail_s=2.0, start={
-                "source_lang": "fr", "phrase_cache": f"drill-{stamp}-mt"}),
+            stream_session(_url(app), french, tail_s=2.0, start={"source_lang": "fr"}),
             *(stream_session(_url(app), spanish, tail_s=1.5, index=i + 1, start={
-                "source_lang": "es", "phrase_cache": f"drill-{stamp}-{i}"})
+                "source_lang": "es"})
               for i in range(others)))
     return runs[0], list(runs[1:])
 
 
 @pytest.mark.slow
 @live
+@pytest.mark.usefixtures("own_phrase_caches")
 async def test_a_hung_text_mt_call_fails_its_session_s_step_only_and_recovers(
     live_server: Any, spanish_clip: Any, tiny_fr_en: Any,
 ) -> None:
@@ -355,6 +369,7 @@ async def test_a_hung_text_mt_call_fails_its_session_s_step_only_and_recovers(
 
 @pytest.mark.slow
 @live
+@pytest.mark.usefixtures("own_phrase_caches")
 async def test_a_crashing_text_mt_worker_opens_its_breaker_and_only_its_sessions_see_it(
     live_server: Any, spanish_clip: Any, tiny_fr_en: Any,
 ) -> None:
@@ -382,10 +397,10 @@ async def test_a_crashing_text_mt_worker_opens_its_breaker_and_only_its_sessions
     async with asyncio.timeout(60):
         (*mt_runs, spanish), _ = await asyncio.gather(asyncio.gather(
             *(stream_session(_url(live_server), french, tail_s=2.0, index=i, start={
-                "source_lang": "fr", "phrase_cache": f"drill-{time.monotonic_ns()}-{i}"})
+                "source_lang": "fr"})
               for i in range(2)),
             stream_session(_url(live_server), _clip(spanish_clip), tail_s=1.5, index=2, start={
-                "source_lang": "es", "phrase_cache": f"drill-{time.monotonic_ns()}-es"})),
+                "source_lang": "es"})),
             watch())
     codes = [code for run in mt_runs for code in _codes(run)]
     assert all(_completed(run) for run in mt_runs), [(r.close_code, _codes(r)) for r in mt_runs]
@@ -403,6 +418,7 @@ async def test_a_crashing_text_mt_worker_opens_its_breaker_and_only_its_sessions
 
 @pytest.mark.slow
 @live
+@pytest.mark.usefixtures("own_phrase_caches")
 async def test_a_full_cache_disk_is_one_warning_and_the_sessions_still_speak(
     live_server: Any, pipeline: Any, spanish_clip: Any, caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -442,11 +458,9 @@ async def test_a_full_cache_disk_is_one_warning_and_the_sessions_still_speak(
 
 async def _mixed_lang(app: Any, german: np.ndarray, spanish: np.ndarray,
                       ) -> tuple[ClientRun, ClientRun]:
-    stamp = time.monotonic_ns()
     async with asyncio.timeout(60):
         first, second = await asyncio.gather(
-            stream_session(_url(app), german, tail_s=1.5, start={
-                "source_lang": "de", "phrase_cache": f"drill-{stamp}-de"}),
+            stream_session(_url(app), german, tail_s=1.5, start={"source_lang": "de"}),
             stream_session(_url(app), spanish, tail_s=1.5, index=1, start={
-                "source_lang": "es", "phrase_cache": f"drill-{stamp}-es"}))
+                "source_lang": "es"}))
     return first, second

@@ -123,41 +123,110 @@ async def test_aclose_never_blocks_the_event_loop() -> None:
     assert len(await job) == 160
 
 
-@pytest.mark.slow
-async def test_phrase_cache_namespaces(scripted: Path, pipeline: Any, spanish_clip: Any,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """Sessions reuse synthesized phrases within one ``phrase_cache`` namespace only (the
-    scripted engine counts what it is asked to speak). Fast pace: the same text each run."""
+async def _replay(pipeline: Any, path: Path, lang: str, namespace: str = "") -> None:
+    """One fast-paced session of ``path`` on the scripted voice, to its end."""
     import asyncio
 
     from speechpipe.stages.request import SessionRequest
     from speechpipe.transport.file_replay import frames_of, stream_audio
 
+    request = SessionRequest(source_lang=lang, voice="scripted-en", pace="fast",
+                             priority="replay", phrase_cache=namespace)
+    async with pipeline.session(request) as session:
+        async def feed() -> None:
+            for frame in frames_of(stream_audio(path)):
+                await session.push(frame)
+            await session.finish()
+
+        async with asyncio.TaskGroup() as group:
+            group.create_task(feed())
+            async with asyncio.timeout(120):
+                async for _ in session.events():
+                    pass
+
+
+def _scripted_spoken(scripted: Path, pipeline: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What the scripted voice was asked to speak (its voice installed in a test home)."""
+    from speechpipe.stages.request import SessionRequest
+
     monkeypatch.setenv("SPEECHPIPE_HOME", str(scripted.parent / "home"))
     scripted_tts.write_voice(scripted.parent / "home" / "voices")
-    path, row = spanish_clip
-
-    async def run(namespace: str) -> None:
-        request = SessionRequest(source_lang=row["lang"], voice="scripted-en", pace="fast",
-                                 priority="replay", phrase_cache=namespace)
-        async with pipeline.session(request) as session:
-            async def feed() -> None:
-                for frame in frames_of(stream_audio(path)):
-                    await session.push(frame)
-                await session.finish()
-
-            async with asyncio.TaskGroup() as group:
-                group.create_task(feed())
-                async with asyncio.timeout(120):
-                    async for _ in session.events():
-                        pass
-
     voice = pipeline.resolve(SessionRequest(target_lang="en", voice="scripted-en")).voice
-    spoken = pipeline.tts_worker(voice).synthesizer.spoken
-    await run("ns-a")
+    return pipeline.tts_worker(voice).synthesizer.spoken
+
+
+@pytest.mark.slow
+async def test_phrase_cache_namespaces(scripted: Path, pipeline: Any, spanish_clip: Any,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process callers: sessions reuse synthesized phrases within one
+    ``SessionRequest.phrase_cache`` namespace only (the scripted engine counts what it is asked
+    to speak). Fast pace: the same text each run."""
+    spoken = _scripted_spoken(scripted, pipeline, monkeypatch)
+    path, row = spanish_clip
+    await _replay(pipeline, path, row["lang"], "ns-a")
     first = len(spoken)
     assert first > 0
-    await run("ns-a")
+    await _replay(pipeline, path, row["lang"], "ns-a")
     assert len(spoken) == first  # every phrase came from the namespace's cache
-    await run("ns-b")
+    await _replay(pipeline, path, row["lang"], "ns-b")
     assert len(spoken) > first  # another namespace: synthesized again
+
+
+@pytest.mark.slow
+async def test_the_server_option_gives_each_session_its_own_phrase_cache(
+    scripted: Path, pipeline: Any, spanish_clip: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sessions as the server makes them (no namespace of their own: the start message has
+    none): by default two sessions on a voice share its phrase cache, the second synthesizing
+    nothing; with ``pipeline.phrase_cache_per_session`` (the bench servers) each synthesizes
+    every phrase itself."""
+    import dataclasses
+
+    spoken = _scripted_spoken(scripted, pipeline, monkeypatch)
+    path, row = spanish_clip
+    await _replay(pipeline, path, row["lang"])  # fills the shared cache (if not full yet)
+    shared = len(spoken)
+    await _replay(pipeline, path, row["lang"])
+    assert len(spoken) == shared  # the default: all served from the shared cache
+
+    monkeypatch.setattr(pipeline, "options", dataclasses.replace(
+        pipeline.options, phrase_cache_per_session=True))
+    await _replay(pipeline, path, row["lang"])
+    own = len(spoken) - shared
+    assert own > 0  # the shared cache had them all: this session did not use it
+    await _replay(pipeline, path, row["lang"])
+    assert len(spoken) - shared == 2 * own  # nor the session before it
+
+
+def test_a_session_s_phrase_namespace() -> None:
+    """``Pipeline.phrase_namespace``: the request's own; else, with the option, one per
+    session that no other session and no caller's name can be; else the shared ``""``."""
+    from types import SimpleNamespace
+
+    from speechpipe.config import PipelineOptions
+    from speechpipe.session import Pipeline
+    from speechpipe.stages.request import SessionRequest
+
+    def namespaces(per_session: bool, request: SessionRequest, n: int = 3) -> list[str]:
+        fake = SimpleNamespace(options=PipelineOptions(phrase_cache_per_session=per_session))
+        return [Pipeline.phrase_namespace(fake, request) for _ in range(n)]  # type: ignore[arg-type]
+
+    assert namespaces(False, SessionRequest()) == ["", "", ""]
+    own = namespaces(True, SessionRequest())
+    assert len(set(own)) == 3 and all(own) and all(ns.startswith("\0") for ns in own)
+    for per_session in (False, True):
+        assert namespaces(per_session, SessionRequest(phrase_cache="compare 1")) == (
+            ["compare 1"] * 3)
+
+
+def test_the_bench_servers_give_each_session_its_own_phrase_cache() -> None:
+    """``ServerProcess`` starts ``serve`` with ``BENCH_SERVE_ARGS``; those flags set the option
+    (the start message no longer can), and ``serve`` without them leaves it off."""
+    from speechpipe.bench.server_process import BENCH_SERVE_ARGS
+    from speechpipe.cli import build_parser
+    from speechpipe.server.serve import serve_config
+
+    parser = build_parser()
+    bench = serve_config(parser.parse_args(["serve", *BENCH_SERVE_ARGS]))
+    assert bench.pipeline.phrase_cache_per_session is True
+    assert serve_config(parser.parse_args(["serve"])).pipeline.phrase_cache_per_session is False
