@@ -1,27 +1,23 @@
 """The benches' clips: a manifest's recordings (``--clips MANIFEST``, default the package's own
-``samples/manifest.jsonl``) as int16 at 16 kHz, and the playlists ``bench load`` plays."""
+``samples/manifest.jsonl``) as int16 at 16 kHz, and the playlists ``bench load`` plays. The
+manifest is read as ``eval`` reads it (``evaluation.manifest.load_manifest``), the audio as
+every input file is (``transport.file_replay.read_audio``)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from speechpipe.bench.own_samples import own_samples
+from speechpipe.evaluation.manifest import load_manifest
 
-__all__ = ["RATE", "Clip", "manifest_rows", "find_manifest", "load_clips", "speaker_language",
-           "playlist", "playlist_recordings", "voiced_span"]
+__all__ = ["RATE", "Clip", "find_manifest", "load_clips", "speaker_language", "playlist",
+           "playlist_recordings", "voiced_span"]
 
 RATE = 16_000
-
-
-def manifest_rows(manifest: Path) -> list[dict[str, Any]]:
-    """The rows of a JSONL manifest (blank lines skipped), as written."""
-    return [json.loads(line) for line in manifest.read_text().splitlines() if line.strip()]
 
 
 @dataclass(frozen=True)
@@ -48,11 +44,10 @@ def load_clips(manifest: Path, target: str = "en", limit: int = 12, *,
                languages: Sequence[str] = (), per_language: int | None = None) -> list[Clip]:
     """Clips whose language differs from the target (x -> English), resampled to 16 kHz;
     only ``languages`` when given, at most ``per_language`` of each."""
-    import soundfile as sf
-    import soxr
+    from speechpipe.transport.file_replay import read_audio
 
     clips: list[Clip] = []
-    for row in manifest_rows(manifest):
+    for row in load_manifest(manifest):
         if row.get("lang") == target or not row.get("translation_en"):
             continue
         if languages and row.get("lang") not in languages:
@@ -62,13 +57,7 @@ def load_clips(manifest: Path, target: str = "en", limit: int = 12, *,
             continue
         if row.get("category") not in (None, "core_x_to_en") or (row.get("duration_s") or 0) > 20:
             continue
-        audio, rate = sf.read(manifest.parent / row["file"], dtype="float32")
-        if audio.ndim > 1:
-            audio = audio.mean(axis=1)
-        if rate != RATE:
-            audio = soxr.resample(audio, rate, RATE)
-        pcm = np.clip(np.round(audio * 32768.0), -32768, 32767).astype(np.int16)
-        clips.append(Clip(row.get("id", row["file"]), row["lang"], pcm))
+        clips.append(Clip(row["id"], row["lang"], read_audio(row["path"])))
         if len(clips) >= limit:
             break
     if not clips:

@@ -98,7 +98,7 @@ def playlists(manifest: str | Path, categories: list[str], gap_s: float = GAP_S,
               max_seconds: float | None = None, target: str = "en") -> list[CostInput]:
     """Per language, the manifest's x-to-``target`` clips (with a reference translation)
     back to back with ``gap_s`` of silence between them, in manifest order."""
-    from speechpipe.evaluation.evaluate import load_manifest
+    from speechpipe.evaluation.manifest import load_manifest
     from speechpipe.transport.file_replay import read_audio
 
     by_lang: dict[str, list[dict[str, Any]]] = {}

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from speechpipe.bench.clips import manifest_rows
 from speechpipe.bench.own_samples import own_samples
 
 __all__ = ["PLAN", "register_drill", "run_drill"]
@@ -50,10 +49,11 @@ class DrillRow:
 
 
 def _audio(seconds: float) -> np.ndarray:
+    from speechpipe.evaluation.manifest import load_manifest
     from speechpipe.transport.file_replay import read_audio
 
-    rows = manifest_rows(SAMPLES / "manifest.jsonl")
-    clips = [read_audio(SAMPLES / row["file"]) for row in rows if row["lang"] == "es"]
+    rows = load_manifest(SAMPLES / "manifest.jsonl")
+    clips = [read_audio(row["path"]) for row in rows if row["lang"] == "es"]
     audio = np.concatenate(clips)
     return audio[: int(seconds * 16_000)]
 

@@ -37,7 +37,6 @@ from typing import Any
 
 import numpy as np
 
-from speechpipe.bench.clips import manifest_rows
 from speechpipe.bench.own_samples import own_samples
 from speechpipe.bench.server_process import rss_mb as process_rss_mb
 
@@ -155,15 +154,16 @@ def slope_per_minute(points: list[tuple[float, float]]) -> float | None:
 def load_clips(folder: Path) -> list[tuple[str, np.ndarray]]:
     """The clips of ``folder/manifest.jsonl`` as (language, int16 16 kHz audio)."""
     from speechpipe.errors import InputError
+    from speechpipe.evaluation.manifest import load_manifest
     from speechpipe.transport.file_replay import read_audio
 
     manifest = folder / "manifest.jsonl"
     if not manifest.is_file():
         raise InputError(f"no clips: {manifest} not found (pass --clips DIR)")
     clips = []
-    for entry in manifest_rows(manifest):
-        if entry.get("lang") and entry["lang"] != "en":
-            clips.append((entry["lang"], read_audio(folder / entry["file"])))
+    for entry in load_manifest(manifest):
+        if entry["lang"] != "en":
+            clips.append((entry["lang"], read_audio(entry["path"])))
     if not clips:
         raise InputError(f"{manifest}: no non-English clips")
     return clips

@@ -26,10 +26,10 @@ from speechpipe.evaluation.compare import (
 from speechpipe.evaluation.evaluate import (
     check_clips,
     evaluate_clips,
-    load_manifest,
     print_report,
     select_clips,
 )
+from speechpipe.evaluation.manifest import load_manifest
 from speechpipe.evaluation.offline import (
     OfflineRun,
     check_offline_request,

@@ -235,3 +235,24 @@ async def test_overload_runs_past_the_capacity_the_server_announces(pipeline):
     (row,) = results["levels"]
     assert row["sessions"] == 2 and row["started"] == 1 and row["finished"] == 1
     assert row["refused"] == 1 and row["retry_after_s"] and row["retry_after_s"][0] > 0
+
+
+def test_the_benches_read_a_manifest_as_eval_does(tmp_path: Path) -> None:
+    """One manifest reader (``evaluation.manifest.load_manifest``) and one audio reader
+    (``read_audio``) for eval and the benches: the bench's clips are eval's rows and audio, and
+    a bad line is refused with eval's error naming it."""
+    from speechpipe.errors import InputError
+    from speechpipe.evaluation.manifest import load_manifest
+    from speechpipe.transport.file_replay import read_audio
+
+    manifest = ROOT / "samples" / "manifest.jsonl"
+    rows = {row["id"]: row for row in load_manifest(manifest)}
+    clips = load_clips(manifest, limit=100)
+    assert clips
+    for clip in clips:
+        assert clip.lang == rows[clip.id]["lang"]
+        assert np.array_equal(clip.audio, read_audio(rows[clip.id]["path"]))
+    bad = tmp_path / "manifest.jsonl"
+    bad.write_text('{"file": "a.wav", "lang": "es", "translation_en": "x"}\n{"file": "b.wav"}\n')
+    with pytest.raises(InputError, match=r"manifest.jsonl:2: a clip needs 'file' and 'lang'"):
+        load_clips(bad)

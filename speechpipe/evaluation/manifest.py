@@ -1,0 +1,70 @@
+"""A clip manifest (JSONL: one clip an object a line, ``file`` and ``lang`` at least), read
+and checked line by line: the one reader of ``eval``, ``eval --compare`` and the benches
+(``bench load``, ``cost``, ``soak``, ``drill``). Pure: the standard library and the
+language table only, no audio and no model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from speechpipe.errors import InputError
+
+__all__ = ["load_manifest", "MAX_MANIFEST_LINE"]
+
+_TEXT_FIELDS = ("file", "lang", "id", "transcript", "translation_en", "transcript_kind",
+                "category")
+MAX_MANIFEST_LINE = 1 << 20  # one clip's line: references are sentences, not megabytes
+
+
+def load_manifest(path: str | Path) -> list[dict[str, Any]]:
+    """The clips of a JSONL manifest; ``InputError`` naming the line for anything a run would
+    trip on later: bad UTF-8 or JSON (deep nesting included), a clip that is not an object,
+    a missing ``file``/``lang``, a field that is not a string, an unknown language."""
+    from speechpipe.models.ct2_folder import WHISPER_LANGUAGES
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such manifest")
+    clips = []
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the manifest ({exc.strerror})") from None
+    with fh:
+        for number, raw in enumerate(fh, 1):
+            where = f"{path}:{number}"
+            if len(raw) > MAX_MANIFEST_LINE:
+                raise InputError(f"{where}: line over {MAX_MANIFEST_LINE >> 10} KiB")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"{where}: not UTF-8 (byte {exc.start + 1})") from None
+            if not line.strip():
+                continue
+            try:
+                clip = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{where}: not JSON ({exc.msg})") from None
+            except RecursionError:
+                raise InputError(f"{where}: nested too deeply to be a clip") from None
+            if not isinstance(clip, dict) or "file" not in clip or "lang" not in clip:
+                raise InputError(f"{where}: a clip needs 'file' and 'lang'")
+            for key in _TEXT_FIELDS:
+                optional = key not in ("file", "lang", "id")  # null: no reference
+                if key in clip and not isinstance(clip[key], str) and not (
+                    optional and clip[key] is None
+                ):
+                    raise InputError(f"{where}: '{key}' must be a string, not "
+                                     f"{type(clip[key]).__name__}")
+            if not clip["file"].strip():
+                raise InputError(f"{where}: 'file' is empty")
+            if clip["lang"].strip().lower() not in WHISPER_LANGUAGES:
+                raise InputError(f"{where}: unknown language {clip['lang']!r}")
+            clip["lang"] = clip["lang"].strip().lower()
+            clip["path"] = str(path.parent / clip["file"])
+            clip.setdefault("id", Path(clip["file"]).stem)
+            clip["line"] = number
+            clips.append(clip)
+    return clips
