@@ -1,13 +1,18 @@
 """A room listener's connection: no pipeline and no capacity slot, only fan-out.
 
-The room's messages arrive, encoded once for every listener, in the member's bounded outbox
-(``transport.room_shell``); the *sender* is the only task that writes them to the socket.
-Liveness: a listener sends nothing, so its idle timer only pings (the connection core's
-``quota_failure``), and a listener that does not read fills its (bounded) kernel buffer,
-then its outbox, and is closed with ``listener_too_slow`` (4016) even while its sender is
-blocked (*overflow*). A listener with a WebRTC peer hears the speech on the peer's track: its
-``audio`` messages carry the header only, ``via: webrtc``. Four tasks in one task group:
-*reader* (client messages through the core), *attach* (the room's feeds), *sender*,
+The room's messages are encoded once for every listener. While the listener is idle (nothing
+queued, its socket's write buffer below its limit), its feed's writer
+(``transport.room_writer``) writes each one on the socket directly (``ListenerSocket``), in
+one pass over the feed's listeners that wakes no task of this connection; otherwise they
+arrive in the member's bounded outbox (``transport.room_shell``) and the *sender* writes
+them, as it writes this connection's own messages (``error``, ``answer``, ``end``); while it
+writes (``Outbox.draining``) no direct write comes between. Liveness: a listener sends
+nothing, so its idle timer only pings (the connection core's ``quota_failure``), and a
+listener that does not read fills its (bounded) kernel buffer, then its outbox, and is
+closed with ``listener_too_slow`` (4012) even while its sender is blocked (*overflow*). A
+listener with a WebRTC peer hears the speech on the peer's track: its ``audio`` messages
+carry the header only, ``via: webrtc`` (it takes no direct writes). Four tasks in one task
+group: *reader* (client messages through the core), *attach* (the room's feeds), *sender*,
 *overflow*.
 """
 
@@ -21,6 +26,8 @@ import socket
 import time
 
 import numpy as np
+from websockets.asyncio.server import ServerConnection, broadcast
+from websockets.protocol import OPEN
 
 from speechpipe.stages.frames import SpeechChunk
 from speechpipe.transport.closing import Close, close_of, outcome
@@ -36,11 +43,38 @@ from speechpipe.transport.connection_core import (
 from speechpipe.transport.protocol import Start, dumps, encode_end, encode_error, encode_started
 from speechpipe.transport.room import Outgoing
 from speechpipe.transport.room_shell import Presence
+from speechpipe.transport.room_writer import Frames
 from speechpipe.transport.server_side import ConnectionShell
 
-__all__ = ["ListenerPath"]
+__all__ = ["ListenerPath", "ListenerSocket"]
 
 log = logging.getLogger("speechpipe.server")
+
+
+class ListenerSocket:
+    """A listener's connection as its feeds' writers see it (``room_writer.DirectSink``):
+    what its write buffer holds, and a write that never waits (websockets' ``broadcast``).
+    No direct write while a WebRTC peer plays the speech (its ``audio`` differs) or once
+    the connection is not open."""
+
+    def __init__(self, conn: ConnectionShell) -> None:
+        self.conn = conn
+        self.ws: ServerConnection = conn.ws
+        self.limit = self.ws.transport.get_write_buffer_limits()[1]
+
+    def buffered(self) -> int | None:
+        ws = self.ws
+        if self.conn.link.peer is not None or ws.protocol.state is not OPEN:
+            return None
+        transport = ws.transport
+        return None if transport.is_closing() else transport.get_write_buffer_size()
+
+    def write(self, frames: Frames) -> None:
+        try:
+            for data, text in frames:
+                broadcast((self.ws,), data, text=text, raise_exceptions=True)
+        except ExceptionGroup as group:  # its connection failed: its own tasks see it
+            log.debug("session %s: direct write failed: %s", self.conn.id, group.exceptions)
 
 
 class ListenerPath:
@@ -52,7 +86,7 @@ class ListenerPath:
         sub = presence.member.subscriber
         assert sub is not None, "a listener is a subscriber"
         self.outbox = sub.outbox
-        self.sent = 0  # room messages sent to this listener (its activity)
+        self.sent = 0  # room messages its sender wrote (direct writes are the writer's)
 
     async def run(self, start: Start) -> Close | None:
         """``started``, then the room's messages to the socket until the listener stops
@@ -68,6 +102,7 @@ class ListenerPath:
                 conn.id, start, output_sample_rate=start.request.output_sample_rate,
                 room=presence.room.id)))
             log.info("session %s listens", conn.id)
+            presence.member.subscriber.direct = ListenerSocket(conn)  # type: ignore[union-attr]
             conn.link.attach(self._send_answer, self._reply, conn.id)
             try:
                 async with asyncio.TaskGroup() as tg:
@@ -80,7 +115,7 @@ class ListenerPath:
                 return outcome(group, conn.id)
             return None
         finally:
-            conn.server.rooms.leave(presence)
+            conn.server.rooms.leave(presence)  # no direct write after this
             await conn.link.close()
 
     def _offer(self, kind: str, text: str) -> None:
@@ -169,10 +204,15 @@ class ListenerPath:
             presence.wake.clear()
             if outbox.overflowed:
                 return  # _overflow closes it
-            for item in outbox.take():
-                cpu = await self._timed_send(self._over_peer(item) or item.parts)
-                self.sent += 1
-                if item.kind not in ("error", "end"):
-                    self.conn.observer.fanout_delay(time.monotonic() - item.published, cpu)
+            items = outbox.take()
+            outbox.draining = True  # the feeds' writers queue behind these meanwhile
+            try:
+                for item in items:
+                    cpu = await self._timed_send(self._over_peer(item) or item.parts)
+                    self.sent += 1
+                    if item.kind not in ("error", "end"):
+                        self.conn.observer.fanout_delay(time.monotonic() - item.published, cpu)
+            finally:
+                outbox.draining = False
             if outbox.closed:
                 raise close_of(self.conn.core.finished())

@@ -5,7 +5,10 @@ to: the encoded messages of one pipeline (``Outgoing``: a JSON text, and for spe
 encoded once, the same bytes for every listener). Each listener is a ``Subscriber`` with a
 bounded ``Outbox``: publishing never waits; a subscriber whose outbox is full is marked
 ``overflowed`` (its connection is closed with ``listener_too_slow``, 4012) and gets nothing
-more, so one listener that stops reading costs the others nothing. Each feed keeps a bounded
+more, so one listener that stops reading costs the others nothing. A listener that is idle
+(nothing queued, its sender not writing, its socket's write buffer below its limit) gets a
+message written on its socket at once by its feed's writer instead (``route`` decides, per
+listener and message; the writer is ``transport.room_writer``). Each feed keeps a bounded
 history of committed captions (the last ``history_s`` seconds, at most ``history_items``) and
 the current utterance's latest hypotheses, which a late joiner receives first; its live stream
 then starts at the next published message, so its speech starts at a phrase (``SpeechChunk``)
@@ -29,7 +32,7 @@ from typing import Any
 __all__ = [
     "Role", "Outgoing", "Outbox", "Subscriber", "Feed", "Member", "Room", "RoomRegistry",
     "RoomError", "FULL", "SOURCE_ONLY", "new_room_id", "ROOM_ID_BYTES", "presence_of",
-    "Throttle",
+    "Throttle", "Route", "route",
 ]
 
 ROOM_ID_BYTES = 24  # 192 random bits: a room id is a capability, unguessable
@@ -96,10 +99,18 @@ class Outbox:
         self.wake = wake
         self.overflowed = False
         self.closed = False
+        # its sender is writing what it took: a message written past it now would come
+        # between (the shell sets it around its writes)
+        self.draining = False
         self._items: deque[Outgoing] = deque()
 
     def __len__(self) -> int:
         return len(self._items)
+
+    @property
+    def busy(self) -> bool:
+        """Messages are queued or being written: a new one must go behind them."""
+        return self.draining or bool(self._items)
 
     def offer(self, item: Outgoing) -> bool:
         """Queue ``item``; False when it overflowed now or before (or is closed)."""
@@ -133,6 +144,30 @@ class Subscriber:
     target_lang: str
     outbox: Outbox
     output_sample_rate: int = 16_000
+    # the shell's socket a feed's writer may write to directly (``transport.room_writer``;
+    # None: everything goes through the outbox, e.g. a participant)
+    direct: Any = None
+
+
+class Route(enum.Enum):
+    """How one message reaches one subscriber."""
+
+    DIRECT = "direct"  # written on its socket now, by the feed's writer
+    OUTBOX = "outbox"  # queued in its outbox, behind what it has pending (its sender writes)
+    NONE = "none"  # closed or overflowed: nothing more
+
+
+def route(outbox: Outbox, buffered: int | None, limit: int) -> Route:
+    """Where a message for a subscriber goes: ``buffered`` is what its socket's write buffer
+    holds (None: no direct path now: none, not open, a WebRTC peer), ``limit`` its high-water
+    mark. Directly only when nothing is ahead of it (the outbox is not ``busy``) and the
+    socket takes it (below the limit): so the order per listener holds, and a listener that
+    stops reading fills its socket, then its outbox, which overflows as before."""
+    if outbox.closed or outbox.overflowed:
+        return Route.NONE
+    if buffered is not None and buffered < limit and not outbox.busy:
+        return Route.DIRECT
+    return Route.OUTBOX
 
 
 FeedKey = tuple[str, str]  # (speaking member id, target language)
@@ -152,14 +187,21 @@ class Feed:
     playing: deque[tuple[Outgoing, float]] = field(default_factory=deque)
     play_end: float = 0.0
     subscribers: dict[int, tuple[Subscriber, frozenset[str]]] = field(default_factory=dict)
+    writer: Any = None  # the shell's writer for this feed (``transport.room_writer``)
+
+    def admit(self, item: Outgoing, now: float) -> list[Subscriber]:
+        """Remember ``item`` (history, current state, speech playing) and return the
+        subscribers that take its kind now: who joins later gets it in its backlog if at all,
+        never twice."""
+        self._remember(item, now)
+        return [sub for sub, kinds in self.subscribers.values() if item.kind in kinds]
 
     def publish(self, item: Outgoing, now: float) -> list[Subscriber]:
-        """Send ``item`` to every subscriber that takes its kind; returns those that
-        overflowed now (the shell closes them)."""
-        self._remember(item, now)
+        """Offer ``item`` to every subscriber's outbox that takes its kind; returns those
+        that overflowed now (the shell closes them)."""
         dropped: list[Subscriber] = []
-        for sub, kinds in list(self.subscribers.values()):
-            if item.kind in kinds and not sub.outbox.offer(item) and sub.outbox.overflowed:
+        for sub in self.admit(item, now):
+            if not sub.outbox.offer(item) and sub.outbox.overflowed:
                 dropped.append(sub)
                 self.subscribers.pop(id(sub), None)
         return dropped

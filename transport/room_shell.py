@@ -10,7 +10,9 @@ that direction (the factory refuses the request), the listener gets the source c
 speaker's own pipeline and a ``status`` ``translation_unavailable`` saying why.
 
 A listener costs fan-out, not inference: a pipeline's events are encoded once
-(``Outgoing``) and the same bytes are offered to every subscriber's bounded outbox.
+(``Outgoing``) and handed once to their feed's writer (``transport.room_writer``), which
+writes the same bytes to every idle listener's socket in one pass and offers them to the
+bounded outbox of every other subscriber.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from speechpipe.transport.protocol import dumps, encode_event
 from speechpipe.transport.room import (
     FULL,
     SOURCE_ONLY,
+    Feed,
     FeedKey,
     Member,
     Outbox,
@@ -44,6 +47,7 @@ from speechpipe.transport.room import (
 )
 from speechpipe.transport.room_access import JoinLimiter
 from speechpipe.transport.room_captions import RoomCaptions
+from speechpipe.transport.room_writer import FeedWriter
 from speechpipe.transport.session_api import LiveSession, SessionFactory
 
 __all__ = ["RoomHub", "SpeakerFeeds", "Presence", "encode_outgoing", "RoomObserver",
@@ -295,14 +299,15 @@ class RoomHub:
         self._send_cpu = 0.0  # CPU of listener sends that did not wait (send_cost)
         self._sends = 0
 
-    def send_cost(self, cpu: float | None) -> float:
-        """A listener send's CPU (None: it waited, so its own CPU is unknown): the running
-        mean of the sends that did not wait stands in for it."""
+    def send_cost(self, cpu: float | None, count: int = 1) -> float:
+        """The CPU of one listener send (None: it waited, so its own CPU is unknown: the
+        running mean of the sends that did not wait stands in for it), or each of ``count``
+        direct writes that took ``cpu`` together."""
         if cpu is None:
             return self._send_cpu / self._sends if self._sends else 0.0
         self._send_cpu += cpu
-        self._sends += 1
-        return cpu
+        self._sends += count
+        return cpu / count
 
     def _changed(self) -> None:
         self.observer.rooms_changed(len(self.registry.rooms), self.registry.listeners)
@@ -335,19 +340,25 @@ class RoomHub:
 
     def leave(self, presence: Presence) -> None:
         room = presence.room
-        sub = presence.member.subscriber
+        member = presence.member
+        sub = member.subscriber
         heard = [key for key, feed in room.feeds.items()
                  if sub is not None and id(sub) in feed.subscribers]
-        orphans = self.registry.leave(room, presence.member)
+        ending = [feed for key, feed in room.feeds.items()
+                  if member.role.speaks and key[0] == member.id]
+        self.registry.leave(room, member)
         if room.id not in self.registry.rooms:
             self.joins.forget(room.id)  # the room ended
         for key in heard:
             self._retire_unheard(room, key)
-        if presence.member.subscriber is not None:
-            presence.member.subscriber.outbox.close()
-        for sub in orphans:
-            sub.outbox.offer(status_outgoing(
-                "speaker_left", "a speaker left the room", presence.member.id))
+        if sub is not None:
+            sub.direct = None
+            sub.outbox.close()
+        for feed in ending:  # through its writer: after the feed's last messages
+            orphans = [orphan for orphan, _ in feed.subscribers.values()]
+            if orphans:
+                self._writer(room, feed).hand(status_outgoing(
+                    "speaker_left", "a speaker left the room", member.id), orphans)
         self._changed()
         self._present(room)
 
@@ -377,6 +388,10 @@ class RoomHub:
         for member in room.members.values():
             if member.role is Role.PARTICIPANT and member.subscriber is not None:
                 member.subscriber.outbox.offer(item)
+
+    def unheard(self, room: Room, key: FeedKey) -> None:
+        """A feed's writer dropped its last subscribers (``room_writer.WriterHost``)."""
+        self._retire_unheard(room, key)
 
     def _retire_unheard(self, room: Room, key: FeedKey) -> None:
         """A further pipeline nobody listens to any more stops (the speaker's own goes on)."""
@@ -423,17 +438,18 @@ class RoomHub:
     # -- publishing ----------------------------------------------------------------------
     def publish(self, room: Room, key: FeedKey, item: Outgoing,
                 event: OutputEvent | None = None) -> None:
-        """``item`` to the feed's listeners; ``event`` (what it encodes) to the captions."""
+        """``item`` to the feed's listeners, handed once to the feed's writer (never waits,
+        whatever the number of listeners); ``event`` (what it encodes) to the captions."""
         if event is not None:
             self.captions.observe(room, key, event)
-        feed = room.feeds.get(key)
-        if feed is None:
-            feed = room.feed(key)  # nobody yet: keep the history for late joiners
-        dropped = feed.publish(item, self.clock())
-        for _ in dropped:
-            self.observer.fanout_dropped()
-        if dropped and not feed.subscribers:
-            self._retire_unheard(room, key)
+        # made when nobody listens yet too: its writer keeps the history for late joiners
+        self._writer(room, room.feed(key)).hand(item)
+
+    def _writer(self, room: Room, feed: Feed) -> FeedWriter:
+        writer = feed.writer
+        if writer is None:
+            writer = feed.writer = FeedWriter(self, room, feed)
+        return writer
 
     def room_of(self, room_id: str) -> Room:
         return self.registry.get(room_id)
