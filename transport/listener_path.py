@@ -69,10 +69,16 @@ class ListenerSocket:
         transport = ws.transport
         return None if transport.is_closing() else transport.get_write_buffer_size()
 
-    def write(self, frames: Frames) -> None:
+    def write(self, frames: Frames, wire: bytes) -> None:
+        ws = self.ws
+        if not ws.protocol.extensions and ws.send_in_progress is None:
+            # the frames the protocol would write, serialized once for every listener; the
+            # state was checked (``buffered``) in the same step, with no await between
+            ws.transport.write(wire)
+            return
         try:
             for data, text in frames:
-                broadcast((self.ws,), data, text=text, raise_exceptions=True)
+                broadcast((ws,), data, text=text, raise_exceptions=True)
         except ExceptionGroup as group:  # its connection failed: its own tasks see it
             log.debug("session %s: direct write failed: %s", self.conn.id, group.exceptions)
 

@@ -36,6 +36,7 @@ import asyncio
 import hashlib
 import json
 import math
+import os
 import resource
 import sys
 import time
@@ -51,6 +52,7 @@ from speechpipe.bench.server_process import (
     PeakRss,
     ServerProcess,
     bucket_quantile,
+    bucket_share,
     histogram_buckets,
     metric,
     metrics_text,
@@ -189,10 +191,12 @@ def _slim(run: ListenerRun) -> ListenerRun:
 
 
 def _listener_worker(url: str, room: str, count: int, joined: Any, stop: Any,
-                     out: Any) -> None:
+                     out: Any, nice: int = 0) -> None:
     """A client process holding ``count`` listeners (arrival times on the machine's
     monotonic clock, which every process shares): reports each join on ``joined`` (or a
     refusal), listens until ``stop`` is set, then sends its slimmed runs on ``out``."""
+    if nice:
+        os.nice(nice)  # below the server: listeners elsewhere would not take its cores
     async def main() -> None:
         done = asyncio.Event()
 
@@ -213,11 +217,12 @@ def _listener_worker(url: str, room: str, count: int, joined: Any, stop: Any,
 
 async def _room_phase(url: str, audio: np.ndarray, listeners: int, source_lang: str,
                       stalled: int, client_procs: int = 1,
-                      on_joined: Callable[[], None] = lambda: None) -> RoomPhase:
+                      on_joined: Callable[[], None] = lambda: None,
+                      client_nice: int = 0) -> RoomPhase:
     """The room phase (``on_joined``: called once every listener is in, before the talk)."""
     if client_procs > 1:
         return await _room_phase_procs(url, audio, listeners, source_lang, stalled,
-                                       client_procs, on_joined)
+                                       client_procs, on_joined, client_nice)
     loop = asyncio.get_running_loop()
     room: asyncio.Future[str] = loop.create_future()
     ready, stop = asyncio.Event(), asyncio.Event()
@@ -280,7 +285,8 @@ def _late_joiner(url: str, room_id: str,
 
 async def _room_phase_procs(url: str, audio: np.ndarray, listeners: int, source_lang: str,
                             stalled: int, procs: int,
-                            on_joined: Callable[[], None] = lambda: None) -> RoomPhase:
+                            on_joined: Callable[[], None] = lambda: None,
+                            nice: int = 0) -> RoomPhase:
     """``_room_phase`` with the listeners spread over ``procs`` client processes, so the
     first-to-last spread is not the bench's own event loop working through N sockets."""
     import multiprocessing
@@ -296,7 +302,7 @@ async def _room_phase_procs(url: str, audio: np.ndarray, listeners: int, source_
     joined, out, stop_all = ctx.Queue(), ctx.Queue(), ctx.Event()
     shares = [listeners // procs + (1 if i < listeners % procs else 0) for i in range(procs)]
     workers = [ctx.Process(target=_listener_worker, args=(url, room_id, n, joined, stop_all,
-                                                          out), daemon=True)
+                                                          out, nice), daemon=True)
                for n in shares if n]
     for worker in workers:
         worker.start()
@@ -329,7 +335,7 @@ async def _room_phase_procs(url: str, audio: np.ndarray, listeners: int, source_
 
 def run_room_bench(listeners: int, clip: Path, source_lang: str,
                    server_args: list[str], stalled: int = 0, repeat: int = 1,
-                   client_procs: int = 1, port: int = 0) -> int:
+                   client_procs: int = 1, port: int = 0, client_nice: int = 0) -> int:
     """Run both phases and print the figures; 0 when every check held, 1 otherwise."""
     from speechpipe.transport.file_replay import read_audio
 
@@ -364,7 +370,7 @@ def run_room_bench(listeners: int, clip: Path, source_lang: str,
         with PeakRss(server) as room_peak:
             phase = asyncio.run(asyncio.wait_for(
                 _room_phase(url, audio, listeners, source_lang, stalled, client_procs,
-                            joined),
+                            joined, client_nice),
                 PHASE_LIMIT_S))
         spoke, runs = phase.spoke, phase.runs
         room_cpu, room_wall = server.cpu_seconds() - cpu0, time.monotonic() - t0
@@ -403,6 +409,10 @@ def run_room_bench(listeners: int, clip: Path, source_lang: str,
           + " ms, p95 ".join("-" if w is None else f"<= {w * 1000:g}" for w in written)
           + " ms (the rest of the spread is the listeners' client processes reading on the "
           "same cores)")
+    share = bucket_share(delay0, delay1, 0.05)
+    if share is not None:
+        print(f"                 written within 50 ms of publication: {share:.1%} of "
+              "(listener, message) deliveries")
     streamed = LEAD_S + len(audio) / 16000 + TAIL_S
     hundred = per_hundred(room_cpu, lone_cpu, listeners)
     print(f"  per 100:       server CPU {hundred:+.2f} s (room - lone; "
@@ -464,6 +474,11 @@ def register_room(kinds: Any) -> None:
     room.add_argument("--client-procs", type=int, default=4,
                       help="client processes the listeners are spread over (default 4; 1: "
                            "all in the bench's own event loop)")
+    room.add_argument("--client-nice", type=int, default=0, metavar="N",
+                      help="niceness of the listeners' client processes (0-19, default 0): "
+                           "19 lets the server have the cores first, as listeners on other "
+                           "machines would; the spread at the listeners then includes their "
+                           "wait for a core")
     room.add_argument("--port", type=int, default=0,
                       help="port of the server the bench starts on 127.0.0.1 (default 0: any "
                            "free one; the bench always starts its own)")
@@ -500,8 +515,9 @@ def _bench_storm(args: argparse.Namespace, clip: Path) -> int:
 
 def _bench_room(args: argparse.Namespace) -> int:
     if not (0 <= args.stalled <= MAX_LISTENERS and 1 <= args.repeat <= 100
-            and 1 <= args.client_procs <= 64):
-        raise InputError("--stalled must be 0-1000, --repeat 1-100 and --client-procs 1-64")
+            and 1 <= args.client_procs <= 64 and 0 <= args.client_nice <= 19):
+        raise InputError("--stalled must be 0-1000, --repeat 1-100, --client-procs 1-64 and "
+                         "--client-nice 0-19")
     if not 0 <= args.port <= 65_535:
         raise InputError(f"--port must be 0-65535 (got {args.port})")
     if not 1 <= args.listeners <= MAX_LISTENERS:
@@ -514,7 +530,8 @@ def _bench_room(args: argparse.Namespace) -> int:
     try:
         return run_room_bench(args.listeners, clip, args.source_lang, args.server_arg,
                               stalled=args.stalled, repeat=args.repeat,
-                              client_procs=args.client_procs, port=args.port)
+                              client_procs=args.client_procs, port=args.port,
+                              client_nice=args.client_nice)
     except RuntimeError as exc:
         print(f"speechpipe bench room: {exc}", file=sys.stderr)
         return 1

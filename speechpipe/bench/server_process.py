@@ -205,6 +205,17 @@ def bucket_quantile(before: dict[float, float], after: dict[float, float],
     return bounds[-1]
 
 
+def bucket_share(before: dict[float, float], after: dict[float, float],
+                 bound: float) -> float | None:
+    """The share (0-1) of what a histogram counted between two scrapes that fell at or below
+    ``bound`` (one of its bucket bounds); None when nothing was counted or ``bound`` is not
+    a bucket bound."""
+    total = after.get(max(after), 0.0) - before.get(max(after), 0.0) if after else 0.0
+    if total <= 0 or bound not in after:
+        return None
+    return (after[bound] - before.get(bound, 0.0)) / total
+
+
 def scrape(url: str) -> dict[str, float]:
     """A few sums from ``/metrics`` (``SCRAPED``); empty when it cannot be read."""
     try:

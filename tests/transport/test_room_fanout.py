@@ -62,10 +62,10 @@ async def test_listeners_get_the_speakers_bytes_in_order_and_a_stalled_one_is_cl
     direct = 0
     write = listener_path.ListenerSocket.write
 
-    def counting(self: Any, frames: Any) -> None:
+    def counting(self: Any, frames: Any, wire: bytes) -> None:
         nonlocal direct
         direct += 1
-        write(self, frames)
+        write(self, frames, wire)
 
     monkeypatch.setattr(listener_path.ListenerSocket, "write", counting)
     limits = ServerLimits(max_lead_s=TALK_S + 10, rooms=RoomOptions(

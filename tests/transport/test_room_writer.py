@@ -23,7 +23,7 @@ from speechpipe.transport.room import (
     route,
 )
 from speechpipe.transport.room_shell import RoomHub
-from speechpipe.transport.room_writer import WRITE_CHUNK, Frames, frames_of
+from speechpipe.transport.room_writer import WRITE_CHUNK, Frames, frames_of, wire_of
 
 
 def item(kind: str, n: int, pcm: bytes | None = None) -> Outgoing:
@@ -39,14 +39,23 @@ class FakeSocket:
 
     def __init__(self) -> None:
         self.frames: list[Frames] = []
+        self.writes = 0
         self.full = False
         self.open = True
 
     def buffered(self) -> int | None:
         return (self.limit if self.full else 0) if self.open else None
 
-    def write(self, frames: Frames) -> None:
-        self.frames.append(frames)
+    def write(self, frames: Frames, wire: bytes = b"") -> None:
+        """One write may carry several messages (queued together): each starts with its
+        JSON text frame; recorded a message each."""
+        assert wire == wire_of(frames), "the serialized bytes are the frames"
+        self.writes += 1
+        for data, text in frames:
+            if text or not self.frames:
+                self.frames.append(((data, text),))
+            else:
+                self.frames[-1] += ((data, text),)
 
 
 class Metrics:
@@ -115,6 +124,21 @@ def test_frames_are_encoded_once_text_then_binary() -> None:
         (b'{"type":"audio","n":3}', True), (b"\x01\x02", False))
 
 
+def test_wire_bytes_are_what_the_servers_protocol_writes() -> None:
+    """A direct write puts ``wire_of`` on the transport: byte for byte what websockets' own
+    server protocol writes for the same messages (small and 64 KiB payloads: the 7-, 16- and
+    64-bit length forms)."""
+    from websockets.protocol import State
+    from websockets.server import ServerProtocol
+
+    for payload in (b"\x01\x02", bytes(200), bytes(65_536)):
+        frames = frames_of(item("audio", 3, payload))
+        protocol = ServerProtocol(state=State.OPEN)
+        for data, text in frames:
+            (protocol.send_text if text else protocol.send_binary)(data)
+        assert wire_of(frames) == b"".join(protocol.data_to_send())
+
+
 # -- the writer -------------------------------------------------------------------------------
 
 @pytest.mark.asyncio
@@ -160,6 +184,27 @@ async def test_every_listener_gets_the_same_bytes_whichever_path() -> None:
     assert [i.parts for i in subs[1].outbox.take()] == [m.parts for m in messages]
     assert [i.parts for i in subs[2].outbox.take()] == [m.parts for m in messages]
     assert [i.parts for i in subs[3].outbox.take()] == [m.parts for m in messages]
+
+
+@pytest.mark.asyncio
+async def test_messages_queued_together_reach_an_idle_listener_in_one_write() -> None:
+    """The captions and the translation of one decode are published together: an idle
+    listener gets both (and what else was queued) in one write, in order, and each counts
+    as a delivery; a listener whose sender is writing gets them all in its outbox."""
+    metrics = Metrics()
+    hub = RoomHub(observer=metrics)
+    room, subs = room_with(hub, 3)
+    subs[2].outbox.draining = True
+    messages = [item("source", 1), item("target", 1), item("audio", 2, b"\x00\x01" * 8)]
+    for message in messages:
+        hub.publish(room, ("s", "en"), message)
+    await asyncio.sleep(0.01)
+    for sub in subs[:2]:
+        assert sub.direct.writes == 1
+        assert received(sub) == [m.parts for m in messages]
+    assert subs[2].direct.writes == 0
+    assert [i.parts for i in subs[2].outbox.take()] == [m.parts for m in messages]
+    assert len(metrics.delays) == 2 * len(messages)
 
 
 @pytest.mark.asyncio
