@@ -402,6 +402,7 @@ RANGES: dict[str, Range] = {
     "pipeline.mt_threads": AT_LEAST_ONE,
     "pipeline.blas_threads": AT_LEAST_ONE,
     "asr.vocabulary_words": NON_NEGATIVE,  # 0: the full vocabulary
+    "text_mt.open_new_tokens": NON_NEGATIVE,  # 0: open updates run to the length cap
     "vad.aggressiveness": Range(0, 3),  # webrtcvad's modes
     "vad.start_ratio": Range(0.0, 1.0, open_low=True),
     "vad.hush_ms": NON_NEGATIVE,  # 0: no decode ahead of a pause

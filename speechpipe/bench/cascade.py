@@ -94,6 +94,10 @@ def register_cascade(kinds: argparse._SubParsersAction) -> None:
                          "do not depend on it, so any installed voice measures them")
     cascade.add_argument("--voices-dir", action="append", default=[], metavar="DIR",
                          help="extra folder with Piper voices (repeatable)")
+    cascade.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                         dest="settings",
+                         help="an option for the translate runs (repeatable), e.g. "
+                              "text_mt.open_new_tokens=0")
     cascade.add_argument("--report", default=None, help="write the figures as JSON here")
     cascade.set_defaults(handler=_run)
 
@@ -123,7 +127,8 @@ def _run(args: argparse.Namespace) -> int:
                  str(Path(tmp) / f"{i}.wav"), "--trace", str(trace), "--pace", args.pace,
                  "--source-lang", args.source_lang, "--target-lang", args.target_lang,
                  "--mt", f"ct2:{model}", *(["--voice", args.voice] if args.voice else []),
-                 *[arg for folder in args.voices_dir for arg in ("--voices-dir", folder)]],
+                 *[arg for folder in args.voices_dir for arg in ("--voices-dir", folder)],
+                 *[arg for setting in args.settings for arg in ("--set", setting)]],
                 stdout=subprocess.DEVNULL, check=False).returncode
             if code != 0:
                 return code
@@ -140,5 +145,6 @@ def _run(args: argparse.Namespace) -> int:
     print(f"all: {total_mt / total_audio:.4f} MT s per audio s over {total_audio:.1f} s")
     if args.report:
         Path(args.report).write_text(json.dumps({"model": args.model or "opus-size random",
+                                                 "settings": args.settings,
                                                  "runs": records}, indent=2) + "\n")
     return 0

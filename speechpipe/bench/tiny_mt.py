@@ -276,6 +276,13 @@ def build_opus_size_pair(out_dir: Path, source: str = "en", target: str = "es", 
     spec = _random_spec(len(shared), shared, seed, d_model=OPUS_BASE["d_model"],
                         heads=OPUS_BASE["heads"], ffn=OPUS_BASE["ffn"],
                         layers=OPUS_BASE["layers"])
+    # The padding rows are computed at every step (the output layer costs a real one's) but
+    # never chosen: the model writes the tokenizer's pieces, so its output reads as words,
+    # the policy can agree on some and commit them, and later updates force them again as
+    # a trained model's would be (with padding chosen, nothing was ever committed)
+    spec.decoder.projection.bias = np.where(
+        np.array([t.startswith("<unused") for t in shared]), np.float32(-1e4),
+        spec.decoder.projection.bias).astype(np.float32)
     spec.config.decoder_start_token = "</s>"
     spec.decoder.start_from_zero_embedding = True
     spec.register_source_vocabulary(shared)
