@@ -9,9 +9,8 @@ blocks the event loop.
 Batching (``run_batch``; ``run`` is a batch of one, so both give identical results):
 - Whisper's encoder has no padding mask: extra trailing silence changes the text. So the
   encode length is *canonical*: audio + 1 s of silence, rounded up to a multiple of
-  ``encode_bucket_s`` with more silence. Requests in the same bucket share one encoder call and
-  their decodes share ``generate`` calls; requests in different buckets are never padded
-  together.
+  ``encode_bucket_s`` with more silence. Requests in the same bucket share one encoder call
+  and ``generate`` calls; requests in different buckets are never padded together.
 - which decodes of a bucket share a ``generate`` call (decoder, beam size, context length,
   ``max_length``, prefill) is planned by ``models.batch_plan``, from each request alone.
 

@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Any
 
 from speechpipe.errors import SpeechpipeError
 from speechpipe.stages.frames import AudioFrame, OutputEvent, SpeechChunk, TextHypothesis
@@ -47,7 +47,7 @@ from speechpipe.transport.room import (
 )
 from speechpipe.transport.room_access import JoinLimiter
 from speechpipe.transport.room_captions import RoomCaptions
-from speechpipe.transport.room_writer import FeedWriter
+from speechpipe.transport.room_writer import FeedWriter, NoRoomMetrics, RoomObserver
 from speechpipe.transport.session_api import LiveSession, SessionFactory
 
 __all__ = ["RoomHub", "SpeakerFeeds", "Presence", "encode_outgoing", "RoomObserver",
@@ -57,31 +57,6 @@ log = logging.getLogger("speechpipe.server")
 
 DRAIN_S = 30.0  # after the speaker's ``stop``: how long its extra pipelines get to finish
 PENDING_PIPELINE_REQUESTS = 256  # queued asks for a further pipeline per speaker (a bound)
-
-
-class RoomObserver(Protocol):
-    """Hooks for the rooms' metrics (``ServerObserver`` has them)."""
-
-    def rooms_changed(self, rooms: int, listeners: int) -> None:
-        """There are ``rooms`` rooms with ``listeners`` listeners now."""
-
-    def fanout_dropped(self) -> None:
-        """A listener's outbox overflowed (it is closed with ``listener_too_slow``)."""
-
-    def fanout_delay(self, seconds: float, cpu_s: float = 0.0) -> None:
-        """A message reached a listener's socket ``seconds`` after it was published
-        (``cpu_s``: the server's CPU time writing it)."""
-
-
-class _NoMetrics:
-    def rooms_changed(self, rooms: int, listeners: int) -> None:
-        pass
-
-    def fanout_dropped(self) -> None:
-        pass
-
-    def fanout_delay(self, seconds: float, cpu_s: float = 0.0) -> None:
-        pass
 
 
 def encode_outgoing(event: OutputEvent, speaker: str, resampler: OutputResampler,
@@ -290,7 +265,7 @@ class RoomHub:
         self.captions = captions or RoomCaptions(clock=clock)  # GET /rooms/ID/captions.vtt
         self.outbox_capacity = outbox_capacity
         self.mt = mt  # the text-MT model for room pipelines into languages other than English
-        self.observer: RoomObserver = observer or _NoMetrics()
+        self.observer: RoomObserver = observer or NoRoomMetrics()
         self.clock = clock
         # cluster mode: the URL of the node where a room this node lacks lives (None: none)
         self.locate: Callable[[str], Awaitable[str | None]] | None = None

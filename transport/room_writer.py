@@ -34,7 +34,7 @@ from websockets.frames import Frame, Opcode
 from speechpipe.transport.room import Feed, FeedKey, Outgoing, Room, Route, Subscriber, route
 
 __all__ = ["FeedWriter", "DirectSink", "WriterHost", "Frames", "frames_of", "wire_of",
-           "WRITE_CHUNK"]
+           "WRITE_CHUNK", "RoomObserver", "NoRoomMetrics"]
 
 log = logging.getLogger("speechpipe.server")
 
@@ -72,17 +72,38 @@ class DirectSink(Protocol):
         ...
 
 
-class _Observer(Protocol):
-    def fanout_dropped(self) -> None: ...
+class RoomObserver(Protocol):
+    """Hooks for the rooms' metrics (``ServerObserver`` has them)."""
 
-    def fanout_delay(self, seconds: float, cpu_s: float = 0.0) -> None: ...
+    def rooms_changed(self, rooms: int, listeners: int) -> None:
+        """There are ``rooms`` rooms with ``listeners`` listeners now."""
+
+    def fanout_dropped(self) -> None:
+        """A listener's outbox overflowed (it is closed with ``listener_too_slow``)."""
+
+    def fanout_delay(self, seconds: float, cpu_s: float = 0.0) -> None:
+        """A message reached a listener's socket ``seconds`` after it was published
+        (``cpu_s``: the server's CPU time writing it)."""
+
+
+class NoRoomMetrics:
+    """No metrics (a hub made without an observer)."""
+
+    def rooms_changed(self, rooms: int, listeners: int) -> None:
+        pass
+
+    def fanout_dropped(self) -> None:
+        pass
+
+    def fanout_delay(self, seconds: float, cpu_s: float = 0.0) -> None:
+        pass
 
 
 class WriterHost(Protocol):
     """What a writer uses of its hub (``room_shell.RoomHub``)."""
 
     @property
-    def observer(self) -> _Observer: ...
+    def observer(self) -> RoomObserver: ...
 
     def clock(self) -> float: ...
 
