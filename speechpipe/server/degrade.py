@@ -9,6 +9,10 @@ threshold: a burst of new sessions must not wait several periods), and **down** 
 only after
 ``down_after_s`` of load under the lower thresholds — the gap between the two thresholds and
 the two delays is the hysteresis that keeps it from flapping.
+
+Ahead of the queue: while the sessions in progress exceed ``busy_load_ratio`` of the capacity,
+the level is at least ``busy_level`` from the first sample on (a burst of sessions starting
+together would otherwise build an ASR queue during the periods the reactive steps wait).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ class LoadSample:
     asr_latency_s: float = 0.0  # ASR turnaround: queue wait + compute (recent p90)
     loop_lag_s: float = 0.0  # event-loop lag (a timer's lateness)
     load_ratio: float = 0.0  # active sessions / capacity
+    sessions: int | None = None  # active sessions (None: not known; ``load_ratio`` alone)
 
 
 class DegradeController:
@@ -61,9 +66,22 @@ class DegradeController:
         return (sample.asr_latency_s < o.down_latency_s and sample.loop_lag_s < o.down_lag_s
                 and sample.load_ratio < o.down_load_ratio)
 
+    def busy_floor(self, sample: LoadSample) -> int:
+        """The level the sessions in progress need before any queue shows (``busy_level``
+        above ``busy_load_ratio`` of the capacity; 0 below or when off)."""
+        o = self.options
+        if sample.sessions is not None and sample.sessions < 2:
+            return 0  # a lone session is no burst: it keeps the floor of a session alone
+        if o.busy_load_ratio > 0 and sample.load_ratio > o.busy_load_ratio:
+            return min(o.busy_level, o.max_level)
+        return 0
+
     def update(self, sample: LoadSample, now: float) -> int:
         """Feed one load sample; returns the (possibly changed) level."""
         o = self.options
+        floor = self.busy_floor(sample)
+        if self.level < floor:  # ahead of the queue: at once, not after a period
+            self._set(floor, now)
         if self.overloaded(sample):
             self._calm_since = None
             if self._over_since is None:
@@ -77,7 +95,7 @@ class DegradeController:
             self._over_since = None
             if self._calm_since is None:
                 self._calm_since = now
-            if self.level > 0 and now - self._calm_since >= o.down_after_s:
+            if self.level > floor and now - self._calm_since >= o.down_after_s:
                 self._set(self.level - 1, now)
                 self._calm_since = now
         else:  # between the thresholds: hold the level, restart both clocks

@@ -213,6 +213,7 @@ class LoadControl:
             asr_latency_s=max(batcher.oldest_wait(), recent_p90),
             loop_lag_s=loop_lag_s,
             load_ratio=len(self.pipeline.live_sessions) / max(1, core.capacity),
+            sessions=len(self.pipeline.live_sessions),
         )
 
     def tick(self, loop_lag_s: float, now: float) -> int:

@@ -45,11 +45,23 @@ class DegradeOptions:
     severe_factor: float = 2.0  # ... two levels when over this multiple of a threshold
     down_after_s: float = 10.0  # calm this long -> one level down
     max_level: int = MAX_LEVEL
+    # ahead of the queue: while more sessions than this share of the capacity are in
+    # progress, the level is at least ``busy_level``, set at once (0: off). The capacity
+    # counts sessions at level 2 (``calibrate_capacity``), and a session costs about twice
+    # that on level 0 (a decode every 1 s against 1.5 s, beams on partials: about +30 %), so
+    # above half of it level 0 cannot hold them: waiting for the ASR turnaround to grow lets
+    # a burst of sessions build a queue first (docs/design.md, "Ahead of the queue"); a
+    # lone session never counts as busy
+    busy_load_ratio: float = 0.5
+    busy_level: int = 2  # ... the level it is at least then (max_level caps it)
 
     def __post_init__(self) -> None:
         if not (self.down_latency_s < self.up_latency_s and self.down_lag_s < self.up_lag_s
                 and self.down_load_ratio < self.up_load_ratio):
             raise ValueError("the down thresholds must be below the up thresholds")
+        if not 0 <= self.busy_level <= MAX_LEVEL or self.busy_load_ratio < 0:
+            raise ValueError(f"degrade.busy_level must be 0..{MAX_LEVEL} and "
+                             "degrade.busy_load_ratio >= 0 (max_level caps it)")
 
 
 

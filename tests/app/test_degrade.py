@@ -74,10 +74,49 @@ def test_severe_overload_steps_two_levels_at_a_time():
     assert run_script(controller, [(5, LoadSample(asr_latency_s=3.0))]) == [(2.0, 2), (4.0, 4)]
 
 
-@pytest.mark.parametrize("sample", [LoadSample(loop_lag_s=0.4), LoadSample(load_ratio=1.5)])
-def test_loop_lag_and_sessions_over_capacity_count_as_overload(sample):
+@pytest.mark.parametrize(("sample", "expected"), [
+    (LoadSample(loop_lag_s=0.4), [(1.0, 1), (2.0, 2)]),
+    # over the capacity: busy (level 2 at once), and overloaded (one more level a period)
+    (LoadSample(load_ratio=1.5), [(0.0, 2), (1.0, 3), (2.0, 4)]),
+])
+def test_loop_lag_and_sessions_over_capacity_count_as_overload(sample, expected):
     controller = DegradeController(DegradeOptions(up_after_s=1.0))
-    assert run_script(controller, [(3, sample)]) == [(1.0, 1), (2.0, 2)]
+    assert run_script(controller, [(3, sample)]) == expected
+
+
+def test_a_burst_of_sessions_puts_the_ladder_ahead_of_the_queue():
+    """Sessions past half the capacity: level 2 from the first sample, before any ASR
+    turnaround grew; held while they last, however calm; then down a level a period (the
+    first at once when the load was calm all along)."""
+    controller = DegradeController(DegradeOptions(up_after_s=2.0, down_after_s=10.0))
+    busy_calm = LoadSample(asr_latency_s=0.2, loop_lag_s=0.01, load_ratio=0.9)
+    changes = run_script(controller, [(5, CALM), (30, busy_calm), (25, CALM)])
+    assert changes == [(5.0, 2), (35.0, 1), (45.0, 0)]  # calm all along: one step at once
+    # overloaded on top of busy: the reactive steps go on from the floor
+    controller = DegradeController(DegradeOptions(up_after_s=2.0))
+    busy_over = LoadSample(asr_latency_s=1.5, load_ratio=0.9)
+    assert run_script(controller, [(5, busy_over)]) == [(0.0, 2), (2.0, 3), (4.0, 4)]
+
+
+def test_a_lone_session_is_no_burst():
+    controller = DegradeController()
+    alone = LoadSample(asr_latency_s=0.2, loop_lag_s=0.01, load_ratio=1.0, sessions=1)
+    assert run_script(controller, [(30, alone)]) == []
+    two = LoadSample(asr_latency_s=0.2, loop_lag_s=0.01, load_ratio=1.0, sessions=2)
+    assert run_script(controller, [(1, two)], start=30.0) == [(30.0, 2)]
+
+
+@pytest.mark.parametrize("options", [DegradeOptions(busy_load_ratio=0.0),
+                                     DegradeOptions(busy_level=0)])
+def test_the_busy_floor_can_be_switched_off(options):
+    controller = DegradeController(options)
+    busy_calm = LoadSample(asr_latency_s=0.2, loop_lag_s=0.01, load_ratio=0.9)
+    assert run_script(controller, [(30, busy_calm)]) == []
+
+
+def test_the_busy_level_must_be_on_the_ladder():
+    with pytest.raises(ValueError, match="busy_level"):
+        DegradeOptions(busy_level=MAX_LEVEL + 1)
 
 
 def test_each_level_sheds_more_work():
