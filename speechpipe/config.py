@@ -403,6 +403,8 @@ RANGES: dict[str, Range] = {
     "pipeline.blas_threads": AT_LEAST_ONE,
     "asr.vocabulary_words": NON_NEGATIVE,  # 0: the full vocabulary
     "text_mt.open_new_tokens": NON_NEGATIVE,  # 0: open updates run to the length cap
+    "degrade.busy_load_ratio": NON_NEGATIVE,  # 0: no level ahead of the queue
+    "degrade.busy_level": NON_NEGATIVE,
     "vad.aggressiveness": Range(0, 3),  # webrtcvad's modes
     "vad.start_ratio": Range(0.0, 1.0, open_low=True),
     "vad.hush_ms": NON_NEGATIVE,  # 0: no decode ahead of a pause
