@@ -17,7 +17,9 @@ the C++ file's header for why the results equal ``generate``'s.
 
 When the extension is missing (no C++ compiler at install time) or was built for another
 CTranslate2 version, ``native_prefill()`` says why once and returns None; the engine then
-decodes with ``generate`` as before.
+decodes with ``generate`` as before. A version that matches is not proof: at warm-up the
+engine decodes a request both ways (``prefill_disagreement``) and keeps the native decoder
+only when it decodes what ``generate`` does (``WhisperDecoders.verify_native``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 __all__ = ["PREFILL_BUCKET_TOKENS", "RESTRICTED_BUDGET_BYTES", "NativePrefill", "native_prefill",
-           "prefill_text_tokens"]
+           "prefill_text_tokens", "prefill_disagreement", "AGREEMENT_PREFIX"]
 
 # the prompt pass reads a multiple of this many text tokens: requests that read the same
 # count can share a call (they need the same start position). 1: read all it can; at 8
@@ -87,6 +89,49 @@ def _load_native() -> ModuleType | None:
 
 
 RESTRICTED_BUDGET_BYTES = 128 << 20  # the default of ``asr_restricted_cache_mb``
+
+# a prefix Whisper goes on from even over noise ("five."), so the check compares new ids
+AGREEMENT_PREFIX = " One, two, three, four,"
+
+
+def prefill_disagreement(engine: Any, native: NativePrefill) -> str | None:
+    """Whether ``native`` (the engine's native decoders) decodes what CTranslate2's
+    ``generate`` does here: a forced prefix over 2 s of seeded noise, beam 5. With nothing
+    extra read in the prompt pass the search is ``generate``'s own, so its ids and score
+    must be equal (score within 1e-4); with the prefix read in the prompt pass, the prefix
+    must come back as given. None when both hold, else what differs. (Texts after a prefix
+    read at once may differ from ``generate``'s in a near tie, so they are not compared.)"""
+    import ctranslate2
+    import numpy as np
+
+    audio = (np.random.default_rng(0).standard_normal(32_000) * 0.01).astype(np.float32)
+    encoded = engine._encode_rows([engine.mel(audio)])
+    prefix = engine.prompts.text_ids(AGREEMENT_PREFIX)
+    prompt = engine.prompts.sot("en", "transcribe") + prefix
+    length = 2 * (len(prefix) + 12)
+    budget = min(length // 2, length - 3)
+    reference = ct2_model(engine).generate(
+        ctranslate2.StorageView.from_array(encoded), [prompt], beam_size=5, max_length=length,
+        return_scores=True, return_no_speech_prob=True, suppress_blank=False)[0]
+    decoder = native.decoder(engine.model_dir)
+    alone = decoder.generate(encoded, [prompt], prompt_tokens=3, sot_index=0, beam_size=5,
+                             max_steps=budget)[0]
+    want, got = list(reference.sequences_ids[0]), list(alone.ids)
+    if got != want or abs(float(alone.score) - float(reference.scores[0])) > 1e-4:
+        return (f"ids {got} score {alone.score:.5f} where generate gives {want} "
+                f"score {reference.scores[0]:.5f}")
+    read = decoder.generate(encoded, [prompt], prompt_tokens=3 + len(prefix) - 1, sot_index=0,
+                            beam_size=5, max_steps=budget - len(prefix) + 1)[0]
+    if list(read.ids[: len(prefix)]) != prefix:
+        return f"the prefix read in the prompt pass came back as {list(read.ids[:len(prefix)])}"
+    return None
+
+
+def ct2_model(engine: Any) -> Any:
+    """The CTranslate2 Whisper model of a ``WhisperEngine`` (``whisper_engine.ct2_whisper``)."""
+    from speechpipe.models.whisper_engine import ct2_whisper
+
+    return ct2_whisper(engine.model)
 
 
 class NativePrefill:

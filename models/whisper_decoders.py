@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from speechpipe.models.home import speechpipe_home
@@ -49,6 +50,10 @@ class WhisperDecoders:
         self._refusal_logged = False
         self._native_lock = threading.Lock()
         self.lock = threading.Lock()  # guards ``chosen``
+        # what the warm-up's check found (``verify_native``): None before it ran or when
+        # the native decoder is not built; True: it decodes what generate does
+        self.native_verified: bool | None = None
+        self.native_refused = ""  # why it was set aside, when it disagreed
 
     def native(self) -> NativePrefill | None:
         """The native prefix-prefill decoders (``models.prefill``), None when unavailable."""
@@ -60,6 +65,25 @@ class WhisperDecoders:
                     self._native = NativePrefill(module, self._cpu_threads, self.budget_bytes)
                     self._native.preload(self.model_dir)
             return self._native
+
+    def verify_native(self, disagreement: Callable[[NativePrefill], str | None]) -> None:
+        """Keep the native decoder only when it decodes what ``generate`` does here
+        (``disagreement``: ``models.prefill.prefill_disagreement`` for the engine, run once);
+        else decode with ``generate`` (and the full vocabulary) from now on, logged."""
+        native = self.native()
+        if self.native_verified is not None or native is None:
+            return
+        try:
+            why = disagreement(native)
+        except Exception as exc:  # a native decoder that cannot even run the check
+            why = f"{type(exc).__name__}: {exc}"
+        with self._native_lock:
+            self.native_verified = why is None
+            if why is not None:
+                self._native, self.native_refused = None, why
+        if why is not None:
+            log.warning("prefix prefill set aside, it disagrees with generate here (%s): "
+                        "decoding with generate", why)
 
     def vocabulary(self, language: str, words: int) -> RestrictedVocabulary | None:
         """The restriction that decodes ``language`` (captions, and translation into

@@ -16,8 +16,7 @@ Batching (``run_batch``; ``run`` is a batch of one, so both give identical resul
 
 Guards against words from nothing (unguarded decodes loop on real clips here):
 - 1 s of trailing silence is appended before encoding, which gives Whisper its end-of-audio
-  cue (without it short inputs loop, e.g. "así, así, así");
-- ``max_length`` is tied to the audio length;
+  cue (without it short inputs loop, e.g. "así, así, así"); ``max_length`` follows the audio;
 - the text loop guards and the no-speech guard of ``stages.loop_guard`` (``guarded_decode``)
   cut a continuation that loops, and drop one where Whisper heard no speech.
 The ASR stage adds the commit guard (``stages.faithfulness``): no words where a neural VAD
@@ -41,7 +40,7 @@ from numpy.typing import NDArray
 
 from speechpipe.errors import LanguageError, ModelError
 from speechpipe.models.batch_plan import SAMPLE_RATE, BatchPlan, Prompt, plan_batch
-from speechpipe.models.prefill import RESTRICTED_BUDGET_BYTES, NativePrefill
+from speechpipe.models.prefill import RESTRICTED_BUDGET_BYTES, NativePrefill, prefill_disagreement
 from speechpipe.models.whisper_align import align_words, source_time
 from speechpipe.models.whisper_decoders import WhisperDecoders
 from speechpipe.models.whisper_prompts import WHISPER_LANGUAGES, WhisperPrompts
@@ -398,3 +397,4 @@ class WhisperEngine:
         for outcome in self.run_batch(batch):
             if isinstance(outcome, Exception):
                 raise ModelError(f"batched warm-up failed: {outcome}") from outcome
+        self.decoders.verify_native(lambda native: prefill_disagreement(self, native))

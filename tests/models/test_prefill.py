@@ -132,6 +132,54 @@ def test_prefilled_results_do_not_depend_on_the_batch_and_save_steps(pipeline):
     assert steps_read < steps_forced, (steps_read, steps_forced)
 
 
+@pytest.mark.slow
+def test_the_warm_up_keeps_the_native_decoder_only_when_it_decodes_what_generate_does(
+        pipeline, monkeypatch):
+    """At warm-up the engine decodes a request both ways (``prefill_disagreement``): here
+    they agree, and the native decoder stays. A native decoder whose scores are off (what a
+    build against other headers could do with a matching version string) is caught by the
+    same check."""
+    engine = pipeline.engine
+    _native()
+    assert engine.decoders.native_verified is True and engine.prefill() is not None
+    assert prefill_module.prefill_disagreement(engine, engine.prefill()) is None
+
+    class Off:  # the real decoder, its scores shifted
+        def __init__(self, inner):
+            self.inner = inner
+
+        def generate(self, *args, **kwargs):
+            return [dataclasses.replace(o, score=o.score - 1.0) if dataclasses.is_dataclass(o)
+                    else _Shifted(o) for o in self.inner.generate(*args, **kwargs)]
+
+    real = prefill_module.NativePrefill.decoder
+    monkeypatch.setattr(prefill_module.NativePrefill, "decoder",
+                        lambda self, *a, **k: Off(real(self, *a, **k)))
+    why = prefill_module.prefill_disagreement(engine, engine.prefill())
+    assert why is not None and "where generate gives" in why
+
+
+class _Shifted:
+    def __init__(self, output):
+        self.ids, self.no_speech_prob = output.ids, output.no_speech_prob
+        self.score = output.score - 1.0
+
+
+def test_a_native_decoder_that_disagrees_is_set_aside_once() -> None:
+    from speechpipe.models.whisper_decoders import WhisperDecoders
+
+    calls = []
+    for verdict, kept in ((None, True), ("'five.' where generate says 'six.'", False)):
+        decoders = WhisperDecoders(Path("."), cpu_threads=1, budget_bytes=0, eot=1, vocab_size=2)
+        decoders._native_checked, decoders._native = True, object()  # as if built and loaded
+        for _ in range(2):
+            decoders.verify_native(lambda native, v=verdict: calls.append(v) or v)
+        assert decoders.native_verified is kept
+        assert (decoders.native() is not None) is kept
+        assert decoders.native_refused == ("" if kept else verdict)
+    assert calls == [None, "'five.' where generate says 'six.'"], "checked once each"
+
+
 def test_another_ctranslate2_version_falls_back_to_generate(monkeypatch):
     _native()
     monkeypatch.setattr(ctranslate2, "__version__", "0.0.0")
