@@ -110,7 +110,8 @@ def prefill_disagreement(engine: Any, native: NativePrefill) -> str | None:
     prompt = engine.prompts.sot("en", "transcribe") + prefix
     length = 2 * (len(prefix) + 12)
     budget = min(length // 2, length - 3)
-    reference = ct2_model(engine).generate(
+    model, _ = engine.decoder("en", 0)  # the full vocabulary: generate's own model
+    reference = model.generate(
         ctranslate2.StorageView.from_array(encoded), [prompt], beam_size=5, max_length=length,
         return_scores=True, return_no_speech_prob=True, suppress_blank=False)[0]
     decoder = native.decoder(engine.model_dir)
@@ -126,12 +127,6 @@ def prefill_disagreement(engine: Any, native: NativePrefill) -> str | None:
         return f"the prefix read in the prompt pass came back as {list(read.ids[:len(prefix)])}"
     return None
 
-
-def ct2_model(engine: Any) -> Any:
-    """The CTranslate2 Whisper model of a ``WhisperEngine`` (``whisper_engine.ct2_whisper``)."""
-    from speechpipe.models.whisper_engine import ct2_whisper
-
-    return ct2_whisper(engine.model)
 
 
 class NativePrefill:
