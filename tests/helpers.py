@@ -113,6 +113,16 @@ FAKE_SOURCE = "zumbido cangrejo"  # distinctive words: a privacy check can searc
 FAKE_TARGET = "buzzing crabapple"
 
 
+def tiny_buffer_socket(port: int) -> socket.socket:
+    """A connected, non-blocking socket to 127.0.0.1:``port`` with a 4 KB receive buffer
+    (set before connecting: a small window), for a WebSocket client that stops reading."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.setblocking(False)
+    return sock
+
+
 def pcm(seconds: float, rate: int = 16000) -> bytes:
     n = int(seconds * rate)
     return (np.sin(np.arange(n) / 7) * 3000).astype("<i2").tobytes()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,7 +20,7 @@ from speechpipe.transport.client import listen_room, stream_session
 from speechpipe.transport.codes import CloseCode
 from speechpipe.transport.file_replay import read_audio
 from speechpipe.transport.limits import RoomOptions, ServerLimits
-from tests.helpers import wait_for
+from tests.helpers import tiny_buffer_socket, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="session")]
 
@@ -159,14 +158,6 @@ async def test_listeners_get_identical_captions_and_speech_and_a_late_joiner_cat
     assert metric(room_server, "speechpipe_room_fanout_delay_seconds_count") > 0
 
 
-def _tiny_buffer_socket(port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: small window
-    sock.connect(("127.0.0.1", port))
-    sock.setblocking(False)
-    return sock
-
-
 async def test_a_listener_that_stops_reading_is_closed_and_the_others_get_everything(
     pipeline: Any, spanish_clip: tuple[Any, dict[str, Any]]
 ) -> None:
@@ -187,7 +178,7 @@ async def test_a_listener_that_stops_reading_is_closed_and_the_others_get_everyt
             reader = asyncio.create_task(listen_room(url(app), room_id, stop=stop,
                                                      on_started=lambda _: joined.set()))
             await joined.wait()
-            sock = _tiny_buffer_socket(app.server.port)
+            sock = tiny_buffer_socket(app.server.port)
             async with connect(url(app), sock=sock, max_queue=1, max_size=None) as stalled:
                 await stalled.send(json.dumps({"type": "start", "role": "listener",
                                                "room": room_id}))

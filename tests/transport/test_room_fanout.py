@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from speechpipe.transport.codes import CloseCode
 from speechpipe.transport.limits import RoomOptions, ServerLimits
 from speechpipe.transport.websocket_server import SpeechServer
 from tests.fakes import FakeFactory
-from tests.helpers import pcm, recv_json, wait_for
+from tests.helpers import pcm, recv_json, tiny_buffer_socket, wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -33,14 +32,6 @@ async def _collect(ws: ClientConnection, into: list[str | bytes]) -> None:
             into.append(message)
     except ConnectionClosed:
         pass
-
-
-def _tiny_buffer_socket(port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: small window
-    sock.connect(("127.0.0.1", port))
-    sock.setblocking(False)
-    return sock
 
 
 def _room_messages(messages: list[str | bytes]) -> list[str | bytes]:
@@ -84,7 +75,7 @@ async def test_listeners_get_the_speakers_bytes_in_order_and_a_stalled_one_is_cl
                 await ws.send(json.dumps({"type": "start", "role": "listener", "room": room_id}))
             readers = [asyncio.create_task(_collect(ws, into))
                        for ws, into in zip(good, heard, strict=True)]
-            sock = _tiny_buffer_socket(srv.port)
+            sock = tiny_buffer_socket(srv.port)
             async with connect(url, sock=sock, max_queue=1, max_size=None) as stalled:
                 await stalled.send(json.dumps({"type": "start", "role": "listener",
                                                "room": room_id}))
