@@ -173,12 +173,15 @@ class FeedWriter:
             writes: list[tuple[DirectSink, list[int]]] = []
             for sub in recipients[start:start + WRITE_CHUNK]:
                 sink: DirectSink | None = sub.direct
+                # nothing is written before the chunk ends: one look at the socket serves
+                # every message of the batch
+                buffered = None if sink is None else sink.buffered()
+                limit = 0 if sink is None else sink.limit
                 direct: list[int] = []
                 for k, item in enumerate(items):
                     if id(sub) not in members[k]:
                         continue
-                    way = route(sub.outbox, None if sink is None else sink.buffered(),
-                                0 if sink is None else sink.limit)
+                    way = route(sub.outbox, buffered, limit)
                     if way is Route.DIRECT:
                         direct.append(k)
                     elif (way is Route.OUTBOX and not sub.outbox.offer(item)
