@@ -13,9 +13,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from speechpipe.stages.agreement import normalize_word
 from speechpipe.stages.asr_options import AsrOptions
-from speechpipe.stages.commit import SENTENCE_END_MARKS, CommitPolicy, sentence_end_count
+from speechpipe.stages.commit import CommitPolicy
 from speechpipe.stages.coverage import missing_tail
 from speechpipe.stages.faithfulness import (
     FaithfulnessOptions,
@@ -28,6 +27,7 @@ from speechpipe.stages.faithfulness import (
 from speechpipe.stages.frames import STREAM_RATE
 from speechpipe.stages.language_vote import LanguageVote
 from speechpipe.stages.model_api import DecodeTask, WhisperRequest, WhisperResult
+from speechpipe.stages.utterance_edge import UtteranceEdge
 from speechpipe.stages.utterance_language import COMMIT_KINDS, UtteranceLanguage
 from speechpipe.stages.window import quiet_tail
 
@@ -35,19 +35,11 @@ __all__ = ["UtteranceDecoder", "RETRANSLATE_MAX_S"]
 
 RETRANSLATE_MAX_S = 28.0  # a retranslation hears at most this much of its utterance's end
 
-_I_FORMS = frozenset(("i", "i'm", "i'll", "i've", "i'd"))
-
-
-def _starts_sentence(word: str) -> bool:
-    """A capitalized word (not "I"): what may follow a sentence end."""
-    bare = word.lstrip("\"'“‘«¿¡(")
-    return bool(bare) and bare[0].isupper() and bare.casefold().rstrip(".,;:!?") not in _I_FORMS
-
-
 @dataclass
-class UtteranceDecoder(UtteranceLanguage):
+class UtteranceDecoder(UtteranceLanguage, UtteranceEdge):
     """One utterance: audio, agreement state for source (and target) text, revisions; its
-    language (``stages.utterance_language``)."""
+    language (``stages.utterance_language``) and the punctuation held at its window's edge
+    (``stages.utterance_edge``)."""
 
     utterance: int
     start_pts: int
@@ -381,14 +373,6 @@ class UtteranceDecoder(UtteranceLanguage):
             self._move_to_commit_point()
         return changed
 
-    def _glue_held_edge(self, side: str) -> None:
-        """Commit the punctuation held as ``side``'s edge (a translation's sentence end only
-        where the captions heard one) before the window moves on."""
-        fragment = self.edge.pop(side, "")
-        if fragment and not normalize_word(fragment) and (
-                side == "source" or self._end_rests_on_captions(fragment)):
-            self._glue(side, fragment)
-
     def _stalled_at_commit_point(self, result: WhisperResult) -> bool:
         """Whisper took the words committed at a pause for the whole text: forced through
         them, a decode ends (a full stop at most) while the audio after the pause holds
@@ -428,63 +412,6 @@ class UtteranceDecoder(UtteranceLanguage):
         if side != "source" or self.source.committed or self.source_context:
             return 0.0
         return self.options.opening_settle_s
-
-    def _set_edge(self, side: str, policy: CommitPolicy, glued: str) -> None:
-        """The newest decode's view of the punctuation after the committed words replaces the
-        held one; a decode of an empty window (nothing forced, so nothing glued) keeps it."""
-        if policy.committed or glued:
-            self.edge[side] = glued
-
-    def _glue_edge(self, side: str, policy: CommitPolicy, new: int,
-                   following: list[str]) -> None:
-        """Commit the edge's punctuation before the ``new`` last committed words (0: at the
-        end): the words after it, or the utterance's end, confirm it. Where the word before
-        lies in the context, it is glued there when the following word starts a sentence."""
-        fragment = self.edge.pop(side, "")
-        if not fragment or normalize_word(fragment):
-            return
-        if side == "target" and not self._end_rests_on_captions(fragment):
-            return  # not a sentence end the captions heard: the phrase goes on without it
-        if policy.glue_before(fragment, new):
-            return
-        if policy.committed[: len(policy.committed) - new] or (
-                following and not _starts_sentence(following[0])):
-            return
-        if side == "source" and self.source_context:
-            self.source_context += fragment
-        elif side == "target" and self.target_context:
-            self.target_context += fragment
-
-    def _end_rests_on_captions(self, fragment: str) -> bool:
-        """May the translation's held ``fragment`` be committed? Punctuation that ends no
-        sentence may; a sentence end only while the committed captions end more sentences
-        than the committed translation (``asr.ends_rest_on_captions``): Whisper ends a
-        translation window with a full stop because the audio ends there, and the captions
-        of the same audio, held to the same rule, say whether the speaker ended one."""
-        captions = self.text("source")
-        if not (self.options.ends_rest_on_captions and captions) or not any(
-                mark in fragment for mark in SENTENCE_END_MARKS):
-            return True  # no captions to rest on (not decoded, or none committed yet)
-        return sentence_end_count(captions) > sentence_end_count(self.text("target"))
-
-    def _hold_end(self, side: str, policy: CommitPolicy, kind: str) -> None:
-        """Before anything is published: a sentence end on the last committed word is held
-        unless the utterance ended (``asr.hold_sentence_end``)."""
-        if kind != "final" and self.options.hold_sentence_end:
-            held = policy.hold_sentence_end()
-            if held:
-                self.edge[side] = held
-
-    def _glue(self, side: str, fragment: str) -> None:
-        """Punctuation right after the committed text: on the window's last committed word,
-        or on the context's when the window has none yet (still append-only as a string)."""
-        policy = self.source if side == "source" else self.target
-        if policy.glue(fragment) or policy.committed or normalize_word(fragment):
-            return
-        if side == "source" and self.source_context:
-            self.source_context += fragment
-        elif side == "target" and self.target_context:
-            self.target_context += fragment
 
     def _mark_commit_point(self, pts: int) -> None:
         """Everything heard up to ``pts`` is committed on both sides (a pause): a place the
