@@ -30,6 +30,7 @@ from speechpipe.models.ct2_folder import (
     _tokenizer_paths,
     _whisper_code,
 )
+from speechpipe.models.mt_prefill import MIN_PREFIX_TOKENS, PrefixReader, probe_tokens
 from speechpipe.stages.model_api import TextMtRequest, TextMtResult
 
 __all__ = ["Ct2Options", "TextMtRequest", "TextMtResult", "Ct2TextTranslator"]
@@ -111,6 +112,7 @@ class Ct2TextTranslator:
         intra_threads: int = 0,
         inter_threads: int = 1,
         options: Ct2Options | None = None,
+        prefill: bool = True,
     ) -> None:
         path = Path(model_dir).expanduser().resolve()
         self.info, vocabs = _detect(path)
@@ -149,6 +151,20 @@ class Ct2TextTranslator:
         except (RuntimeError, ValueError, OSError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ModelError(f"CTranslate2 cannot load {path}: {first}") from None
+        # greedy updates read their forced prefix in one pass where that decodes the same
+        # (models/mt_prefill.py); None: translate_batch reads it step by step
+        self._prefix_reader: PrefixReader | None = None
+        if prefill:
+            self._prefix_reader = PrefixReader.load(
+                self._translator, path, intra_threads or min(4, os.cpu_count() or 1), compute_type,
+                vocabs["source_vocab"], vocabs["target_vocab"], config,
+                probe_tokens(self._src_sp, self._tgt_sp, self._source_vocab,
+                             self._target_vocab, self._eos if self._append_eos else None))
+
+    @property
+    def prefix_reads(self) -> int | None:
+        """Updates whose prefix was read in one pass so far; None when that is off here."""
+        return None if self._prefix_reader is None else self._prefix_reader.calls
 
     # -- languages
 
@@ -273,6 +289,10 @@ class Ct2TextTranslator:
             else 0,
         )
 
+    def forced_tokens(self, request: TextMtRequest) -> int:
+        """How many target tokens ``request`` forces (its prefix, language token included)."""
+        return len(self._prepare(request).prefix)
+
     def _decode(self, tokens: Sequence[str]) -> str:
         pieces = [t for t in tokens if t in self._target_pieces]
         return str(self._tgt_sp.decode_pieces(pieces)) if pieces else ""
@@ -315,6 +335,19 @@ class Ct2TextTranslator:
                 key = -1 if p.new_cap else 0
             groups[(p.beam_size, key)].append(i)
         hyps: dict[int, list[str]] = {}
+        reader = self._prefix_reader
+        if reader is not None:
+            # greedy requests with a prefix: one at a time, each prefix read in one pass
+            for group_key, indexes in list(groups.items()):
+                if group_key[0] != 1:
+                    continue
+                for i in [i for i in indexes if len(batch[i].prefix) >= MIN_PREFIX_TOKENS]:
+                    p = batch[i]
+                    hyps[i] = reader.continue_prefix(p.source, p.prefix,
+                                                     p.max_length - len(p.prefix))
+                    indexes.remove(i)
+                if not indexes:
+                    del groups[group_key]
         for (beam, _), indexes in groups.items():
             group = [batch[i] for i in indexes]
             self.batch_calls += 1

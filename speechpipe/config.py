@@ -62,6 +62,9 @@ class PipelineOptions:
     phrase_cache_per_session: bool = False
     catch_up: CatchUpOptions = field(default_factory=CatchUpOptions)
     mt_threads: int = 2
+    # a text-MT update reads its forced prefix in one decoder pass (models/mt_prefill.py),
+    # where the native decoder decodes what translate_batch does; false: step by step
+    mt_prefill: bool = True
     translation_memory_items: int = 4096
     vad: VadOptions = field(default_factory=VadOptions)
     asr: AsrOptions = field(default_factory=AsrOptions)

@@ -308,7 +308,8 @@ class Pipeline:
             if worker is None:
                 self._check_open()
                 translator = Ct2TextTranslator(path, model_id=str(path),
-                                               intra_threads=self.options.mt_threads)
+                                               intra_threads=self.options.mt_threads,
+                                               prefill=self.options.mt_prefill)
                 worker = Ct2TranslationWorker(translator)
                 self._text_mt[str(path)] = worker
             return worker

@@ -31,6 +31,7 @@
 
 #include "ctranslate2/decoding.h"
 #include "ctranslate2/layers/common.h"
+#include "ctranslate2/layers/transformer.h"
 #include "ctranslate2/layers/whisper.h"
 #include "ctranslate2/models/whisper.h"
 #include "ctranslate2/ops/softmax.h"
@@ -230,6 +231,111 @@ namespace {
     std::vector<size_t> _suppress;
   };
 
+  // A Transformer decoder (Marian / OPUS-MT, NLLB, M2M-100) whose forced target prefix is
+  // read in one pass: `TransformerDecoder::decode` over all prefix positions at step 0
+  // fills the self-attention caches as the stepwise reading would (what
+  // `WhisperDecoder::forward_prompt` does for Whisper).
+  class PromptDecoder : public layers::TransformerDecoder {
+  public:
+    using layers::TransformerDecoder::TransformerDecoder;
+
+    // The start token alone at step 0, then the rest of the prompt from step 1: a model
+    // that starts from a zero embedding (Marian) skips the embedding scale at step 0, so a
+    // prompt read whole at step 0 would miss the scale at every position.
+    void read_prompt(const std::vector<size_t>& prompt, layers::DecoderState& state) {
+      const Device device = Device::CPU;
+      const StorageView start({1}, std::vector<int32_t>{int32_t(prompt.front())}, device);
+      decode(start, nullptr, 0, state, nullptr, nullptr, false);
+      if (prompt.size() > 1) {
+        const std::vector<std::vector<size_t>> rest{{prompt.begin() + 1, prompt.end()}};
+        decode(layers::make_sequence_inputs(rest, device), nullptr, 1, state, nullptr,
+               nullptr, false);
+      }
+    }
+  };
+
+  std::shared_ptr<const models::Model> load_any_model(const std::string& path,
+                                                      ComputeType compute_type) {
+    static std::mutex lock;
+    static std::map<std::pair<std::string, int>, std::weak_ptr<const models::Model>> loaded;
+    std::lock_guard<std::mutex> guard(lock);
+    const auto key = std::make_pair(path, int(compute_type));
+    auto model = loaded[key].lock();
+    if (!model) {
+      model = models::Model::load(path, Device::CPU, 0, compute_type);
+      loaded[key] = model;
+    }
+    return model;
+  }
+
+  // Greedy continuation of a forced target prefix for a sequence-to-sequence model: the
+  // encoder once, the start token and the prefix but its last token in one decoder pass,
+  // then CTranslate2's own `decode` from the last prefix token (greedy, as
+  // `Translator.translate_batch(beam_size=1, target_prefix=...)` continues). One thread's
+  // object (layers are not shared between threads); the weights are shared per folder.
+  class PrefixTranslator {
+  public:
+    PrefixTranslator(const std::string& path, size_t threads, const std::string& compute_type)
+      : _threads(threads)
+      , _model(load_any_model(path, str_to_compute_type(compute_type)))
+      , _encoder(std::make_unique<layers::TransformerEncoder>(*_model, "encoder"))
+      , _decoder(std::make_unique<PromptDecoder>(*_model, "decoder")) {
+      const auto scoped_device_setter = _model->get_scoped_device_setter();
+      _decoder->update_output_layer(_model->preferred_size_multiple());
+    }
+
+    // source: the source ids as the model reads them (language token, end token included).
+    // prefix: the forced target ids after the start token (at least one). Returns the new
+    // ids after the prefix, without the end token: at most `max_new` of them.
+    std::vector<size_t> continue_prefix(const std::vector<size_t>& source, size_t start_id,
+                                        const std::vector<size_t>& prefix,
+                                        const std::vector<size_t>& end_ids, size_t max_new,
+                                        const std::vector<size_t>& disable_ids) {
+      if (source.empty())
+        throw std::invalid_argument("empty source");
+      if (prefix.empty())
+        throw std::invalid_argument("continue_prefix needs a prefix (decode without one)");
+      if (max_new == 0)
+        return {};
+      py::gil_scoped_release no_gil;
+      set_num_threads(_threads);
+      const auto scoped_device_setter = _model->get_scoped_device_setter();
+      const Device device = Device::CPU;
+      const dim_t multiple = _model->preferred_size_multiple();
+
+      StorageView lengths(DataType::INT32, device);
+      const StorageView ids = layers::make_sequence_inputs({source}, device, multiple, &lengths);
+      StorageView memory(_encoder->output_type(), device);
+      (*_encoder)({ids}, &lengths, memory);
+
+      layers::DecoderState state = _decoder->initial_state();
+      state.emplace("memory", std::move(memory));
+      state.emplace("memory_lengths", std::move(lengths));
+
+      std::vector<size_t> head{start_id};
+      head.insert(head.end(), prefix.begin(), prefix.end() - 1);
+      _decoder->read_prompt(head, state);
+
+      DecodingOptions options;
+      options.start_step = dim_t(head.size());
+      options.beam_size = 1;
+      options.max_length = max_new;
+      options.include_eos_in_hypotheses = false;
+      options.disable_ids = disable_ids;
+      std::vector<DecodingResult> results =
+        decode(*_decoder, state, {{prefix.back()}}, end_ids, options);
+      if (results.empty() || results[0].hypotheses.empty())
+        return {};
+      return results[0].hypotheses[0];
+    }
+
+  private:
+    const size_t _threads;
+    const std::shared_ptr<const models::Model> _model;
+    const std::unique_ptr<layers::TransformerEncoder> _encoder;
+    const std::unique_ptr<PromptDecoder> _decoder;
+  };
+
 }  // namespace
 
 PYBIND11_MODULE(_ct2_prefill, m) {
@@ -246,4 +352,10 @@ PYBIND11_MODULE(_ct2_prefill, m) {
     .def("generate", &PrefillDecoder::generate, py::arg("memory"), py::arg("prompts"),
          py::arg("prompt_tokens"), py::arg("sot_index"), py::arg("beam_size"),
          py::arg("max_steps"), py::arg("suppress") = std::vector<size_t>());
+  py::class_<PrefixTranslator>(m, "PrefixTranslator")
+    .def(py::init<const std::string&, size_t, const std::string&>(), py::arg("path"),
+         py::arg("threads"), py::arg("compute_type") = "default")
+    .def("continue_prefix", &PrefixTranslator::continue_prefix, py::arg("source"),
+         py::arg("start_id"), py::arg("prefix"), py::arg("end_ids"), py::arg("max_new"),
+         py::arg("disable_ids") = std::vector<size_t>());
 }

@@ -83,7 +83,10 @@ def register_cascade(kinds: argparse._SubParsersAction) -> None:
     """Add ``bench cascade`` to ``speechpipe bench``."""
     cascade = kinds.add_parser("cascade", help="text-MT cascade: MT cost per audio second and "
                                "added latency from caption commit to translation commit")
-    cascade.add_argument("--file", action="append", required=True, metavar="PATH")
+    cascade.add_argument("--file", action="append", default=[], metavar="PATH")
+    cascade.add_argument("--prefix-sweep", action="store_true",
+                         help="instead of files: an open update's cost as its forced prefix "
+                              "grows, step by step against one pass (one thread)")
     cascade.add_argument("--model", default=None,
                          help="CTranslate2 MT folder (default: random weights, OPUS-MT size)")
     cascade.add_argument("--source-lang", default="en")
@@ -110,6 +113,10 @@ def _run(args: argparse.Namespace) -> int:
 
     from speechpipe.evaluation.trace import read_trace
 
+    if not args.file and not args.prefix_sweep:
+        print("speechpipe bench cascade: give --file PATH (one or more) or --prefix-sweep",
+              file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="speechpipe-bench-cascade-") as tmp:
         model = args.model
         if model is None:
@@ -117,6 +124,19 @@ def _run(args: argparse.Namespace) -> int:
 
             model = str(build_opus_size_pair(Path(tmp) / "opus-size", args.source_lang,
                                              args.target_lang))
+        if args.prefix_sweep:
+            from speechpipe.bench.mt_prefix import prefix_sweep, print_prefix_sweep
+
+            try:
+                rows = prefix_sweep(Path(model), args.source_lang, args.target_lang,
+                                    new_tokens=8)
+            except RuntimeError as exc:
+                print(f"speechpipe bench cascade: {exc}", file=sys.stderr)
+                return 1
+            print_prefix_sweep(rows)
+            if args.report:
+                Path(args.report).write_text(json.dumps({"prefix_sweep": rows}, indent=2) + "\n")
+            return 0
         runs = []
         for i, path in enumerate(args.file):
             trace = Path(tmp) / f"{i}.jsonl"

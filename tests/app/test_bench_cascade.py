@@ -34,3 +34,31 @@ def test_latency_from_caption_commit_to_translation_update_and_commit() -> None:
 def test_no_mt_no_figures() -> None:
     fig = cascade_figures([_r("asr.commit", 1.0, "hello")], audio_s=1.0)
     assert fig["mt_s"] == 0 and fig["commit_to_commit_s"]["p50"] is None
+
+
+def test_prefix_sweep_times_both_readings_of_growing_prefixes(tmp_path) -> None:
+    """On a tiny model the figures mean nothing; what is checked is that every row forces
+    the prefix it says (growing), and times both readings."""
+    import pytest
+
+    from speechpipe.bench.mt_prefix import PREFIX_TOKENS, prefix_sweep
+    from speechpipe.bench.tiny_mt import build_tiny_mt
+    from speechpipe.models.prefill import native_prefill
+
+    module = native_prefill()
+    if module is None or not hasattr(module, "PrefixTranslator"):
+        pytest.skip("the native prefill decoder is not built here (no C++ compiler?)")
+    rows = prefix_sweep(build_tiny_mt(tmp_path / "m", "marian", spm_cache=tmp_path / "spm"),
+                        "en", "fr", repeats=2, new_tokens=4)
+    assert len(rows) == len(PREFIX_TOKENS)
+    forced = [r["prefix_tokens"] for r in rows]
+    assert forced[0] == 0 and forced == sorted(forced) and forced[-1] > forced[1] > 0
+    assert all(r["stepwise_ms"] > 0 and r["one_pass_ms"] > 0 for r in rows)
+
+
+def test_cascade_needs_files_or_the_sweep(capsys) -> None:
+    from speechpipe.cli import main
+
+    assert main(["bench", "cascade"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["speechpipe bench cascade: give --file PATH (one or more) or --prefix-sweep"]

@@ -1,0 +1,125 @@
+"""Text MT whose forced prefix is read in one pass (models/mt_prefill.py): it decodes what
+``translate_batch`` decodes, on every model family the tests build, and is set aside when
+it would not."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from speechpipe.bench.tiny_mt import build_tiny_mt, generated_sentences
+from speechpipe.models.ct2_translator import Ct2TextTranslator, TextMtRequest
+from speechpipe.models.mt_prefill import PrefixReader
+from speechpipe.models.prefill import native_prefill
+
+pytest.importorskip("ctranslate2")
+pytest.importorskip("sentencepiece")
+
+FAMILIES = ("nllb", "m2m100", "marian", "marian-multi")
+PAIRS = {"nllb": ("en", "fr"), "m2m100": ("en", "fr"), "marian": ("en", "fr"),
+         "marian-multi": ("en", "es")}
+
+
+def _native():
+    module = native_prefill()
+    if module is None or not hasattr(module, "PrefixTranslator"):
+        if os.environ.get("SPEECHPIPE_REQUIRE_NATIVE"):
+            pytest.fail("the native prefill decoder was not built (see setup.py)")
+        pytest.skip("the native prefill decoder is not built here (no C++ compiler?)")
+    return module
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny-mt-prefill")
+    return {family: build_tiny_mt(root / family, family, spm_cache=root / "spm")
+            for family in FAMILIES}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_one_pass_prefix_decodes_what_translate_batch_decodes(
+    models: dict[str, Path], family: str
+) -> None:
+    _native()
+    source_lang, target_lang = PAIRS[family]
+    fast = Ct2TextTranslator(models[family], intra_threads=1)
+    stepwise = Ct2TextTranslator(models[family], intra_threads=1, prefill=False)
+    assert fast.prefix_reads == 0 and stepwise.prefix_reads is None
+    compared = 0
+    for source in generated_sentences(8, seed=11):
+        free = stepwise.translate(TextMtRequest(source, source_lang, target_lang))
+        words = free.text.split()
+        # prefixes the model would say itself and one it would not, open (capped) and closed
+        for prefix in [" ".join(words[:k]) for k in (1, 2, 4, 7)] + ["the the cat"]:
+            for cap in (8, 3, 0):
+                request = TextMtRequest(source, source_lang, target_lang, target_prefix=prefix,
+                                        max_new_tokens=cap)
+                assert fast.translate(request) == stepwise.translate(request)
+                compared += 1
+    assert compared == 8 * 5 * 3
+    assert fast.prefix_reads and fast.prefix_reads > 0  # the native path did the work
+
+
+def test_a_batch_mixes_one_pass_and_translate_batch_requests(models: dict[str, Path]) -> None:
+    _native()
+    fast = Ct2TextTranslator(models["nllb"], intra_threads=1)
+    stepwise = Ct2TextTranslator(models["nllb"], intra_threads=1, prefill=False)
+    sources = generated_sentences(4, seed=5)
+    requests = [TextMtRequest(sources[0], "en", "fr"),  # no prefix: translate_batch
+                TextMtRequest(sources[1], "en", "fr", target_prefix="le chat voit",
+                              max_new_tokens=8),
+                TextMtRequest(sources[2], "en", "fr", target_prefix="nous", beam_size=2),
+                TextMtRequest(sources[3], "en", "fr", target_prefix="un deux trois quatre")]
+    before = fast.prefix_reads
+    assert fast.translate_batch(requests) == stepwise.translate_batch(requests)
+    # the two greedy requests with a prefix of two tokens or more (the language token and
+    # a word); beam search and the unprefixed request stay with translate_batch
+    assert fast.prefix_reads == before + 2
+
+
+def test_a_reader_that_decodes_otherwise_is_set_aside(
+    models: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A native build that decodes differently (another library build, a model layout it
+    does not know) cannot be produced here on purpose, so its decoder is replaced by one
+    that appends a wrong token: the load-time probe must catch it."""
+    native = _native()
+
+    class WrongDecoder:
+        def __init__(self, *args: object) -> None:
+            self.real = native.PrefixTranslator(*args)
+
+        def continue_prefix(self, source, start, prefix, end, max_new, disable):
+            ids = self.real.continue_prefix(source, start, prefix, end, max_new, disable)
+            return [*ids[:-1], (ids[-1] + 1) if ids else 5]
+
+    class WrongNative:
+        PrefixTranslator = WrongDecoder
+
+    import speechpipe.models.mt_prefill as mt_prefill
+
+    original = mt_prefill.native_prefill
+    mt_prefill.native_prefill = lambda: WrongNative  # type: ignore[assignment]
+    try:
+        with caplog.at_level(logging.WARNING, logger="speechpipe.models.mt_prefill"):
+            translator = Ct2TextTranslator(models["marian"], intra_threads=1)
+    finally:
+        mt_prefill.native_prefill = original  # type: ignore[assignment]
+    assert translator.prefix_reads is None
+    assert "set aside" in caplog.text and "translate_batch" in caplog.text
+    result = translator.translate(TextMtRequest("The cat sees a dog.", "en", "fr",
+                                                target_prefix="le chat"))
+    assert result.text.startswith("le chat")
+
+
+def test_the_reader_needs_a_prefix(models: dict[str, Path]) -> None:
+    _native()
+    translator = Ct2TextTranslator(models["marian"], intra_threads=1)
+    reader = translator._prefix_reader
+    assert isinstance(reader, PrefixReader)
+    with pytest.raises(ValueError, match="needs a prefix"):
+        reader.continue_prefix(["▁cat", "</s>"], [], 4)
+    assert reader.continue_prefix(["▁cat", "</s>"], ["▁le"], 0) == ["▁le"]
