@@ -8,7 +8,8 @@ Policy, per utterance:
 
 - Each request translates source text with the target words committed so far forced as the
   ``target_prefix``, so committed target is never contradicted. Target words are committed by
-  LocalAgreement-n over successive continuations (n=2 by default).
+  LocalAgreement-n over successive continuations (n=2 by default), or, with
+  ``hold_words=N``, by hold-N: each update's continuation but its last N words.
 - **Segments keep the work per update bounded.** The committed source is cut into segments at
   sentence ends (``. ! ?``; at least ``min_segment_words``), at clause ends (``, ; :``) once a
   segment is ``clause_min_words`` long, and unconditionally at ``max_segment_words``. Committed
@@ -215,6 +216,9 @@ class IncrementalTextTranslation:
                 self._seg_start = job.end
             else:
                 self._agreement.update(continuation)
+                hold = self.options.hold_words
+                if hold > 0:  # hold-N: all but the last N words commit now
+                    self._agreement.commit_tentative(len(self._agreement.tentative) - hold)
         self._seen_words = pending.words
         if pending.final:
             self._closed.extend(self._agreement.finalize())

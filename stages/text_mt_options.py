@@ -13,6 +13,12 @@ class TextMtOptions:
     """The incremental text-MT policy (``--set text_mt.*``)."""
     agreement: int = 2
     """LocalAgreement-n over target continuations."""
+    hold_words: int = 0
+    """0: target words commit by LocalAgreement-n (the default). N > 0: hold-N instead (Liu
+    et al. 2020): an open update commits its continuation but the last N words at once,
+    without waiting for the next update to agree. A translation commit then comes with the
+    caption commit's own update; with a model not trained for prefixes the held tail is all
+    that guards against a later source word reordering it (quality: docs/design.md)."""
     beam_size: int = 1
     min_segment_words: int = 3
     """A sentence end closes a segment only after this many words (keeps "Dr." attached)."""

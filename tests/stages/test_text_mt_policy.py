@@ -106,6 +106,31 @@ def test_tentative_is_never_committed_until_agreed() -> None:
     assert update.newly_committed == ("thello",)
 
 
+def test_hold_n_commits_all_but_the_last_words_of_each_update() -> None:
+    """hold-1: the update a caption commit causes commits its translation at once, all but
+    its last word (the unstable one here); nothing committed is retracted, and the final
+    translation is the same as LocalAgreement-2's."""
+    mt = ScriptedMt()
+    policy = IncrementalTextTranslation("en", "fr", options=TextMtOptions(hold_words=1))
+    update = policy.apply(mt.batch(policy.update("Hello there")))
+    assert (update.committed, update.tentative) == ("thello", "uthere")
+    assert update.newly_committed == ("thello",)
+    update = policy.apply(mt.batch(policy.update("Hello there you")))
+    assert (update.committed, update.tentative) == ("thello tthere", "uyou")
+    assert mt.requests[-1].target_prefix == "thello"  # the held commit is forced after
+    words = "The cat sees a dog today. My friend likes the red ball near the station".split()
+    held = replay(IncrementalTextTranslation("en", "fr", options=TextMtOptions(hold_words=2)),
+                  mt.batch, words)
+    agreed = replay(IncrementalTextTranslation("en", "fr"), ScriptedMt().batch, words)
+    assert_never_retracted(held)
+    assert held[-1] == agreed[-1]
+    # hold-1 commits sooner: after the fourth source word, three target words against two
+    held_1 = replay(IncrementalTextTranslation("en", "fr", options=TextMtOptions(hold_words=1)),
+                    mt.batch, words)
+    assert held_1[3][0] == "tthe tcat tsees" and agreed[3][0] == "tthe tcat"
+    assert held_1[-1] == agreed[-1]
+
+
 def test_nothing_to_do_when_the_source_did_not_grow() -> None:
     mt = ScriptedMt()
     policy = IncrementalTextTranslation("en", "fr")
