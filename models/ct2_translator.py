@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import os
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from speechpipe.models.ct2_folder import (
     _tokenizer_paths,
     _whisper_code,
 )
-from speechpipe.models.mt_prefill import MIN_PREFIX_TOKENS, PrefixReader, probe_tokens
+from speechpipe.models.mt_prefill import PrefixReader, probe_tokens
 from speechpipe.stages.model_api import TextMtRequest, TextMtResult
 
 __all__ = ["Ct2Options", "TextMtRequest", "TextMtResult", "Ct2TextTranslator"]
@@ -136,23 +137,14 @@ class Ct2TextTranslator:
         self._append_eos = not config.get("add_source_eos", False) and _read_json(
             path / "speechpipe.json").get("source_eos", True) is not False
         self._eos = str(config.get("eos_token") or "</s>")
-        try:
-            import ctranslate2
-
-            self._translator = ctranslate2.Translator(
-                str(path),
-                device=device,
-                compute_type=compute_type,
-                intra_threads=intra_threads,
-                inter_threads=inter_threads,
-            )
-        except ImportError:
-            raise ModelError("CTranslate2 text MT needs the ctranslate2 package") from None
-        except (RuntimeError, ValueError, OSError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ModelError(f"CTranslate2 cannot load {path}: {first}") from None
-        # greedy updates read their forced prefix in one pass where that decodes the same
-        # (models/mt_prefill.py); None: translate_batch reads it step by step
+        self._load_args = dict(device=device, compute_type=compute_type,
+                               intra_threads=intra_threads, inter_threads=inter_threads)
+        self._translator_lock = threading.Lock()
+        self._translator: Any = self._load_translator()
+        # greedy requests decode in the native reader where it decodes the same
+        # (models/mt_prefill.py), its forced prefix read in one pass; the Translator's copy of
+        # the weights is then let go and loaded again only for beam search. None:
+        # translate_batch serves every request
         self._prefix_reader: PrefixReader | None = None
         if prefill:
             self._prefix_reader = PrefixReader.load(
@@ -160,6 +152,27 @@ class Ct2TextTranslator:
                 vocabs["source_vocab"], vocabs["target_vocab"], config,
                 probe_tokens(self._src_sp, self._tgt_sp, self._source_vocab,
                              self._target_vocab, self._eos if self._append_eos else None))
+            if self._prefix_reader is not None:
+                self._translator = None  # one copy of the weights
+
+    def _load_translator(self) -> Any:
+        try:
+            import ctranslate2
+
+            return ctranslate2.Translator(str(self.path), **self._load_args)
+        except ImportError:
+            raise ModelError("CTranslate2 text MT needs the ctranslate2 package") from None
+        except (RuntimeError, ValueError, OSError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelError(f"CTranslate2 cannot load {self.path}: {first}") from None
+
+    def _stepwise(self) -> Any:
+        """The ``ctranslate2.Translator`` (beam search; every request without the reader),
+        loaded again on first need when the reader let it go."""
+        with self._translator_lock:
+            if self._translator is None:
+                self._translator = self._load_translator()
+            return self._translator
 
     @property
     def prefix_reads(self) -> int | None:
@@ -337,21 +350,16 @@ class Ct2TextTranslator:
         hyps: dict[int, list[str]] = {}
         reader = self._prefix_reader
         if reader is not None:
-            # greedy requests with a prefix: one at a time, each prefix read in one pass
-            for group_key, indexes in list(groups.items()):
-                if group_key[0] != 1:
-                    continue
-                for i in [i for i in indexes if len(batch[i].prefix) >= MIN_PREFIX_TOKENS]:
+            # greedy requests: one at a time in the reader, each prefix read in one pass
+            for group_key in [k for k in groups if k[0] == 1]:
+                for i in groups.pop(group_key):
                     p = batch[i]
                     hyps[i] = reader.continue_prefix(p.source, p.prefix,
                                                      p.max_length - len(p.prefix))
-                    indexes.remove(i)
-                if not indexes:
-                    del groups[group_key]
         for (beam, _), indexes in groups.items():
             group = [batch[i] for i in indexes]
             self.batch_calls += 1
-            results = self._translator.translate_batch(
+            results = self._stepwise().translate_batch(
                 [p.source for p in group],
                 target_prefix=[p.prefix or None for p in group],
                 beam_size=beam,

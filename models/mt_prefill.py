@@ -8,12 +8,14 @@ segment had committed. ``PrefixReader`` continues the same greedy search after r
 prefix in one decoder pass (``_ct2_prefill.PrefixTranslator``, models/native/): the encoder
 once, the start token at step 0, the rest of the prefix but its last token in one pass,
 then CTranslate2's own ``decode`` from the last prefix token, as ``translate_batch``
-continues (greedy only; beam search keeps ``translate_batch``).
+continues (greedy only; beam search keeps ``translate_batch``). Greedy requests without a
+prefix go through it as well, so the ``ctranslate2.Translator`` and its copy of the weights
+can be let go (``Ct2TextTranslator`` loads it again for beam search).
 
 It is used only where it decodes what ``translate_batch`` does: ``PrefixReader.load``
 decodes a probe both ways and returns None (logged once per model) when they differ or the
 extension is missing. The native decoder holds its own copy of the weights (one per model
-folder, shared by its threads), so a model with the reader loaded costs its weights twice.
+folder, shared by its threads).
 """
 
 from __future__ import annotations
@@ -28,10 +30,7 @@ from speechpipe.models.prefill import native_prefill
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PrefixReader", "MIN_PREFIX_TOKENS"]
-
-# a prefix of one token is read by the start step anyway: nothing to gain
-MIN_PREFIX_TOKENS = 2
+__all__ = ["PrefixReader", "probe_tokens"]
 
 _PROBE_SOURCE = "This is the first sentence of the day, and the second one follows it."
 _PROBE_PREFIX = "This is the"
@@ -98,9 +97,8 @@ class PrefixReader:
 
     def continue_prefix(self, source: Sequence[str], prefix: Sequence[str],
                         max_new: int) -> list[str]:
-        """The prefix and at most ``max_new`` greedy tokens after it (no end token)."""
-        if len(prefix) < 1:
-            raise ValueError("continue_prefix needs a prefix")
+        """The prefix (may be empty) and at most ``max_new`` greedy tokens after it (no end
+        token)."""
         self.calls += 1
         new = self._decoder().continue_prefix(
             [self._source_ids.get(t, self._source_unk) for t in source], self._start,
@@ -109,17 +107,19 @@ class PrefixReader:
         return [*prefix, *(self._target_tokens[i] for i in new)]
 
     def disagreement(self, translator: Any, source: list[str], prefix: list[str]) -> str:
-        """'' when the reader continues ``prefix`` as ``translator.translate_batch`` does
-        (greedy, the same cap); else what differs."""
-        if len(prefix) < MIN_PREFIX_TOKENS:
+        """'' when the reader translates ``source`` and continues ``prefix`` as
+        ``translator.translate_batch`` does (greedy, the same cap); else what differs."""
+        if len(prefix) < 2:
             return f"the probe's prefix has {len(prefix)} tokens"
-        expected = list(translator.translate_batch(
-            [source], target_prefix=[prefix], beam_size=1,
-            max_decoding_length=len(prefix) + _PROBE_NEW, disable_unk=True)[0].hypotheses[0])
-        got = self.continue_prefix(source, prefix, _PROBE_NEW)
-        if got != expected:
-            return f"it decoded {got[len(prefix):]} where translate_batch decoded " \
-                   f"{expected[len(prefix):]}"
+        for forced in ([], prefix):
+            expected = list(translator.translate_batch(
+                [source], target_prefix=[forced or None], beam_size=1,
+                max_decoding_length=len(forced) + _PROBE_NEW,
+                disable_unk=True)[0].hypotheses[0])
+            got = self.continue_prefix(source, forced, _PROBE_NEW)
+            if got != expected:
+                return (f"after {len(forced)} forced tokens it decoded {got[len(forced):]} "
+                        f"where translate_batch decoded {expected[len(forced):]}")
         return ""
 
 

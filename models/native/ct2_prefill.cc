@@ -268,11 +268,12 @@ namespace {
     return model;
   }
 
-  // Greedy continuation of a forced target prefix for a sequence-to-sequence model: the
-  // encoder once, the start token and the prefix but its last token in one decoder pass,
-  // then CTranslate2's own `decode` from the last prefix token (greedy, as
-  // `Translator.translate_batch(beam_size=1, target_prefix=...)` continues). One thread's
-  // object (layers are not shared between threads); the weights are shared per folder.
+  // Greedy translation for a sequence-to-sequence model, after a forced target prefix or
+  // none: the encoder once, the start token and the prefix but its last token read in one
+  // decoder pass, then CTranslate2's own `decode` from the last prefix token (or from the
+  // start token), as `Translator.translate_batch(beam_size=1, target_prefix=...)` goes on.
+  // One thread's object (layers are not shared between threads); the weights are shared
+  // per folder.
   class PrefixTranslator {
   public:
     PrefixTranslator(const std::string& path, size_t threads, const std::string& compute_type)
@@ -285,7 +286,7 @@ namespace {
     }
 
     // source: the source ids as the model reads them (language token, end token included).
-    // prefix: the forced target ids after the start token (at least one). Returns the new
+    // prefix: the forced target ids after the start token (may be empty). Returns the new
     // ids after the prefix, without the end token: at most `max_new` of them.
     std::vector<size_t> continue_prefix(const std::vector<size_t>& source, size_t start_id,
                                         const std::vector<size_t>& prefix,
@@ -293,8 +294,6 @@ namespace {
                                         const std::vector<size_t>& disable_ids) {
       if (source.empty())
         throw std::invalid_argument("empty source");
-      if (prefix.empty())
-        throw std::invalid_argument("continue_prefix needs a prefix (decode without one)");
       if (max_new == 0)
         return {};
       py::gil_scoped_release no_gil;
@@ -312,18 +311,25 @@ namespace {
       state.emplace("memory", std::move(memory));
       state.emplace("memory_lengths", std::move(lengths));
 
-      std::vector<size_t> head{start_id};
-      head.insert(head.end(), prefix.begin(), prefix.end() - 1);
-      _decoder->read_prompt(head, state);
+      // no prefix: the search starts from the start token at step 0, as translate_batch's
+      dim_t start_step = 0;
+      size_t first = start_id;
+      if (!prefix.empty()) {
+        std::vector<size_t> head{start_id};
+        head.insert(head.end(), prefix.begin(), prefix.end() - 1);
+        _decoder->read_prompt(head, state);
+        start_step = dim_t(head.size());
+        first = prefix.back();
+      }
 
       DecodingOptions options;
-      options.start_step = dim_t(head.size());
+      options.start_step = start_step;
       options.beam_size = 1;
       options.max_length = max_new;
       options.include_eos_in_hypotheses = false;
       options.disable_ids = disable_ids;
       std::vector<DecodingResult> results =
-        decode(*_decoder, state, {{prefix.back()}}, end_ids, options);
+        decode(*_decoder, state, {{first}}, end_ids, options);
       if (results.empty() || results[0].hypotheses.empty())
         return {};
       return results[0].hypotheses[0];

@@ -63,21 +63,38 @@ def test_one_pass_prefix_decodes_what_translate_batch_decodes(
     assert fast.prefix_reads and fast.prefix_reads > 0  # the native path did the work
 
 
-def test_a_batch_mixes_one_pass_and_translate_batch_requests(models: dict[str, Path]) -> None:
+def test_a_batch_mixes_reader_and_translate_batch_requests(models: dict[str, Path]) -> None:
     _native()
     fast = Ct2TextTranslator(models["nllb"], intra_threads=1)
     stepwise = Ct2TextTranslator(models["nllb"], intra_threads=1, prefill=False)
     sources = generated_sentences(4, seed=5)
-    requests = [TextMtRequest(sources[0], "en", "fr"),  # no prefix: translate_batch
+    requests = [TextMtRequest(sources[0], "en", "fr"),
                 TextMtRequest(sources[1], "en", "fr", target_prefix="le chat voit",
                               max_new_tokens=8),
                 TextMtRequest(sources[2], "en", "fr", target_prefix="nous", beam_size=2),
                 TextMtRequest(sources[3], "en", "fr", target_prefix="un deux trois quatre")]
     before = fast.prefix_reads
     assert fast.translate_batch(requests) == stepwise.translate_batch(requests)
-    # the two greedy requests with a prefix of two tokens or more (the language token and
-    # a word); beam search and the unprefixed request stay with translate_batch
-    assert fast.prefix_reads == before + 2
+    # the three greedy requests, with a prefix or not; beam search stays with translate_batch
+    assert fast.prefix_reads == before + 3
+
+
+def test_the_weights_are_held_once_and_beam_search_loads_them_again(
+    models: dict[str, Path]
+) -> None:
+    """With the reader serving every greedy request, the Translator (the second copy of the
+    weights) is let go after the load-time check; a beam-search request loads it again."""
+    _native()
+    translator = Ct2TextTranslator(models["marian"], intra_threads=1)
+    assert translator._translator is None
+    greedy = TextMtRequest("The cat sees a dog today.", "en", "fr")
+    assert translator.translate(greedy).text
+    assert translator._translator is None  # greedy never needs it
+    beam = TextMtRequest("The cat sees a dog today.", "en", "fr", beam_size=3)
+    reference = Ct2TextTranslator(models["marian"], intra_threads=1, prefill=False)
+    assert translator.translate(beam) == reference.translate(beam)
+    assert translator._translator is not None
+    assert reference._translator is not None and reference.prefix_reads is None
 
 
 def test_a_reader_that_decodes_otherwise_is_set_aside(
@@ -115,11 +132,18 @@ def test_a_reader_that_decodes_otherwise_is_set_aside(
     assert result.text.startswith("le chat")
 
 
-def test_the_reader_needs_a_prefix(models: dict[str, Path]) -> None:
+def test_the_reader_translates_without_a_prefix_as_translate_batch(
+    models: dict[str, Path]
+) -> None:
+    import ctranslate2
+
     _native()
     translator = Ct2TextTranslator(models["marian"], intra_threads=1)
     reader = translator._prefix_reader
     assert isinstance(reader, PrefixReader)
-    with pytest.raises(ValueError, match="needs a prefix"):
-        reader.continue_prefix(["▁cat", "</s>"], [], 4)
-    assert reader.continue_prefix(["▁cat", "</s>"], ["▁le"], 0) == ["▁le"]
+    raw = ctranslate2.Translator(str(models["marian"]), intra_threads=1)
+    source = ["▁The", "▁cat", "▁sees", "</s>"]
+    expected = raw.translate_batch([source], beam_size=1, max_decoding_length=12,
+                                   disable_unk=True)[0].hypotheses[0]
+    assert reader.continue_prefix(source, [], 12) == expected
+    assert reader.continue_prefix(source, ["▁le"], 0) == ["▁le"]
