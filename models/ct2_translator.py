@@ -31,6 +31,7 @@ from speechpipe.models.ct2_folder import (
     _tokenizer_paths,
     _whisper_code,
 )
+from speechpipe.models.heap import malloc_trim
 from speechpipe.models.mt_prefill import PrefixReader, probe_tokens
 from speechpipe.stages.model_api import TextMtRequest, TextMtResult
 
@@ -154,6 +155,7 @@ class Ct2TextTranslator:
                              self._target_vocab, self._eos if self._append_eos else None))
             if self._prefix_reader is not None:
                 self._translator = None  # one copy of the weights
+                malloc_trim()  # resident, not only reusable: ~60 MB for OPUS-MT base
 
     def _load_translator(self) -> Any:
         try:

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from speechpipe.models import faults
+from speechpipe.models.heap import malloc_trim
 
 log = logging.getLogger(__name__)
 
@@ -99,12 +100,7 @@ def _forget_word_lists() -> None:
                    wordfreq.get_frequency_dict):
         cached.cache_clear()
     gc.collect()
-    try:  # give the freed arenas back to the system (glibc); elsewhere they stay reusable
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    malloc_trim()  # give the freed arenas back to the system (glibc)
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ import numpy as np
 
 from speechpipe.bench.own_samples import own_samples
 from speechpipe.bench.server_process import rss_mb as process_rss_mb
+from speechpipe.models.heap import malloc_trim
 
 __all__ = ["register_soak", "run_soak", "SoakReport"]
 
@@ -111,19 +112,6 @@ def fds() -> dict[str, str]:
             if not target.startswith("/proc/"):  # the listing's own directory handle
                 out[fd] = target
     return out
-
-
-def malloc_trim() -> bool:
-    """Hand freed heap memory back to the OS (glibc only): RSS after it is memory in use,
-    not memory the allocator keeps for later. False where unavailable."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.malloc_trim(0))
-    except (OSError, AttributeError):
-        return False
 
 
 def snapshot() -> dict[str, Any]:
