@@ -312,6 +312,9 @@ def register_load(kinds: Any) -> None:
     load.add_argument("--languages", default="es,fr",
                       help="--starts: the playlists' languages, one per session in turn "
                            "(default %(default)s)")
+    load.add_argument("--target-lang", default="en",
+                      help="--starts: the sessions' target language (default %(default)s; "
+                           "another needs an installed pair or a pivot, as a user's would)")
     load.add_argument("--stagger", type=float, default=0.25,
                       help="--starts: seconds between the staggered clients' connections "
                            "(default %(default)s)")
@@ -335,7 +338,7 @@ def _bench_load_main(args: Any) -> int:
             recordings=args.recordings, gap_s=args.gap, stagger_s=args.stagger,
             languages=[lang.strip() for lang in args.languages.split(",") if lang.strip()],
             clips_manifest=args.clips, capacity=args.capacity, server_args=args.server_arg,
-            report_path=args.report, frame_ms=args.frame_ms))
+            report_path=args.report, frame_ms=args.frame_ms, target_lang=args.target_lang))
         return 0
     asyncio.run(run_load_bench(
         url=args.url, sessions=args.sessions, ramp=args.ramp, steps=list(iter_steps(args.steps)),

@@ -22,7 +22,7 @@ __all__ = ["ClientRun", "run_client", "commit_latencies",
 # -- one client -------------------------------------------------------------------------------
 async def run_client(url: str, index: int, audio: np.ndarray, lang: str, *,
                      frame_ms: int = 20, tail_s: float = 2.0, timeout_s: float = 180.0,
-                     output_rate: int = 16_000,
+                     output_rate: int = 16_000, target_lang: str = "en",
                      begin: asyncio.Event | None = None,
                      on_message: Callable[[str | bytes], None] | None = None) -> ClientRun:
     """One client: stream its playlist at real time and record every event (the one
@@ -36,7 +36,7 @@ async def run_client(url: str, index: int, audio: np.ndarray, lang: str, *,
         async with asyncio.timeout(timeout_s):
             return await stream_session(
                 url, audio, rate=RATE, frame_ms=frame_ms, tail_s=tail_s, index=index,
-                start={"source_lang": lang, "target_lang": "en",
+                start={"source_lang": lang, "target_lang": target_lang,
                        "output_sample_rate": output_rate},
                 begin=begin, on_message=on_message)
     except TimeoutError:

@@ -35,6 +35,8 @@ class StartCase:
     firsts: list[float] = field(default_factory=list)  # first translated audio - first voiced
     session_firsts: list[float] = field(default_factory=list)  # the same, each first recording
     ends: list[float] = field(default_factory=list)  # end of translated audio - last voiced
+    audio_s: float = 0.0  # audio streamed, over every session
+    server_cpu_s: float | None = None  # the server's CPU during the case (a server started here)
     together: bool = True  # synchronized: every client was admitted before the audio began
     # why: error events by code, the client's own failure, and close codes other than 1000
     causes: dict[str, int] = field(default_factory=dict)
@@ -76,13 +78,17 @@ class StartCase:
                 "heard": len(self.firsts), "first_p50": p(self.firsts, 50),
                 "session_first_p50": p(self.session_firsts, 50),
                 "end_p50": p(self.ends, 50), "end_p95": p(self.ends, 95),
-                "together": self.together, "causes": dict(sorted(self.causes.items()))}
+                "together": self.together, "causes": dict(sorted(self.causes.items())),
+                "audio_s": round(self.audio_s, 1),
+                "server_cpu_per_audio_s": (round(self.server_cpu_s / self.audio_s, 3)
+                                           if self.server_cpu_s is not None and self.audio_s
+                                           else None)}
 
 
 async def run_start_case(
     url: str, clips: Sequence[Clip], sessions: int, *, label: str, mode: str,
     recordings: int = 6, gap_s: float = 0.8, stagger_s: float = 0.25, frame_ms: int = 20,
-    begin_timeout_s: float = 60.0,
+    begin_timeout_s: float = 60.0, target_lang: str = "en",
 ) -> StartCase:
     """``sessions`` clients each playing ``recordings`` recordings (``gap_s`` of silence
     between) at real time. ``mode``: ``solo`` (one after the other, each alone),
@@ -117,12 +123,13 @@ async def run_start_case(
                 told = True
                 one_ready()
 
-        run = await run_client(url, i, audio, lang, frame_ms=frame_ms,
+        run = await run_client(url, i, audio, lang, frame_ms=frame_ms, target_lang=target_lang,
                                timeout_s=len(audio) / RATE * 4 + 120 + begin_timeout_s,
                                begin=begin, on_message=on_message)
         if not told:  # refused or failed: the others do not wait for it
             told = True
             one_ready()
+        case.audio_s += len(audio) / RATE
         return run, spans
 
     async def release() -> None:  # a session that never gets in does not hold the rest
@@ -160,6 +167,10 @@ def print_cases(rows: Sequence[dict[str, Any]]) -> None:
               f"{row['session_first_p50']:>12} {row['end_p50']:>8} {row['end_p95']:>8}"
               + ("" if row["together"] else "  (not all admitted in time: started apart)"),
               flush=True)
+    cpu = [f"{row['case']} {row['server_cpu_per_audio_s']}" for row in rows
+           if row.get("server_cpu_per_audio_s") is not None]
+    if cpu:
+        print("server CPU-s per audio second streamed: " + ", ".join(cpu), flush=True)
     for row in rows:
         if row.get("causes"):
             print(f"  {row['case']}: " + ", ".join(f"{cause} x{n}"
@@ -172,6 +183,7 @@ async def run_start_cases(
     stagger_s: float = 0.25, languages: Sequence[str] = ("es", "fr"),
     clips_manifest: str | None = None, capacity: int | None = None,
     server_args: Sequence[str] = (), report_path: str | None = None, frame_ms: int = 20,
+    target_lang: str = "en",
 ) -> dict[str, Any]:
     """Solo, ``sessions`` synchronized and ``sessions`` staggered starts in one run against
     one server (started here on 127.0.0.1 without ``url``), and the table. Each session
@@ -182,8 +194,8 @@ async def run_start_cases(
     manifest = find_manifest(clips_manifest)
     clips = load_clips(manifest, limit=10_000, languages=languages, per_language=recordings)
     langs = list(dict.fromkeys(clip.lang for clip in clips))
-    print(f"clips: {len(clips)} from {manifest} ({', '.join(langs)}); {recordings} recordings "
-          f"per session, {gap_s} s of silence between", flush=True)
+    print(f"clips: {len(clips)} from {manifest} ({', '.join(langs)} -> {target_lang}); "
+          f"{recordings} recordings per session, {gap_s} s of silence between", flush=True)
     server: ServerProcess | None = None
     rows: list[dict[str, Any]] = []
     try:
@@ -194,16 +206,20 @@ async def run_start_cases(
         for label, mode, n in (("solo", "solo", len(langs)),
                                (f"{sessions} synchronized", "synchronized", sessions),
                                (f"{sessions} staggered {stagger_s} s", "staggered", sessions)):
+            cpu0 = server.cpu_seconds() if server is not None else None
             case = await run_start_case(target, clips, n, label=label, mode=mode,
                                         recordings=recordings, gap_s=gap_s,
-                                        stagger_s=stagger_s, frame_ms=frame_ms)
+                                        stagger_s=stagger_s, frame_ms=frame_ms,
+                                        target_lang=target_lang)
+            if server is not None and cpu0 is not None:
+                case.server_cpu_s = server.cpu_seconds() - cpu0
             rows.append(case.row())
     finally:
         if server is not None:
             await asyncio.to_thread(server.__exit__)
     print_cases(rows)
     results: dict[str, Any] = {"cases": rows, "recordings": recordings, "gap_s": gap_s,
-                               "languages": langs}
+                               "languages": langs, "target_lang": target_lang}
     if report_path:
         await asyncio.to_thread(Path(report_path).write_text, json.dumps(results, indent=2))
     return results

@@ -119,8 +119,14 @@ def test_a_case_pools_every_recording_and_the_sessions_first_ones(capsys):
     assert row["heard"] == 2 and row["first_p50"] == pytest.approx(1.5)
     assert row["session_first_p50"] == pytest.approx(2.0)
     assert row["end_p50"] == pytest.approx(((3.5 - 3.0) + (6.5 - 6.0)) / 2)
+    assert row["server_cpu_per_audio_s"] is None  # no server measured
     _print_cases([row])
-    assert "2 synchronized" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "2 synchronized" in out and "server CPU" not in out
+    case.audio_s, case.server_cpu_s = 12.0, 3.0
+    _print_cases([case.row()])
+    assert "server CPU-s per audio second streamed: 2 synchronized 0.25" in (
+        capsys.readouterr().out)
     assert math.isnan(StartCase("none", 1).row()["first_p50"])
 
 
@@ -149,6 +155,9 @@ async def test_two_synchronized_sessions_of_one_short_clip_are_both_heard(live_s
     assert row["finished"] == 2 and row["errors"] == 0
     assert row["heard"] == row["recordings"] == 2
     assert 0 < row["first_p50"] < 30 and row["end_p95"] < 30
+    # both clients streamed the clip (and the playlist's silence around it)
+    clip_s = len(clips[0].audio) / 16000
+    assert 2 * clip_s <= row["audio_s"] <= 2 * (clip_s + 3.0)
     with pytest.raises(ValueError):
         await run_start_case(url, clips, 1, label="x", mode="sideways")
 
