@@ -178,7 +178,8 @@ class Ct2TextTranslator:
 
     @property
     def prefix_reads(self) -> int | None:
-        """Updates whose prefix was read in one pass so far; None when that is off here."""
+        """Greedy requests the native reader served so far (each prefix read in one pass);
+        None when the reader is off here (``prefill=False``, or it was set aside)."""
         return None if self._prefix_reader is None else self._prefix_reader.calls
 
     # -- languages

@@ -147,7 +147,8 @@ def _add_mt(path: Path, name: str | None, replace: bool) -> int:
     name = name or path.name
     if not _NAME.match(name):
         raise InputError(f"cannot use the folder name {name!r} as a model name; pass --name")
-    translator = Ct2TextTranslator(path, intra_threads=1)  # loads it: weights and tokenizer
+    # loads it (weights and tokenizer); the native reader is checked where it serves
+    translator = Ct2TextTranslator(path, intra_threads=1, prefill=False)
     info = translator.info
     del translator
     _register_mt(name, path, info, replace)
@@ -194,7 +195,8 @@ def _add_argos(path: Path, name: str | None, replace: bool) -> int:
     dest = speechpipe_home() / "mt" / name
 
     def load(folder: Path) -> MtModelInfo:
-        return Ct2TextTranslator(folder, intra_threads=1).info  # weights and tokenizer
+        # weights and tokenizer
+        return Ct2TextTranslator(folder, intra_threads=1, prefill=False).info
 
     info = install_argos_package(package, dest, replace=True, check=load)
     assert info is not None
@@ -376,7 +378,8 @@ def _pull_mt(item: Any, name: str, replace: bool) -> None:
     snapshot = hub_pull.download_repo(item.repo)
     folder = hub_pull.prepare_mt_folder(snapshot, speechpipe_home() / "mt" / name, item.pair,
                                         _convert_into)
-    info = Ct2TextTranslator(folder, intra_threads=1).info  # loads it: weights and tokenizer
+    # loads it: weights and tokenizer
+    info = Ct2TextTranslator(folder, intra_threads=1, prefill=False).info
     if item.pair is not None:
         source, target = item.pair
         if (info.source_langs is not None and source not in info.source_langs) or (
@@ -428,7 +431,7 @@ def cmd_models_convert(args: argparse.Namespace) -> int:
         _write_family_hint(src, tmp)
         from speechpipe.models.ct2_translator import Ct2TextTranslator
 
-        info = Ct2TextTranslator(tmp, intra_threads=1).info
+        info = Ct2TextTranslator(tmp, intra_threads=1, prefill=False).info
         if out.exists():
             old = out.with_name(f".{out.name}.{uuid.uuid4().hex}.old")
             os.replace(out, old)
