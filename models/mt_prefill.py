@@ -49,8 +49,10 @@ class PrefixReader:
         self._threads = max(1, threads)
         self._compute_type = compute_type
         self._source_ids = {token: i for i, token in enumerate(source_vocab)}
-        self._target_ids = {token: i for i, token in enumerate(target_vocab)}
-        self._target_tokens = list(target_vocab)
+        # a shared vocabulary (Marian, NLLB) is one map, not two
+        self._target_ids = (self._source_ids if target_vocab == source_vocab
+                            else {token: i for i, token in enumerate(target_vocab)})
+        self._target_tokens = target_vocab
         self._source_unk = self._source_ids[unk_token]
         self._target_unk = self._target_ids[unk_token]
         self._start = self._target_ids[start_token]

@@ -43,17 +43,25 @@ using namespace ctranslate2;
 
 namespace {
 
-  // One loaded model per folder, shared by every decoder of that folder (weights once).
-  std::shared_ptr<const models::WhisperModel> load_model(const std::string& path) {
+  // One loaded model per folder and compute type, shared by every decoder of that folder
+  // (weights once): Whisper's and the translators'.
+  std::shared_ptr<const models::Model> load_any_model(const std::string& path,
+                                                      ComputeType compute_type) {
     static std::mutex lock;
-    static std::map<std::string, std::weak_ptr<const models::Model>> loaded;
+    static std::map<std::pair<std::string, int>, std::weak_ptr<const models::Model>> loaded;
     std::lock_guard<std::mutex> guard(lock);
-    auto model = loaded[path].lock();
+    const auto key = std::make_pair(path, int(compute_type));
+    auto model = loaded[key].lock();
     if (!model) {
-      model = models::Model::load(path, Device::CPU, 0, ComputeType::INT8);
-      loaded[path] = model;
+      model = models::Model::load(path, Device::CPU, 0, compute_type);
+      loaded[key] = model;
     }
-    auto whisper = std::dynamic_pointer_cast<const models::WhisperModel>(model);
+    return model;
+  }
+
+  std::shared_ptr<const models::WhisperModel> load_model(const std::string& path) {
+    auto whisper = std::dynamic_pointer_cast<const models::WhisperModel>(
+      load_any_model(path, ComputeType::INT8));
     if (!whisper)
       throw std::invalid_argument("not a Whisper model: " + path);
     return whisper;
@@ -253,20 +261,6 @@ namespace {
       }
     }
   };
-
-  std::shared_ptr<const models::Model> load_any_model(const std::string& path,
-                                                      ComputeType compute_type) {
-    static std::mutex lock;
-    static std::map<std::pair<std::string, int>, std::weak_ptr<const models::Model>> loaded;
-    std::lock_guard<std::mutex> guard(lock);
-    const auto key = std::make_pair(path, int(compute_type));
-    auto model = loaded[key].lock();
-    if (!model) {
-      model = models::Model::load(path, Device::CPU, 0, compute_type);
-      loaded[key] = model;
-    }
-    return model;
-  }
 
   // Greedy translation for a sequence-to-sequence model, after a forced target prefix or
   // none: the encoder once, the start token and the prefix but its last token read in one
