@@ -19,7 +19,9 @@ Two small pure parts, and a thin shell the workers call:
   deadline (``on_abandon``: the worker fails the call's futures and starts a new thread).
 - ``GuardedExecutor``: a one-thread ``concurrent.futures.Executor`` on that shell (the TTS
   and text-MT workers): a stuck thread is retired and a new one serves the same queue, so
-  work queued behind the stuck call runs on the new thread.
+  work queued behind the stuck call runs on the new thread. Its queue is ordered by each
+  job's due time (``submit_due``; ``submit`` is due now), earliest first, ties in order of
+  submission: plain ``submit`` calls alone are served first in, first out.
 
 See docs/design.md "When a shared worker fails".
 """
@@ -30,6 +32,7 @@ import collections
 import concurrent.futures
 import enum
 import functools
+import itertools
 import logging
 import math
 import queue
@@ -388,13 +391,20 @@ class GuardedExecutor(concurrent.futures.Executor):
     it fails with ``WorkerTimeout`` and a new thread takes over the queue (the stuck one
     exits when, if ever, its call returns; its result is dropped). A job raising a
     ``SpeechpipeError`` is the caller's error (bad input), any other exception a worker
-    failure (counted by the breaker)."""
+    failure (counted by the breaker).
+
+    The queue is served earliest due first (``submit_due``: the TTS voice passes the time a
+    session's listener runs out of speech, so a phrase whose listener is waiting goes ahead of
+    one whose listener still has seconds queued); ``submit`` is due at once. Ties keep the
+    order of submission."""
 
     def __init__(self, guard: WorkerGuard, name: str, *, max_stuck: int = 4) -> None:
         self.guard = guard
         self.name = name
         self.max_stuck = max_stuck  # stuck threads kept at most; beyond, no more replacements
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        # (due on the monotonic clock, submission number, job); None: shut down
+        self._jobs: queue.PriorityQueue[tuple[float, int, _Job | None]] = queue.PriorityQueue()
+        self._submitted = itertools.count()
         self._lock = threading.Lock()
         self._retired: set[threading.Thread] = set()
         self._serving: threading.Thread | None = None
@@ -410,19 +420,29 @@ class GuardedExecutor(concurrent.futures.Executor):
                ) -> concurrent.futures.Future[Any]:
         if kwargs:
             raise TypeError("GuardedExecutor.submit takes positional arguments only")
+        return self.submit_due(time.monotonic(), fn, *args)
+
+    def submit_due(self, due: float, fn: Callable[..., Any], /, *args: Any,
+                   ) -> concurrent.futures.Future[Any]:
+        """``submit``, served after every queued job due earlier (``due``: the monotonic
+        time by which its result is needed)."""
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new futures after shutdown")
             job = _Job(fn, args)
-            self._jobs.put(job)
+            self._jobs.put((due, next(self._submitted), job))
         return job.future
+
+    def _put_end(self) -> None:
+        """The end marker, after every queued job."""
+        self._jobs.put((math.inf, next(self._submitted), None))
 
     def _serve(self) -> None:
         me = threading.current_thread()
         while True:
-            job = self._jobs.get()
+            job = self._jobs.get()[2]
             if job is None:
-                self._jobs.put(None)  # every thread sees the end
+                self._put_end()  # every thread sees the end
                 return
             if not job.future.set_running_or_notify_cancel():
                 continue
@@ -467,11 +487,11 @@ class GuardedExecutor(concurrent.futures.Executor):
         if cancel_futures:
             while True:
                 try:
-                    job = self._jobs.get_nowait()
+                    job = self._jobs.get_nowait()[2]
                 except queue.Empty:
                     break
                 if job is not None:
                     job.future.cancel()
-        self._jobs.put(None)
+        self._put_end()
         if wait and serving is not None and serving is not threading.current_thread():
             serving.join(JOIN_TIMEOUT_S)

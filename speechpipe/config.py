@@ -61,6 +61,9 @@ class PipelineOptions:
     # traffic): the sessions on a voice share its cache
     phrase_cache_per_session: bool = False
     catch_up: CatchUpOptions = field(default_factory=CatchUpOptions)
+    # a voice shared by many sessions speaks first the phrase whose listener runs out of
+    # speech first (stages/tts.py, voices/tts_worker.py); false: first in, first out
+    tts_deadline_order: bool = True
     mt_threads: int = 2
     # a text-MT update reads its forced prefix in one decoder pass (models/mt_prefill.py),
     # where the native decoder decodes what translate_batch does; false: step by step

@@ -456,12 +456,14 @@ class PipelineSession:
             # the decoder of this language's vocabulary loads here, not in the first decode
             await asyncio.to_thread(prepare, resolved.source_lang, words)
 
-        async def speak(text: str, speed: float = 1.0) -> np.ndarray:
+        async def speak(text: str, speed: float = 1.0, due: float | None = None) -> np.ndarray:
             key = (namespace, text, rate, speed)
             cached = cache.get(key)
             if cached is not None:
                 return cached
-            samples = await tts_worker.synthesize(text, rate, speed)
+            if not options.tts_deadline_order:
+                due = None  # first in, first out
+            samples = await tts_worker.synthesize(text, rate, speed, due)
             cache.put(key, samples)
             return samples
 

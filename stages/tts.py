@@ -39,7 +39,10 @@ from speechpipe.stages.phrases import (
 __all__ = ["TtsStage", "Speak", "CatchUpOptions", "catch_up_speed", "span_speed",
            "words_source_time", "phrase_speed"]
 
-Speak = Callable[[str, float], Awaitable[NDArray[np.int16]]]
+# speak(text, speed, due): ``due`` is the monotonic time the phrase's listener runs out of
+# speech (a live session's queued speech ends then; None: not live, no deadline). One voice
+# serves many sessions and takes the earliest due first (voices/tts_worker.py).
+Speak = Callable[[str, float, float | None], Awaitable[NDArray[np.int16]]]
 
 
 def catch_up_speed(backlog_s: float, options: CatchUpOptions) -> float:
@@ -162,6 +165,14 @@ class TtsStage:
                 if hyp is not None:
                     await self._on_target(hyp, events)
 
+    def _runs_dry_at(self, now_s: float) -> float | None:
+        """The monotonic time this session's listener will have heard all the speech sent
+        so far (now, when nothing is queued): when the next phrase is needed. None when the
+        stream has no wall clock (replays paced by the basis clock)."""
+        if not isinstance(self.clock, WallStreamClock):
+            return None
+        return time.monotonic() + max(0.0, self._queued_until - now_s)
+
     async def _on_target(self, hyp: TextHypothesis, events: Channel[OutputEvent]) -> None:
         self._last_target[hyp.utterance] = hyp
         segmenter = self._segmenters.get(hyp.utterance)
@@ -185,7 +196,8 @@ class TtsStage:
                 self.catch_up, now_s=now, queued_until_s=self._queued_until,
                 source_s=words_source_time(hyp, first_word, self.catch_up), finishing=finishing)
             try:
-                samples = await self.speak(voice_text(phrase, ends_utterance), speed)
+                samples = await self.speak(voice_text(phrase, ends_utterance), speed,
+                                           self._runs_dry_at(now))
             except SpeechpipeError as exc:
                 await events.put(ErrorEvent(exc.code, str(exc), self.clock.stamp(hyp.stream_pts),
                                             hyp.utterance))

@@ -8,7 +8,7 @@ refused at once (``WorkerUnavailable``)."""
 from __future__ import annotations
 
 import asyncio
-import functools
+import time
 
 import numpy as np
 import soxr
@@ -67,13 +67,16 @@ class TtsWorker:
         speech = trim_silence(self.synthesizer.synthesize(text, speed), self.sample_rate)
         return resample_int16(speech, self.sample_rate, rate)
 
-    async def synthesize(self, text: str, rate: int, speed: float = 1.0) -> NDArray[np.int16]:
-        """Speak ``text`` at ``rate`` Hz and ``speed`` on the worker's thread."""
+    async def synthesize(self, text: str, rate: int, speed: float = 1.0,
+                         due: float | None = None) -> NDArray[np.int16]:
+        """Speak ``text`` at ``rate`` Hz and ``speed`` on the worker's thread. ``due``: the
+        monotonic time its listener needs it by (the voice serves the earliest due first,
+        ``GuardedExecutor``); None: now."""
         self.guard.admit()
-        loop = asyncio.get_running_loop()
+        when = time.monotonic() if due is None else due
         try:
-            return await loop.run_in_executor(
-                self._executor, functools.partial(self._synthesize, text, rate, speed)
+            return await asyncio.wrap_future(
+                self._executor.submit_due(when, self._synthesize, text, rate, speed)
             )
         except (SpeechpipeError, asyncio.CancelledError):
             raise

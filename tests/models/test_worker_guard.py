@@ -126,6 +126,41 @@ def test_a_hung_job_is_abandoned_and_the_next_runs_on_a_new_thread() -> None:
         executor.shutdown(wait=True)
 
 
+def test_the_queue_is_served_earliest_due_first_and_in_order_of_submission_on_ties() -> None:
+    """``submit_due``: a job due sooner overtakes queued jobs due later (the TTS voice: a
+    phrase whose listener is waiting goes before one whose listener still has speech
+    queued); plain ``submit`` calls are due at once, so alone they stay first in, first out;
+    a shutdown without cancelling runs what is queued before the thread ends."""
+    guard = WorkerGuard("order", budget=LatencyBudget(floor_s=5.0, ceiling_s=5.0))
+    executor = GuardedExecutor(guard, "order-worker")
+    gate = threading.Event()
+    served: list[str] = []
+    try:
+        blocker = executor.submit(gate.wait, 5.0)  # holds the thread while the queue fills
+        now = time.monotonic()
+        futures = [
+            executor.submit_due(now + 3.0, served.append, "listener with 3 s queued"),
+            executor.submit_due(now + 1.0, served.append, "listener with 1 s queued"),
+            executor.submit(served.append, "plain 1"),
+            executor.submit_due(now + 1.0, served.append, "another due in 1 s"),
+            executor.submit(served.append, "plain 2"),
+        ]
+        gate.set()
+        assert blocker.result(timeout=2.0)
+        for future in futures:
+            future.result(timeout=2.0)
+        assert served == ["plain 1", "plain 2", "listener with 1 s queued",
+                          "another due in 1 s", "listener with 3 s queued"]
+        gate.clear()
+        executor.submit(gate.wait, 0.2)
+        last = executor.submit_due(time.monotonic() + 60.0, served.append, "due in a minute")
+        executor.shutdown(wait=True)
+        assert last.result(timeout=0) is None and served[-1] == "due in a minute"
+    finally:
+        gate.set()
+        executor.shutdown(wait=True)
+
+
 # --- the text-MT worker on a real tiny model ----------------------------------------------
 
 ctranslate2 = pytest.importorskip("ctranslate2")

@@ -106,7 +106,7 @@ async def _speeds(catch_up: CatchUpOptions,
     the stream time of a decision is the audio it was based on)."""
     asked: list[tuple[str, float]] = []
 
-    async def speak(text: str, speed: float) -> np.ndarray:
+    async def speak(text: str, speed: float, due: float | None = None) -> np.ndarray:
         asked.append((text, speed))  # 1 s per word whatever the speed: only the rate matters
         return np.full(RATE * len(text.split()), 1000, np.int16)
 

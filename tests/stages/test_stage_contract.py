@@ -23,7 +23,7 @@ from speechpipe.stages.tts import TtsStage
 from speechpipe.stages.vad import VadOptions, VadStage
 
 
-async def _speak(text: str, speed: float = 1.0) -> np.ndarray:
+async def _speak(text: str, speed: float = 1.0, due: float | None = None) -> np.ndarray:
     return np.full(1600, 1000, np.int16)
 
 

@@ -17,7 +17,7 @@ from tests.helpers import events_until_spoken
 RATE = 16_000
 
 
-async def fake_speak(text: str, speed: float = 1.0) -> np.ndarray:
+async def fake_speak(text: str, speed: float = 1.0, due: float | None = None) -> np.ndarray:
     """0.6 s of tone per word: the test is about when phrases are cut, not about Piper
     (the real voice runs in tests/e2e)."""
     return np.full(int(0.6 * RATE) * len(text.split()), 1000, np.int16)

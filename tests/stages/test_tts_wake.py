@@ -7,13 +7,14 @@ speech is still queued."""
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from speechpipe.stages.channels import Channel
-from speechpipe.stages.clock import WallStreamClock
+from speechpipe.stages.clock import BasisStreamClock, WallStreamClock
 from speechpipe.stages.frames import STREAM_RATE, SpeechChunk, TextHypothesis
 from speechpipe.stages.phrases import PhraseOptions
 from speechpipe.stages.tts import TtsStage
@@ -35,7 +36,7 @@ class ScriptedClock(WallStreamClock):
         return self.now
 
 
-async def speak(text: str, speed: float = 1.0) -> np.ndarray:
+async def speak(text: str, speed: float = 1.0, due: float | None = None) -> np.ndarray:
     """0.5 s of tone per word: these tests are about when phrases are cut (Piper runs in
     tests/e2e)."""
     return np.full(int(0.5 * RATE) * len(text.split()), 1000, np.int16)
@@ -152,3 +153,32 @@ async def test_caught_up_words_are_spoken_at_once_even_while_speech_plays():
     clock.now = 1.3
     await held._on_target(caught_up("red green blue yellow", 1.3), events)
     assert await spoken(events) == []
+
+
+async def test_each_phrase_is_asked_for_by_when_its_listener_runs_out_of_speech():
+    """The voice is shared by many sessions and serves the earliest due first
+    (``GuardedExecutor.submit_due``): a phrase whose listener hears nothing is due now, one
+    whose listener still has speech queued is due when that speech ends; a replay paced by the
+    basis clock has no wall time and asks with no due."""
+    asked: list[tuple[str, float | None, float]] = []
+
+    async def recording_speak(text: str, speed: float = 1.0,
+                              due: float | None = None) -> np.ndarray:
+        asked.append((text, due, time.monotonic()))
+        return await speak(text, speed, due)
+
+    clock = ScriptedClock()
+    stage = TtsStage(recording_speak, clock, RATE, OPTIONS)
+    events: Channel = Channel(64)
+    clock.now = 1.0
+    await stage._on_target(target("red green blue", 1.0), events)  # 1.5 s: queued until 2.5
+    clock.now = 1.3
+    await stage._on_target(caught_up("red green blue yellow", 1.3), events)
+    (first, first_due, first_at), (second, second_due, second_at) = asked
+    assert (first, second) == ("red green blue,", "yellow,")  # the sentence goes on
+    assert first_due == pytest.approx(first_at, abs=0.01)  # nothing queued: due now
+    assert second_due == pytest.approx(second_at + 2.5 - 1.3, abs=0.01)  # when the 1.5 s end
+    asked.clear()
+    replay = TtsStage(recording_speak, BasisStreamClock(), RATE, OPTIONS)
+    await replay._on_target(caught_up("red green blue", 1.0), events)
+    assert [due for _, due, _ in asked] == [None]

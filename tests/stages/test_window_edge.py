@@ -213,7 +213,7 @@ def test_a_continuation_keeps_only_a_short_pause_of_the_voice_s_closing_silence(
 async def test_the_voice_gets_continuations_mid_sentence_and_the_end_at_the_end():
     said: list[str] = []
 
-    async def speak(text: str, speed: float) -> np.ndarray:
+    async def speak(text: str, speed: float, due: float | None = None) -> np.ndarray:
         said.append(text)
         # a voice's audio closes with ~0.2 s of quiet
         return np.concatenate([np.full(1600, 1000, np.int16), np.zeros(3200, np.int16)])
