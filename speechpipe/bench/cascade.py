@@ -18,6 +18,7 @@ token is a real model's (it also runs to the length cap, so it is, if anything, 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import tempfile
 from collections.abc import Sequence
@@ -89,6 +90,11 @@ def register_cascade(kinds: argparse._SubParsersAction) -> None:
                               "grows, step by step against one pass (one thread)")
     cascade.add_argument("--model", default=None,
                          help="CTranslate2 MT folder (default: random weights, OPUS-MT size)")
+    cascade.add_argument("--weights", choices=("random", "copy"), default="random",
+                         help="without --model: the OPUS-size model's weights: random (its "
+                              "outputs run to the length cap; an upper bound) or copy (it "
+                              "ends where the source ends and agrees with itself; a lower "
+                              "bound), speechpipe/bench/opus_size.py")
     cascade.add_argument("--source-lang", default="en")
     cascade.add_argument("--target-lang", default="es")
     cascade.add_argument("--pace", choices=("realtime", "fast"), default="realtime")
@@ -106,12 +112,9 @@ def register_cascade(kinds: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import subprocess
     import sys
 
-    import soundfile as sf
-
-    from speechpipe.evaluation.trace import read_trace
+    from speechpipe.errors import SpeechpipeError
 
     if not args.file and not args.prefix_sweep:
         print("speechpipe bench cascade: give --file PATH (one or more) or --prefix-sweep",
@@ -120,10 +123,10 @@ def _run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="speechpipe-bench-cascade-") as tmp:
         model = args.model
         if model is None:
-            from speechpipe.bench.tiny_mt import build_opus_size_pair
+            from speechpipe.bench.opus_size import build_opus_size_pair
 
             model = str(build_opus_size_pair(Path(tmp) / "opus-size", args.source_lang,
-                                             args.target_lang))
+                                             args.target_lang, weights=args.weights))
         if args.prefix_sweep:
             from speechpipe.bench.mt_prefix import prefix_sweep, print_prefix_sweep
 
@@ -137,34 +140,77 @@ def _run(args: argparse.Namespace) -> int:
             if args.report:
                 Path(args.report).write_text(json.dumps({"prefix_sweep": rows}, indent=2) + "\n")
             return 0
-        runs = []
-        for i, path in enumerate(args.file):
-            trace = Path(tmp) / f"{i}.jsonl"
-            # a translate subprocess (-P, as the other benches' servers): the bench sits
-            # below the CLI and must not import it
-            code = subprocess.run(
-                [sys.executable, "-P", "-m", "speechpipe", "translate", path, "--out",
-                 str(Path(tmp) / f"{i}.wav"), "--trace", str(trace), "--pace", args.pace,
-                 "--source-lang", args.source_lang, "--target-lang", args.target_lang,
-                 "--mt", f"ct2:{model}", *(["--voice", args.voice] if args.voice else []),
-                 *[arg for folder in args.voices_dir for arg in ("--voices-dir", folder)],
-                 *[arg for setting in args.settings for arg in ("--set", setting)]],
-                stdout=subprocess.DEVNULL, check=False).returncode
-            if code != 0:
-                return code
-            runs.append(cascade_figures(read_trace(trace), sf.info(path).duration))
+        try:
+            runs = _translate_files(args, model)
+        except SpeechpipeError as exc:
+            print(f"speechpipe bench cascade: {exc}", file=sys.stderr)
+            return 1
     records = [dict(r) for r in runs]
     total_audio = sum(r["audio_s"] for r in records)
     total_mt = sum(r["mt_s"] for r in records)
-    print(f"{'file':<40} {'MT s/audio s':>12} {'ms/word':>8} {'upd p50':>8} {'upd p95':>8} "
-          f"{'commit p50':>10} {'commit p95':>10}")
+    total_cpu = sum(r["mt_cpu_s"] for r in records)
+    print(f"{'file':<32} {'MT CPU/audio s':>14} {'MT s/audio s':>12} {'ms/word':>8} "
+          f"{'upd p50':>8} {'upd p95':>8} {'commit p50':>10} {'commit p95':>10}")
     for path, r in zip(args.file, records, strict=True):
-        print(f"{Path(path).name:<40} {r['mt_s_per_audio_s']!s:>12} {r['mt_ms_per_word']!s:>8} "
+        print(f"{Path(path).name:<32} {r['mt_cpu_per_audio_s']!s:>14} "
+              f"{r['mt_s_per_audio_s']!s:>12} {r['mt_ms_per_word']!s:>8} "
               f"{r['commit_to_update_s']['p50']!s:>8} {r['commit_to_update_s']['p95']!s:>8} "
               f"{r['commit_to_commit_s']['p50']!s:>10} {r['commit_to_commit_s']['p95']!s:>10}")
-    print(f"all: {total_mt / total_audio:.4f} MT s per audio s over {total_audio:.1f} s")
+    print(f"all: {total_cpu / total_audio:.4f} MT CPU-s per audio s (the MT worker thread), "
+          f"{total_mt / total_audio:.4f} MT s per audio s (wall, queue included) over "
+          f"{total_audio:.1f} s")
     if args.report:
-        Path(args.report).write_text(json.dumps({"model": args.model or "opus-size random",
+        Path(args.report).write_text(json.dumps({"model": args.model or
+                                                 f"opus-size {args.weights}",
                                                  "settings": args.settings,
                                                  "runs": records}, indent=2) + "\n")
     return 0
+
+
+def _translate_files(args: argparse.Namespace, model: str) -> list[dict[str, Any]]:
+    """Translate each ``--file`` as a live session would, in this process (one pipeline,
+    loaded once), with the MT worker thread's CPU read around each file (``mt_cpu_s``): the
+    decoder runs on that thread (greedy, through the native reader; beam search and
+    ``pipeline.mt_prefill=false`` run on CTranslate2's own threads and are not counted)."""
+    import asyncio
+    import threading
+
+    from speechpipe.bench.cost import threads_cpu
+    from speechpipe.config import with_overrides
+    from speechpipe.file_translation import translate_audio
+    from speechpipe.session import Pipeline, PipelineOptions, apply_process_limits
+    from speechpipe.stages.request import SessionRequest
+    from speechpipe.transport.file_replay import read_audio
+
+    options = with_overrides(PipelineOptions(), args.settings)
+    if args.voices_dir:
+        options = dataclasses.replace(options, voice_dirs=(*options.voice_dirs,
+                                                           *args.voices_dir))
+    apply_process_limits(options)
+
+    def mt_threads() -> set[int]:
+        return {t.native_id for t in threading.enumerate()
+                if t.native_id is not None and t.name.startswith("ct2-mt")}
+
+    async def run_all() -> list[dict[str, Any]]:
+        out = []
+        async with Pipeline.load(options) as pipeline:
+            for index, path in enumerate(args.file):
+                audio = read_audio(path)
+                request = SessionRequest(
+                    source_lang=args.source_lang, target_lang=args.target_lang,
+                    voice=args.voice, mt=f"ct2:{model}", priority="replay", pace=args.pace,
+                    phrase_cache=f"bench cascade {index}")
+                threads = mt_threads()
+                cpu0 = {tid: threads_cpu({tid}) for tid in threads}
+                run = await translate_audio(pipeline, audio, request)
+                # the worker's thread starts with the first request: a new one counts from 0
+                mt_cpu = sum(threads_cpu({tid}) - cpu0.get(tid, 0.0) for tid in mt_threads())
+                figures = cascade_figures(run.records, run.input_seconds)
+                figures["mt_cpu_s"] = round(mt_cpu, 3)
+                figures["mt_cpu_per_audio_s"] = (round(mt_cpu / run.input_seconds, 5)
+                                                 if run.input_seconds else None)
+                out.append(figures)
+        return out
+
+    return asyncio.run(run_all())

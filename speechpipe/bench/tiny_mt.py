@@ -36,7 +36,9 @@ __all__ = [
     "make_whisper_like_folder",
     "build_tiny_pair",
     "build_tiny_argos",
-    "build_opus_size_pair",
+    "random_spec",
+    "spm_pieces",
+    "OPUS_BASE",
 ]
 
 FAMILIES = ("nllb", "m2m100", "marian", "marian-multi")
@@ -84,7 +86,7 @@ def train_tiny_spm(path: Path, *, vocab_size: int = 160, seed: int = 0) -> Path:
     return path
 
 
-def _spm_pieces(path: Path) -> list[str]:
+def spm_pieces(path: Path) -> list[str]:
     import sentencepiece as spm
 
     sp = spm.SentencePieceProcessor(model_file=str(path))
@@ -95,7 +97,7 @@ def _spm_pieces(path: Path) -> list[str]:
     ]
 
 
-def _random_spec(src_vocab: int, target_tokens: list[str], seed: int, *, d_model: int = 64,
+def random_spec(src_vocab: int, target_tokens: list[str], seed: int, *, d_model: int = 64,
                  heads: int = 4, ffn: int = 128, layers: int = 2):
     """A pre-norm Transformer with seeded random weights (Gaussian, scaled like an init).
 
@@ -178,19 +180,19 @@ def build_tiny_mt(out_dir: Path, family: str = "nllb", *, seed: int = 0,
 
     if family in ("nllb", "m2m100"):
         langs = NLLB_LANGS if family == "nllb" else M2M_LANGS
-        vocab = _SPECIALS + _spm_pieces(src_spm) + list(langs)
+        vocab = _SPECIALS + spm_pieces(src_spm) + list(langs)
         shutil.copy(src_spm, out_dir / "sentencepiece.bpe.model")
-        spec = _random_spec(len(vocab), vocab, seed)
+        spec = random_spec(len(vocab), vocab, seed)
         spec.config.decoder_start_token = "</s>"
         spec.register_source_vocabulary(vocab)
         spec.register_target_vocabulary(vocab)
     else:
-        shared = _SPECIALS[2:] + _dedupe(_spm_pieces(src_spm) + _spm_pieces(tgt_spm))
+        shared = _SPECIALS[2:] + _dedupe(spm_pieces(src_spm) + spm_pieces(tgt_spm))
         if family == "marian-multi":
             shared += list(MARIAN_TARGETS)
         shutil.copy(src_spm, out_dir / "source.spm")
         shutil.copy(tgt_spm, out_dir / "target.spm")
-        spec = _random_spec(len(shared), shared, seed)
+        spec = random_spec(len(shared), shared, seed)
         spec.config.decoder_start_token = "</s>"
         spec.decoder.start_from_zero_embedding = True
         spec.register_source_vocabulary(shared)
@@ -257,39 +259,3 @@ def build_tiny_argos(out_zip: Path, source: str, target: str, *, seed: int = 0,
 
 OPUS_BASE = {"d_model": 512, "heads": 8, "ffn": 2048, "layers": 6, "vocab": 58_101}
 """OPUS-MT base (Marian transformer-base): 6+6 layers, d=512, 8 heads, FFN 2048, ~58k vocab."""
-
-
-def build_opus_size_pair(out_dir: Path, source: str = "en", target: str = "es", *,
-                         seed: int = 0, quantization: str = "int8") -> Path:
-    """A random-weight Marian folder of OPUS-MT base size for ``source -> target``, for cost
-    figures (the words mean nothing). The tokenizer is the tiny one; the vocabulary is padded
-    to OPUS-MT's size so the output projection costs what a real one does. Embeddings are not
-    tied (CTranslate2 stores them apart), so the file is larger than OPUS-MT's ~74 M
-    parameters; the work per token is the same."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    src_spm, tgt_spm = out_dir / "source.spm", out_dir / "target.spm"
-    train_tiny_spm(src_spm, seed=1)
-    train_tiny_spm(tgt_spm, seed=2, vocab_size=150)
-    shared = _SPECIALS[2:] + _dedupe(_spm_pieces(src_spm) + _spm_pieces(tgt_spm))
-    shared += [f"<unused{i}>" for i in range(OPUS_BASE["vocab"] - len(shared))]
-    spec = _random_spec(len(shared), shared, seed, d_model=OPUS_BASE["d_model"],
-                        heads=OPUS_BASE["heads"], ffn=OPUS_BASE["ffn"],
-                        layers=OPUS_BASE["layers"])
-    # The padding rows are computed at every step (the output layer costs a real one's) but
-    # never chosen: the model writes the tokenizer's pieces, so its output reads as words,
-    # the policy can agree on some and commit them, and later updates force them again as
-    # a trained model's would be (with padding chosen, nothing was ever committed)
-    spec.decoder.projection.bias = np.where(
-        np.array([t.startswith("<unused") for t in shared]), np.float32(-1e4),
-        spec.decoder.projection.bias).astype(np.float32)
-    spec.config.decoder_start_token = "</s>"
-    spec.decoder.start_from_zero_embedding = True
-    spec.register_source_vocabulary(shared)
-    spec.register_target_vocabulary(shared)
-    spec.validate()
-    spec.optimize(quantization=quantization)
-    spec.save(str(out_dir))
-    (out_dir / "tokenizer_config.json").write_text(
-        json.dumps({"source_lang": source, "target_lang": target}), encoding="utf-8")
-    return out_dir
