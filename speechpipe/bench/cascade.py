@@ -8,7 +8,11 @@ from each trace it reads:
   audio second and per committed source word;
 - the added latency from a caption commit (source committed text grew) to the next
   translation update, and to the next translation *commit* (target committed text grew), p50
-  and p95, in wall time.
+  and p95, in wall time;
+- and to the commit that *covers* it: the committed translation holds as many words as the
+  captions did then. With ``--weights copy`` (a translation word for word) that is when the
+  caption's own words were translated and committed; the next commit can be an earlier
+  word's (LocalAgreement commits a word when the update after it agrees).
 
 Without ``--model`` it builds a random-weight model of OPUS-MT base size
 (``speechpipe.bench.tiny_mt.build_opus_size_pair``): the words mean nothing, the work per
@@ -39,6 +43,8 @@ def cascade_figures(records: Sequence[dict[str, Any]], audio_s: float) -> dict[s
     to_commit: list[float] = []
     source_done: dict[int, int] = {}
     waiting: list[tuple[int, float, bool]] = []  # utterance, caption commit wall_t, updated
+    uncovered: list[tuple[int, float, int]] = []  # utterance, caption commit wall_t, words
+    to_cover: list[float] = []
     target_words: dict[int, int] = {}
     for r in records:
         utt = int(r.get("utterance") or 0)
@@ -48,10 +54,14 @@ def cascade_figures(records: Sequence[dict[str, Any]], audio_s: float) -> dict[s
                 words += n - source_done.get(utt, 0)
                 source_done[utt] = n
                 waiting.append((utt, float(r["wall_t"]), False))
+                uncovered.append((utt, float(r["wall_t"]), n))
         elif r["event"].startswith("mt."):
             n = len(str(r.get("committed", "")).split())
             grew = n > target_words.get(utt, 0)
             target_words[utt] = max(n, target_words.get(utt, 0))
+            covered = [u for u in uncovered if u[0] == utt and (u[2] <= n or r.get("final"))]
+            to_cover += [float(r["wall_t"]) - t0 for _, t0, _ in covered]
+            uncovered = [u for u in uncovered if u not in covered]
             kept = []
             for w_utt, t0, updated in waiting:
                 if w_utt != utt:
@@ -77,6 +87,11 @@ def cascade_figures(records: Sequence[dict[str, Any]], audio_s: float) -> dict[s
                                "n": len(to_update)},
         "commit_to_commit_s": {"p50": p(to_commit, 50), "p95": p(to_commit, 95),
                                "n": len(to_commit)},
+        # until the committed translation has as many words as the captions had then: the
+        # words' own translation for a model that translates word for word (the copy
+        # model); for any other model a count, not a meaning
+        "commit_to_covered_s": {"p50": p(to_cover, 50), "p95": p(to_cover, 95),
+                                "n": len(to_cover)},
     }
 
 
@@ -150,12 +165,14 @@ def _run(args: argparse.Namespace) -> int:
     total_mt = sum(r["mt_s"] for r in records)
     total_cpu = sum(r["mt_cpu_s"] for r in records)
     print(f"{'file':<32} {'MT CPU/audio s':>14} {'MT s/audio s':>12} {'ms/word':>8} "
-          f"{'upd p50':>8} {'upd p95':>8} {'commit p50':>10} {'commit p95':>10}")
+          f"{'upd p50':>8} {'upd p95':>8} {'commit p50':>10} {'commit p95':>10} "
+          f"{'covered p50':>11} {'covered p95':>11}")
     for path, r in zip(args.file, records, strict=True):
         print(f"{Path(path).name:<32} {r['mt_cpu_per_audio_s']!s:>14} "
               f"{r['mt_s_per_audio_s']!s:>12} {r['mt_ms_per_word']!s:>8} "
               f"{r['commit_to_update_s']['p50']!s:>8} {r['commit_to_update_s']['p95']!s:>8} "
-              f"{r['commit_to_commit_s']['p50']!s:>10} {r['commit_to_commit_s']['p95']!s:>10}")
+              f"{r['commit_to_commit_s']['p50']!s:>10} {r['commit_to_commit_s']['p95']!s:>10} "
+              f"{r['commit_to_covered_s']['p50']!s:>11} {r['commit_to_covered_s']['p95']!s:>11}")
     print(f"all: {total_cpu / total_audio:.4f} MT CPU-s per audio s (the MT worker thread), "
           f"{total_mt / total_audio:.4f} MT s per audio s (wall, queue included) over "
           f"{total_audio:.1f} s")

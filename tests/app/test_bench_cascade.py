@@ -29,6 +29,9 @@ def test_latency_from_caption_commit_to_translation_update_and_commit() -> None:
     assert fig["commit_to_update_s"]["n"] == 2
     assert fig["commit_to_commit_s"]["n"] == 2
     assert abs(fig["commit_to_commit_s"]["p95"] - 1.3) < 0.1  # the first waited to 2.3 s
+    # covered: "one two" by "uno dos" at 2.3 s (1.3 s), "one two three" by the final (1.0 s)
+    assert fig["commit_to_covered_s"]["n"] == 2
+    assert abs(fig["commit_to_covered_s"]["p50"] - 1.15) < 0.01
 
 
 def test_no_mt_no_figures() -> None:
