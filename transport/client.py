@@ -210,13 +210,18 @@ async def stream_session(
 @dataclass
 class ListenerRun:
     """Everything one room listener saw: ``events`` (arrival on the monotonic clock, the
-    event), ``audio`` (arrival, header, the PCM bytes exactly as received)."""
+    event), ``audio`` (arrival, header, the PCM bytes exactly as received). ``arrived`` and
+    ``audio_arrived``, one per event and per chunk when the client records them
+    (``speechpipe.bench.room_listeners``; empty from ``listen_room``): when its bytes reached
+    the socket by the kernel's receive timestamp, CLOCK_REALTIME seconds (NaN: none given)."""
 
     started: dict[str, Any] = field(default_factory=dict)
     events: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
     audio: list[tuple[float, dict[str, Any], bytes]] = field(default_factory=list)
     close_code: int | None = None
     error: str = ""
+    arrived: list[float] = field(default_factory=list)
+    audio_arrived: list[float] = field(default_factory=list)
 
     def of(self, kind: str) -> list[dict[str, Any]]:
         return [e for _, e in self.events if e.get("type") == kind]

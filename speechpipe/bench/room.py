@@ -13,7 +13,9 @@ It prints the server's CPU seconds in each phase, the fan-out cost the server me
 (``speechpipe_room_fanout_cpu_seconds_total``: CPU spent writing room messages to listeners'
 sockets), whether room CPU <= 1.15 x lone + fan-out, whether every listener received the same
 committed captions and the same speech bytes (SHA-256 per listener), and the delay between the
-first and the last listener receiving each speech chunk (and each message), p50/p95. Then what
+first and the last listener receiving each speech chunk (and each message), p50/p95: as the
+listeners' processes read it and, with ``--client-procs`` above 1, as the kernel received it at
+their sockets (``room_listeners``: what listeners on their own machines would see). Then what
 N listeners cost per 100 of them ((room - lone) / N x 100): server CPU seconds, and server RSS
 (sampled before the listeners join, with all of them in, and at its peak in each phase); and
 the speaker's EndOffset in each phase (its own client's clock: end of its translated speech
@@ -48,6 +50,8 @@ from typing import Any
 import numpy as np
 
 from speechpipe.bench.own_samples import own_samples
+from speechpipe.bench.room_listeners import run_listeners
+from speechpipe.bench.room_spread import spread, spread_lines
 from speechpipe.bench.server_process import (
     PeakRss,
     ServerProcess,
@@ -57,7 +61,6 @@ from speechpipe.bench.server_process import (
     metric,
     metrics_text,
 )
-from speechpipe.bench.stats import percentile_ms
 from speechpipe.errors import InputError
 from speechpipe.transport.client import ClientRun, ListenerRun, listen_room, stream_session
 
@@ -138,17 +141,6 @@ def listener_digest(run: ListenerRun) -> tuple[str, str]:
     return captions.hexdigest(), speech.hexdigest()
 
 
-def spread(runs: list[ListenerRun]) -> tuple[list[float], list[float]]:
-    """First-to-last-listener delay (s) per speech chunk, and per message of any kind."""
-    chunks = min(len(r.audio) for r in runs) if runs else 0
-    per_chunk = [max(r.audio[i][0] for r in runs) - min(r.audio[i][0] for r in runs)
-                 for i in range(chunks)]
-    messages = min(len(r.events) for r in runs) if runs else 0
-    per_message = [max(r.events[i][0] for r in runs) - min(r.events[i][0] for r in runs)
-                   for i in range(messages)]
-    return per_chunk, per_message
-
-
 async def _speak(url: str, audio: np.ndarray, start: dict[str, Any],
                  ready: asyncio.Event | None = None,
                  room: asyncio.Future[str] | None = None) -> ClientRun:
@@ -192,27 +184,19 @@ def _slim(run: ListenerRun) -> ListenerRun:
 
 def _listener_worker(url: str, room: str, count: int, joined: Any, stop: Any,
                      out: Any, nice: int = 0) -> None:
-    """A client process holding ``count`` listeners (arrival times on the machine's
-    monotonic clock, which every process shares): reports each join on ``joined`` (or a
-    refusal), listens until ``stop`` is set, then sends its slimmed runs on ``out``."""
+    """A client process holding ``count`` listeners on raw sockets (``room_listeners``: read
+    times on the machine's monotonic clock, which every process shares, and the kernel's
+    receive times): reports each join on ``joined`` (or a refusal), listens until ``stop`` is
+    set (at most ``PHASE_LIMIT_S``), then sends its slimmed runs on ``out``."""
     if nice:
         os.nice(nice)  # below the server: listeners elsewhere would not take its cores
-    async def main() -> None:
-        done = asyncio.Event()
 
-        async def one() -> ListenerRun:
-            run = await listen_room(url, room, stop=done, open_timeout_s=120,
-                                    on_started=lambda _: joined.put("ok"))
-            if not run.started:
-                joined.put(f"refused: {run.error} (close {run.close_code})")
-            return run
+    def report(run: ListenerRun) -> None:
+        joined.put("ok" if run.started else f"refused: {run.error} (close {run.close_code})")
 
-        tasks = [asyncio.create_task(one()) for _ in range(count)]
-        await asyncio.get_running_loop().run_in_executor(None, stop.wait, PHASE_LIMIT_S)
-        done.set()
-        out.put([_slim(await task) for task in tasks])
-
-    asyncio.run(main())
+    runs = run_listeners(url, room, count, stop=stop.is_set, on_joined=report,
+                         limit_s=PHASE_LIMIT_S, open_timeout_s=120)
+    out.put([_slim(run) for run in runs])
 
 
 async def _room_phase(url: str, audio: np.ndarray, listeners: int, source_lang: str,
@@ -380,10 +364,8 @@ def run_room_bench(listeners: int, clip: Path, source_lang: str,
 
     digests = {listener_digest(r) for r in runs}
     closed_ok = sum(1 for r in runs if r.close_code == 1000)
-    chunks, messages = spread(runs)
     identical = len(digests) == 1 and bool(runs) and bool(runs[0].audio)
     within = room_cpu <= (1 + CPU_MARGIN) * lone_cpu + fanout
-    p = percentile_ms
     plays = f"{repeat} plays, " if repeat > 1 else ""
     print(f"speechpipe bench room: {listeners} listeners, clip {clip.name} "
           f"({len(one) / 16000:.1f} s; {plays}{len(audio) / 16000:.1f} s streamed with 1 s of "
@@ -400,15 +382,14 @@ def run_room_bench(listeners: int, clip: Path, source_lang: str,
     print(f"  identical:     every listener got the same committed captions and speech bytes: "
           f"{'yes' if identical else 'NO'} ({len(digests)} distinct, "
           f"{len(runs[0].audio) if runs else 0} chunks each)")
-    print(f"  spread:        first-to-last listener per speech chunk p50 {p(chunks, 50):.1f} ms, "
-          f"p95 {p(chunks, 95):.1f} ms ({len(chunks)} chunks); per message p50 "
-          f"{p(messages, 50):.1f} ms, p95 {p(messages, 95):.1f} ms ({len(messages)} messages)")
+    for line in spread_lines(runs):
+        print(line)
     written = [bucket_quantile(delay0, delay1, q) for q in (0.5, 0.95)]
     print("  server side:   publication -> last byte written to a listener's socket, by the "
           "server's histogram (bucket upper bounds): p50 "
           + " ms, p95 ".join("-" if w is None else f"<= {w * 1000:g}" for w in written)
-          + " ms (the rest of the spread is the listeners' client processes reading on the "
-          "same cores)")
+          + " ms (the read spread adds the listeners' client processes reading on the same "
+          "cores)")
     share = bucket_share(delay0, delay1, 0.05)
     if share is not None:
         print(f"                 written within 50 ms of publication: {share:.1%} of "

@@ -1,5 +1,5 @@
-"""``speechpipe bench room``: its pure figures (digest, spread, per 100 listeners, the speaker's
-EndOffset, the open-files limit) and its bad input (exit 2)."""
+"""``speechpipe bench room``: its pure figures (digest, spread as read and at the sockets, per
+100 listeners, the speaker's EndOffset, the open-files limit) and its bad input (exit 2)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from speechpipe.bench.room import (
     speaker_end_offsets,
     spread,
 )
+from speechpipe.bench.room_spread import arrival_times, missing_arrivals, spread_lines
 from speechpipe.transport.client import ClientRun, ListenerRun
 
 
@@ -43,6 +44,29 @@ def test_spread_is_first_to_last_listener_per_chunk() -> None:
     runs = [run_with([(1.0, b""), (2.0, b"")], []), run_with([(1.25, b""), (2.5, b"")], [])]
     chunks, _ = spread(runs)
     assert chunks == [0.25, 0.5]
+
+
+def test_the_spread_at_the_sockets_uses_kernel_times_and_leaves_out_missing_ones() -> None:
+    a = run_with([(1.0, b""), (2.0, b"")], ["x"])
+    b = run_with([(1.5, b""), (2.5, b"")], ["x"])
+    a.audio_arrived, b.audio_arrived = [100.0, 200.0], [100.01, math.nan]
+    a.arrived, b.arrived = [99.0], [99.02]
+    chunks, messages = spread([a, b], arrival_times)
+    assert chunks == [pytest.approx(0.01)], "the chunk b has no kernel time for is left out"
+    assert messages == [pytest.approx(0.02)]
+    assert spread([a, b]) == ([0.5, 0.5], [0.0]), "read times by default"
+    assert missing_arrivals([a, b]) == 1
+
+
+def test_the_bench_prints_both_spreads_by_name() -> None:
+    a, b = run_with([(1.0, b"")], []), run_with([(1.1, b"")], [])
+    a.audio_arrived, b.audio_arrived = [50.0], [50.02]
+    read, sockets, bar = spread_lines([a, b])
+    assert "as read by the listener processes" in read and "p95 100.0 ms" in read
+    assert "kernel receive time" in sockets and "p95 20.0 ms" in sockets
+    assert "at the sockets 20.0 / nan ms NO" in bar
+    unrecorded = spread_lines([run_with([(1.0, b"")], [])])
+    assert "not recorded" in unrecorded[1]
 
 
 def test_bad_listener_count_exits_2_with_one_line() -> None:
