@@ -3,9 +3,9 @@
 A speaker's pipeline publishes a message by handing it to its feed's ``FeedWriter``
 (``hand``: an append, O(1), never waits). The writer's task (one per feed, running while the
 feed has messages to write) takes them in order; for each it remembers it in the feed (the
-history a late joiner gets) and makes one pass over the feed's subscribers, in chunks of
-``WRITE_CHUNK`` with a yield to the event loop between chunks, since the speaker's pipeline
-runs on the same loop. Per subscriber the pure ``room.route`` decides:
+history a late joiner gets) and makes one pass over the feed's subscribers, yielding to the
+event loop once it has held it for ``WRITE_SLICE_S`` (the speaker's pipeline runs on the
+same loop). Per subscriber the pure ``room.route`` decides:
 
 - **direct**: the listener is idle (nothing in its outbox, its sender not writing, its
   socket's write buffer below its limit): the message is written on its connection now
@@ -38,7 +38,15 @@ __all__ = ["FeedWriter", "DirectSink", "WriterHost", "Frames", "frames_of", "wir
 
 log = logging.getLogger("speechpipe.server")
 
-WRITE_CHUNK = 64  # listeners per step of a pass; the loop runs other tasks between steps
+WRITE_CHUNK = 64  # listeners looked at between two looks at the clock
+# a pass holds the event loop for at most about this long before other tasks run: one
+# audio frame. Yielding every chunk let other tasks run 15 times in a pass over 1000
+# listeners and widened its first-to-last spread (docs/benchmarks.md, "Rooms")
+WRITE_SLICE_S = 0.020
+
+
+def _slice_s() -> float:
+    return WRITE_SLICE_S  # read at each look (tests set it)
 
 Frames = tuple[tuple[bytes, bool], ...]  # a message's WebSocket frames: (payload, is text)
 
@@ -167,9 +175,11 @@ class FeedWriter:
         recipients = list({key: sub for m in members for key, sub in m.items()}.values())
         encoded: dict[int, tuple[Frames, bytes]] = {}
         dropped: dict[int, Subscriber] = {}
+        slice_began = time.perf_counter()
         for start in range(0, len(recipients), WRITE_CHUNK):
-            if start:
+            if start and time.perf_counter() - slice_began >= _slice_s():
                 yield
+                slice_began = time.perf_counter()
             writes: list[tuple[DirectSink, list[int]]] = []
             for sub in recipients[start:start + WRITE_CHUNK]:
                 sink: DirectSink | None = sub.direct

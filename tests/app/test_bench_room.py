@@ -18,7 +18,13 @@ from speechpipe.bench.room import (
     speaker_end_offsets,
     spread,
 )
-from speechpipe.bench.room_spread import arrival_times, missing_arrivals, spread_lines
+from speechpipe.bench.room_spread import (
+    arrival_times,
+    missing_arrivals,
+    spread_lines,
+    stamped_with_the_next,
+    widest_messages,
+)
 from speechpipe.transport.client import ClientRun, ListenerRun
 
 
@@ -56,6 +62,21 @@ def test_the_spread_at_the_sockets_uses_kernel_times_and_leaves_out_missing_ones
     assert messages == [pytest.approx(0.02)]
     assert spread([a, b]) == ([0.5, 0.5], [0.0]), "read times by default"
     assert missing_arrivals([a, b]) == 1
+
+
+def test_a_listeners_reply_to_its_own_stop_is_not_fan_out() -> None:
+    """Each listener gets ``end`` when *it* sends ``stop`` (the bench stops 1000 of them one
+    after another): that is no message the room fanned out, so it has no spread, and the
+    widest messages name the room's messages by their types."""
+    a, b = run_with([], ["x", "y"]), run_with([], ["x", "y"])
+    for run, stopped_at in ((a, 10.0), (b, 10.5)):
+        run.events.append((stopped_at, {"type": "end", "stream_t": 0}))
+    a.arrived, b.arrived = [1.0, 2.0, 10.0], [1.01, 2.03, 10.5]
+    assert spread([a, b]) == ([], [0.0, 0.0])
+    assert spread([a, b], arrival_times)[1] == [pytest.approx(0.01), pytest.approx(0.03)]
+    assert [(i, kind) for i, kind, _ in widest_messages([a, b])] == [(1, "target"), (0, "target")]
+    a.arrived = [1.0, 1.0, 10.0]  # read together: the first stamped with the second's time
+    assert stamped_with_the_next([a]) == 0.5
 
 
 def test_the_bench_prints_both_spreads_by_name() -> None:

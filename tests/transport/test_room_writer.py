@@ -142,7 +142,15 @@ def test_wire_bytes_are_what_the_servers_protocol_writes() -> None:
 # -- the writer -------------------------------------------------------------------------------
 
 @pytest.mark.asyncio
-async def test_publishing_hands_the_message_once_and_the_writer_yields_between_chunks() -> None:
+@pytest.mark.parametrize("slice_s", [0.0, 1e9])
+async def test_publishing_hands_the_message_once_and_the_writer_yields_when_its_slice_ends(
+        monkeypatch: pytest.MonkeyPatch, slice_s: float) -> None:
+    """The writer looks at the clock every ``WRITE_CHUNK`` listeners and lets the loop's other
+    tasks run once it has held the loop for ``WRITE_SLICE_S``: with a slice of 0 it yields at
+    every look, with an endless one the pass runs whole."""
+    from speechpipe.transport import room_writer
+
+    monkeypatch.setattr(room_writer, "WRITE_SLICE_S", slice_s)
     metrics = Metrics()
     hub = RoomHub(observer=metrics)
     count = 3 * WRITE_CHUNK + 5
@@ -159,8 +167,11 @@ async def test_publishing_hands_the_message_once_and_the_writer_yields_between_c
     assert not any(s.direct.frames for s in subs), "the publisher wrote nothing itself"
     await other
     assert all(len(s.direct.frames) == 1 for s in subs)
-    assert steps[:5] == [0, WRITE_CHUNK, 2 * WRITE_CHUNK, 3 * WRITE_CHUNK, count], (
-        "one pass, a chunk of listeners between the other tasks' turns")
+    if slice_s == 0.0:
+        assert steps[:5] == [0, WRITE_CHUNK, 2 * WRITE_CHUNK, 3 * WRITE_CHUNK, count], (
+            "one pass, a chunk of listeners between the other tasks' turns")
+    else:
+        assert steps[:2] == [0, count], "one pass, whole, between two of the other's turns"
     assert len(metrics.delays) == count, "each direct write counts in the fan-out histogram"
     assert all(not s.outbox.busy for s in subs), "no outbox used, no sender woken"
 
