@@ -44,10 +44,6 @@ WRITE_CHUNK = 64  # listeners looked at between two looks at the clock
 # listeners and widened its first-to-last spread (docs/benchmarks.md, "Rooms")
 WRITE_SLICE_S = 0.020
 
-
-def _slice_s() -> float:
-    return WRITE_SLICE_S  # read at each look (tests set it)
-
 Frames = tuple[tuple[bytes, bool], ...]  # a message's WebSocket frames: (payload, is text)
 
 
@@ -177,7 +173,7 @@ class FeedWriter:
         dropped: dict[int, Subscriber] = {}
         slice_began = time.perf_counter()
         for start in range(0, len(recipients), WRITE_CHUNK):
-            if start and time.perf_counter() - slice_began >= _slice_s():
+            if start and time.perf_counter() - slice_began >= WRITE_SLICE_S:
                 yield
                 slice_began = time.perf_counter()
             writes: list[tuple[DirectSink, list[int]]] = []

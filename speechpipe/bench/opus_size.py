@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from speechpipe.bench.tiny_mt import OPUS_BASE, random_spec, spm_pieces
+from speechpipe.bench.tiny_mt import OPUS_BASE, fill_layers, random_spec, spm_pieces
 
 __all__ = ["word_spm", "build_opus_size_pair", "Weights"]
 
@@ -98,14 +98,9 @@ def _copy_spec(vocab: list[str], seed: int) -> Any:
         spec.gamma = np.ones(d, np.float32)
         spec.beta = np.zeros(d, np.float32)
 
-    def idle(spec: Any, rows: int, cols: int) -> None:
+    def idle(spec: Any, rows: int, cols: int, _scale: float = 1.0) -> None:
         spec.weight = noise(rows, cols)
         spec.bias = np.zeros(rows, np.float32)
-
-    def idle_ffn(spec: Any) -> None:
-        norm(spec.layer_norm)
-        idle(spec.linear_0, ffn, d)
-        idle(spec.linear_1, d, ffn)
 
     tokens = np.zeros((len(vocab), d), np.float32)  # identity: the first half
     tokens[:, :half] = rng.standard_normal((len(vocab), half)) / np.sqrt(d)
@@ -116,34 +111,21 @@ def _copy_spec(vocab: list[str], seed: int) -> Any:
     spec.encoder.embeddings[0].weight = tokens
     spec.encoder.position_encodings.encodings = positions
     norm(spec.encoder.layer_norm)
-    for layer in spec.encoder.layer:
-        norm(layer.self_attention.layer_norm)
-        idle(layer.self_attention.linear[0], 3 * d, d)
-        idle(layer.self_attention.linear[1], d, d)
-        idle_ffn(layer.ffn)
+    fill_layers(spec.encoder.layer, d, ffn, norm=norm, linear=idle)
     spec.decoder.embeddings.weight = noise(len(vocab), d)
     spec.decoder.position_encodings.encodings = positions
     norm(spec.decoder.layer_norm)
+    fill_layers(spec.decoder.layer, d, ffn, norm=norm, linear=idle)
     sharp = np.float32(3.0)  # position scores: the right source position wins by ~20 logits
-    for index, layer in enumerate(spec.decoder.layer):
-        norm(layer.self_attention.layer_norm)
-        idle(layer.self_attention.linear[0], 3 * d, d)
-        idle(layer.self_attention.linear[1], d, d)
-        norm(layer.attention.layer_norm)
-        idle(layer.attention.linear[0], d, d)
-        idle(layer.attention.linear[1], 2 * d, d)
-        idle(layer.attention.linear[2], d, d)
-        idle_ffn(layer.ffn)
-        if index:
-            continue
-        query = layer.attention.linear[0].weight
-        keys_values = layer.attention.linear[1].weight  # keys (d rows), then values (d rows)
-        out = layer.attention.linear[2].weight
-        for i in range(half):
-            query[half + i, half + i] = sharp  # heads of the position half compare positions
-            keys_values[half + i, half + i] = 1.0
-            keys_values[d + half + i, i] = 1.0  # their values: the source token's identity
-            out[i, half + i] = 4.0  # back into the token half, above the position's weight
+    reader = spec.decoder.layer[0].attention
+    query = reader.linear[0].weight
+    keys_values = reader.linear[1].weight  # keys (d rows), then values (d rows)
+    out = reader.linear[2].weight
+    for i in range(half):
+        query[half + i, half + i] = sharp  # heads of the position half compare positions
+        keys_values[half + i, half + i] = 1.0
+        keys_values[d + half + i, i] = 1.0  # their values: the source token's identity
+        out[i, half + i] = 4.0  # back into the token half, above the position's weight
     spec.decoder.projection.weight = tokens * np.sqrt(d)
     spec.decoder.projection.bias = np.where(
         np.array([t.startswith("<unused") for t in vocab]), np.float32(-1e4),

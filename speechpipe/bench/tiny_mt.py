@@ -21,7 +21,9 @@ import itertools
 import json
 import random
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +39,7 @@ __all__ = [
     "build_tiny_pair",
     "build_tiny_argos",
     "random_spec",
+    "fill_layers",
     "spm_pieces",
     "OPUS_BASE",
 ]
@@ -97,6 +100,28 @@ def spm_pieces(path: Path) -> list[str]:
     ]
 
 
+def fill_layers(layers: Any, d_model: int, ffn: int, *, norm: Callable[[Any], None],
+                linear: Callable[[Any, int, int, float], None],
+                cross_out_scale: float = 1.0) -> None:
+    """Set every sublayer of a pre-norm Transformer stack, layer by layer in one fixed order
+    (self-attention, then cross-attention where the layer has one, then the feed-forward
+    block): ``norm`` for each layer norm, ``linear(spec, rows, cols, scale)`` for each
+    projection, ``scale`` 1.0 except ``cross_out_scale`` for the cross-attention's output."""
+    for layer in layers:
+        norm(layer.self_attention.layer_norm)
+        linear(layer.self_attention.linear[0], 3 * d_model, d_model, 1.0)
+        linear(layer.self_attention.linear[1], d_model, d_model, 1.0)
+        cross = getattr(layer, "attention", None)
+        if cross is not None:
+            norm(cross.layer_norm)
+            linear(cross.linear[0], d_model, d_model, 1.0)
+            linear(cross.linear[1], 2 * d_model, d_model, 1.0)
+            linear(cross.linear[2], d_model, d_model, cross_out_scale)
+        norm(layer.ffn.layer_norm)
+        linear(layer.ffn.linear_0, ffn, d_model, 1.0)
+        linear(layer.ffn.linear_1, d_model, ffn, 1.0)
+
+
 def random_spec(src_vocab: int, target_tokens: list[str], seed: int, *, d_model: int = 64,
                  heads: int = 4, ffn: int = 128, layers: int = 2):
     """A pre-norm Transformer with seeded random weights (Gaussian, scaled like an init).
@@ -122,31 +147,14 @@ def random_spec(src_vocab: int, target_tokens: list[str], seed: int, *, d_model:
         spec.weight = mat(rows, cols, scale)
         spec.bias = vec(rows)
 
-    def ffn_block(spec) -> None:
-        norm(spec.layer_norm)
-        linear(spec.linear_0, ffn, d_model)
-        linear(spec.linear_1, d_model, ffn)
-
     spec = transformer_spec.TransformerSpec.from_config(layers, heads, pre_norm=True)
     spec.encoder.embeddings[0].weight = mat(src_vocab, d_model, np.sqrt(d_model) / 4)
     norm(spec.encoder.layer_norm)
-    for layer in spec.encoder.layer:
-        norm(layer.self_attention.layer_norm)
-        linear(layer.self_attention.linear[0], 3 * d_model, d_model)
-        linear(layer.self_attention.linear[1], d_model, d_model)
-        ffn_block(layer.ffn)
+    fill_layers(spec.encoder.layer, d_model, ffn, norm=norm, linear=linear)
     spec.decoder.embeddings.weight = mat(tgt_vocab, d_model, np.sqrt(d_model) / 4)
     norm(spec.decoder.layer_norm)
-    for layer in spec.decoder.layer:
-        norm(layer.self_attention.layer_norm)
-        linear(layer.self_attention.linear[0], 3 * d_model, d_model)
-        linear(layer.self_attention.linear[1], d_model, d_model)
-        norm(layer.attention.layer_norm)
-        linear(layer.attention.linear[0], d_model, d_model)
-        linear(layer.attention.linear[1], 2 * d_model, d_model)
-        # Strong cross-attention: the output depends on the source, as in a real model.
-        linear(layer.attention.linear[2], d_model, d_model, 3.0)
-        ffn_block(layer.ffn)
+    # Strong cross-attention: the output depends on the source, as in a real model.
+    fill_layers(spec.decoder.layer, d_model, ffn, norm=norm, linear=linear, cross_out_scale=3.0)
     spec.decoder.projection.weight = mat(tgt_vocab, d_model, 4.0)
     spec.decoder.projection.bias = np.array(
         [4.0 if t.startswith("\u2581") and len(t) > 1 else 0.0 for t in target_tokens],
