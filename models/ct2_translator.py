@@ -15,7 +15,7 @@ import os
 import re
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, overload
 
@@ -99,6 +99,20 @@ class _Prepared:
     max_length: int
     beam_size: int
     new_cap: int = 0  # the request's max_new_tokens (0: none)
+    key: int = 0  # id() of the request, for a look-ahead request's ``follows``
+    follows: int = 0  # id() of the request a look-ahead request is compared with (0: none)
+
+
+def _capped(prepared: _Prepared, follows_generated: int | None) -> _Prepared:
+    """A look-ahead request run after the one it is compared with (which generated
+    ``follows_generated`` tokens): one token past that one is enough to compare every word
+    of its continuation (the extra token shows whether the last word ended there)."""
+    if follows_generated is None:
+        return prepared
+    cap = follows_generated + 1
+    if len(prepared.prefix) + cap >= prepared.max_length:
+        return prepared
+    return replace(prepared, max_length=len(prepared.prefix) + cap, new_cap=cap)
 
 
 class Ct2TextTranslator:
@@ -303,6 +317,8 @@ class Ct2TextTranslator:
             beam_size=request.beam_size,
             new_cap=request.max_new_tokens if max_length == len(prefix) + request.max_new_tokens
             else 0,
+            key=id(request),
+            follows=id(request.lookahead_of) if request.lookahead_of is not None else 0,
         )
 
     def forced_tokens(self, request: TextMtRequest) -> int:
@@ -337,7 +353,7 @@ class Ct2TextTranslator:
             generated_tokens=len(generated),
         )
 
-    def _run(self, batch: list[_Prepared]) -> list[list[str]]:
+    def _run(self, batch: list[_Prepared]) -> list[tuple[_Prepared, list[str]]]:
         # Greedy hypotheses under a longer length cap start with the shorter-cap ones, so
         # greedy requests share a call and are trimmed to their own cap; beam search picks
         # differently under another cap, so its requests are grouped by cap as well.
@@ -351,14 +367,18 @@ class Ct2TextTranslator:
                 key = -1 if p.new_cap else 0
             groups[(p.beam_size, key)].append(i)
         hyps: dict[int, list[str]] = {}
+        ran = list(batch)
         reader = self._prefix_reader
         if reader is not None:
-            # greedy requests: one at a time in the reader, each prefix read in one pass
+            # greedy requests: one at a time in the reader, each prefix read in one pass; a
+            # look-ahead request after the one it is compared with stops a token past it
+            generated: dict[int, int] = {}
             for group_key in [k for k in groups if k[0] == 1]:
                 for i in groups.pop(group_key):
-                    p = batch[i]
+                    p = ran[i] = _capped(batch[i], generated.get(batch[i].follows))
                     hyps[i] = reader.continue_prefix(p.source, p.prefix,
                                                      p.max_length - len(p.prefix))
+                    generated[p.key] = len(hyps[i]) - len(p.prefix)
         for (beam, _), indexes in groups.items():
             group = [batch[i] for i in indexes]
             self.batch_calls += 1
@@ -372,7 +392,7 @@ class Ct2TextTranslator:
             )
             for i, p, r in zip(indexes, group, results, strict=True):
                 hyps[i] = list(r.hypotheses[0])[: p.max_length]
-        return [hyps[i] for i in range(len(batch))]
+        return [(ran[i], hyps[i]) for i in range(len(batch))]
 
     @overload
     def translate_batch(
@@ -405,20 +425,20 @@ class Ct2TextTranslator:
                 outcomes[i] = exc
         if prepared:
             try:
-                tokens = self._run([p for _, p in prepared])
+                ran = self._run([p for _, p in prepared])
             except (RuntimeError, ValueError) as exc:
                 if not return_exceptions:
                     raise WorkerError(f"text MT failed: {exc}") from exc
-                tokens = None
-            if tokens is None:
+                ran = None
+            if ran is None:
                 # Isolate the failure: retry one by one so only the bad request fails.
                 for i, p in prepared:
                     try:
-                        outcomes[i] = self._result(p, self._run([p])[0])
+                        outcomes[i] = self._result(*self._run([p])[0])
                     except (RuntimeError, ValueError) as exc:
                         outcomes[i] = WorkerError(f"text MT failed: {exc}")
             else:
-                for (i, p), toks in zip(prepared, tokens, strict=True):
+                for (i, _), (p, toks) in zip(prepared, ran, strict=True):
                     outcomes[i] = self._result(p, toks)
         return outcomes  # type: ignore[return-value]
 

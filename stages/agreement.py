@@ -18,7 +18,7 @@ import re
 from collections import deque
 from collections.abc import Sequence
 
-__all__ = ["LocalAgreement", "normalize_word"]
+__all__ = ["LocalAgreement", "normalize_word", "common_prefix_length"]
 
 _PUNCT = re.compile(r"[^\w']+", re.UNICODE)
 
@@ -62,9 +62,9 @@ class LocalAgreement:
         if len(self._history) >= self.n:
             history = list(self._history)
             if self.lookback:
-                agreed = max(_common_prefix_length([old, words]) for old in history[:-1])
+                agreed = max(common_prefix_length([old, words]) for old in history[:-1])
             else:
-                agreed = _common_prefix_length(history[-self.n :])
+                agreed = common_prefix_length(history[-self.n :])
             if limit is not None:
                 agreed = max(0, min(agreed, limit))
             newly = words[:agreed]
@@ -72,7 +72,7 @@ class LocalAgreement:
                 self.committed.extend(newly)
                 # older hypotheses now continue past the new commit point (or are dropped,
                 # when they disagree with what was just committed)
-                kept = [h[agreed:] for h in history[:-1] if _common_prefix_length(
+                kept = [h[agreed:] for h in history[:-1] if common_prefix_length(
                     [h, words]) >= agreed]
                 self._history = deque([*kept, words[agreed:]], maxlen=self.n + self.lookback)
         self.tentative = words[len(newly):]
@@ -99,7 +99,7 @@ class LocalAgreement:
         self.committed.extend(words)
         self.tentative = self.tentative[len(words):]
         kept = [h[len(words):] for h in self._history
-                if _common_prefix_length([h, words]) >= len(words)]
+                if common_prefix_length([h, words]) >= len(words)]
         self._history = deque(kept, maxlen=self.n + self.lookback)
         return words
 
@@ -130,7 +130,8 @@ class LocalAgreement:
         self._history.clear()
 
 
-def _common_prefix_length(hypotheses: list[list[str]]) -> int:
+def common_prefix_length(hypotheses: Sequence[Sequence[str]]) -> int:
+    """How many leading words all ``hypotheses`` share (compared as ``normalize_word``)."""
     length = min(len(h) for h in hypotheses)
     for i in range(length):
         first = normalize_word(hypotheses[0][i])

@@ -152,6 +152,10 @@ class TextMtRequest:
     # cap): an open segment's update, of which only the next few words can be agreed on
     # (``text_mt.open_new_tokens``); a word the cap may have cut is left out of the result
     max_new_tokens: int = 0
+    # a look-ahead request (``text_mt.lookahead``): only the head its continuation shares
+    # with this other request's is used, so a translator that runs that one first may stop
+    # this one a token past that one's continuation; others decode to ``max_new_tokens``
+    lookahead_of: TextMtRequest | None = None
 
 
 @dataclass(frozen=True, slots=True)

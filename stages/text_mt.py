@@ -10,6 +10,17 @@ Policy, per utterance:
   ``target_prefix``, so committed target is never contradicted. Target words are committed by
   LocalAgreement-n over successive continuations (n=2 by default), or, with
   ``hold_words=N``, by hold-N: each update's continuation but its last N words.
+- **Look-ahead agreement** (``lookahead``, on by default): an open update whose source
+  hypothesis has tentative words also translates the open segment followed by them, with the
+  same forced prefix, and commits the head of the committed source's translation that the
+  look-ahead translation shares. Under LocalAgreement-2 alone a caption commit's words wait
+  for the next caption commit (a segment's first commit has no earlier update to agree
+  with); the look-ahead supplies that second hypothesis in the same update. Only words of
+  the committed source's own translation commit, so nothing rests on unheard audio.
+- **A pause commits the translation** (``commit_when_caught_up``): an update whose source
+  hypothesis has nothing tentative (the captions committed everything heard, as at a pause)
+  commits the open segment's whole translation, without waiting for an update after the
+  pause to agree. The segment stays open.
 - **Segments keep the work per update bounded.** The committed source is cut into segments at
   sentence ends (``. ! ?``; at least ``min_segment_words``), at clause ends (``, ; :``) once a
   segment is ``clause_min_words`` long, and unconditionally at ``max_segment_words``. Committed
@@ -46,7 +57,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from speechpipe.errors import SpeechpipeError
-from speechpipe.stages.agreement import LocalAgreement, normalize_word
+from speechpipe.stages.agreement import LocalAgreement, common_prefix_length, normalize_word
 from speechpipe.stages.channels import Channel, ChannelClosed
 from speechpipe.stages.clock import StreamClock
 from speechpipe.stages.frames import ErrorEvent, OutputEvent, StageTiming, TextHypothesis
@@ -89,6 +100,7 @@ class _Job:
     prefix: list[str]
     end: int
     remembered: list[str] | None = None
+    lookahead: bool = False  # an open job whose second request adds the tentative words
 
 
 @dataclass(slots=True)
@@ -98,6 +110,7 @@ class _Pending:
     final: bool
     source_lang: str
     requests: int = field(default=0)
+    caught_up: bool = False
 
 
 class IncrementalTextTranslation:
@@ -145,9 +158,12 @@ class IncrementalTextTranslation:
         return self._final
 
     def update(
-        self, source: str, *, final: bool = False, source_lang: str | None = None
+        self, source: str, *, final: bool = False, source_lang: str | None = None,
+        tentative: str = "", caught_up: bool = False,
     ) -> list[TextMtRequest]:
-        """Take the utterance's committed source so far; return the translations it needs.
+        """Take the utterance's committed source so far (and the source side's tentative
+        words after it, for the look-ahead; ``caught_up``: the source side committed
+        everything it heard, a pause); return the translations it needs.
 
         Always follow with ``apply()`` (with the results in the same order), even when the
         list is empty. Returns nothing to do when the source did not grow and is not final.
@@ -158,7 +174,8 @@ class IncrementalTextTranslation:
             raise RuntimeError("the utterance is final; reset() before the next one")
         lang = source_lang or self.source_lang
         words = source.split()
-        pending = _Pending([], max(len(words), self._seen_words), final, lang)
+        pending = _Pending([], max(len(words), self._seen_words), final, lang,
+                           caught_up=caught_up and self.options.commit_when_caught_up)
         self._pending = pending
         if len(words) <= self._seen_words and not final:
             return []
@@ -172,22 +189,33 @@ class IncrementalTextTranslation:
             kind: Literal["open", "close"] = "close" if final else "open"
             pending.jobs.append(_Job(kind, " ".join(words[start:]), prefix, len(words)))
         requests = []
+        ahead = " ".join(tentative.split())
         for job in pending.jobs:
             job.remembered = self._recall(job, lang)
+            own = None
             if job.remembered is None:
-                requests.append(
-                    TextMtRequest(
-                        source_text=job.source,
-                        source_lang=lang,
-                        target_lang=self.target_lang,
-                        target_prefix=" ".join(job.prefix),
-                        beam_size=self.options.beam_size,
-                        max_new_tokens=(self.options.open_new_tokens
-                                        if job.kind == "open" else 0),
-                    )
-                )
+                own = self._request(job, job.source, lang, whole=pending.caught_up)
+                requests.append(own)
+            job.lookahead = (job.kind == "open" and bool(ahead) and self.options.lookahead
+                             and self.options.hold_words <= 0)
+            if job.lookahead:
+                requests.append(replace(self._request(job, f"{job.source} {ahead}", lang),
+                                        lookahead_of=own))
         pending.requests = len(requests)
         return requests
+
+    def _request(self, job: _Job, source: str, lang: str, whole: bool = False) -> TextMtRequest:
+        """``whole``: an open segment's translation to its end, as at a close (a pause
+        commits all of it); otherwise an open update's is capped (``open_new_tokens``)."""
+        return TextMtRequest(
+            source_text=source,
+            source_lang=lang,
+            target_lang=self.target_lang,
+            target_prefix=" ".join(job.prefix),
+            beam_size=self.options.beam_size,
+            max_new_tokens=(self.options.open_new_tokens
+                            if job.kind == "open" and not whole else 0),
+        )
 
     def apply(self, results: Sequence[TextMtResult]) -> TargetUpdate:
         """Fold in the results for the requests ``update()`` returned."""
@@ -215,10 +243,17 @@ class IncrementalTextTranslation:
                 self._agreement.reset()
                 self._seg_start = job.end
             else:
+                ahead = next(outcomes).continuation.split() if job.lookahead else None
                 self._agreement.update(continuation)
                 hold = self.options.hold_words
                 if hold > 0:  # hold-N: all but the last N words commit now
                     self._agreement.commit_tentative(len(self._agreement.tentative) - hold)
+                if ahead is not None:  # look-ahead: the head the next words do not change
+                    agreed = common_prefix_length([continuation, ahead])
+                    done = len(continuation) - len(self._agreement.tentative)
+                    self._agreement.commit_tentative(agreed - done)
+        if pending.caught_up:  # a pause: everything heard is translated for good
+            self._agreement.commit_tentative(len(self._agreement.tentative))
         self._seen_words = pending.words
         if pending.final:
             self._closed.extend(self._agreement.finalize())
@@ -369,7 +404,10 @@ class TextMtStage:
         source = hyp.text if hyp.final else hyp.committed
         lang = hyp.language if hyp.language and hyp.language != "auto" else self.source_lang
         started = time.perf_counter()
-        requests = self.policy.update(source, final=hyp.final, source_lang=lang)
+        caught_up = not hyp.final and not hyp.tentative.strip() and bool(hyp.committed.strip())
+        requests = self.policy.update(source, final=hyp.final, source_lang=lang,
+                                      tentative="" if hyp.final else hyp.tentative,
+                                      caught_up=caught_up)
         try:
             results = await asyncio.gather(*(self._translate(r) for r in requests))
         except SpeechpipeError as exc:

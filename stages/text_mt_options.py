@@ -19,6 +19,20 @@ class TextMtOptions:
     without waiting for the next update to agree. A translation commit then comes with the
     caption commit's own update; with a model not trained for prefixes the held tail is all
     that guards against a later source word reordering it (quality: docs/design.md)."""
+    lookahead: bool = True
+    """An open update also translates the committed source followed by the captions'
+    tentative words, and commits the head of the committed source's translation on which
+    the two agree, beside LocalAgreement-n over successive updates: a translation word the
+    next words the ASR already hypothesizes do not change commits in the update of its
+    caption commit, not one caption commit later. What commits is still a prefix of the
+    committed source's own translation: it never rests on words not yet heard
+    (docs/design.md, "Look-ahead agreement"). False: LocalAgreement-n alone."""
+    commit_when_caught_up: bool = True
+    """An open update whose source hypothesis has nothing tentative (the ASR committed
+    everything it heard: a pause) commits the open segment's whole translation, as the
+    captions commit everything at a pause; the segment stays open, so what follows is still
+    translated with it. False: such words wait for the next update to agree (after the
+    pause, or the utterance's end)."""
     beam_size: int = 1
     min_segment_words: int = 3
     """A sentence end closes a segment only after this many words (keeps "Dr." attached)."""

@@ -147,3 +147,40 @@ def test_the_reader_translates_without_a_prefix_as_translate_batch(
                                    disable_unk=True)[0].hypotheses[0]
     assert reader.continue_prefix(source, [], 12) == expected
     assert reader.continue_prefix(source, ["▁le"], 0) == ["▁le"]
+
+
+@pytest.mark.parametrize("family", ("nllb", "marian"))
+def test_a_lookahead_request_stops_a_token_past_its_own(
+    models: dict[str, Path], family: str
+) -> None:
+    """A look-ahead request (``text_mt.lookahead``) run after the request it is compared with
+    decodes at most one token past that one's continuation, and agrees with it on as many
+    words as it would uncapped: the extra token shows whether the last word ended. The tiny
+    models run every output to its cap, so the compared request's shorter caps stand in for
+    a model that ends its translation of the heard words early."""
+    _native()
+    from speechpipe.stages.agreement import common_prefix_length
+
+    source_lang, target_lang = PAIRS[family]
+    fast = Ct2TextTranslator(models[family], intra_threads=1)
+    compared = capped = 0
+    for sentence in generated_sentences(10, seed=23):
+        words = sentence.split()
+        for heard in range(2, len(words) - 1):
+            own = TextMtRequest(" ".join(words[:heard]), source_lang, target_lang,
+                                max_new_tokens=2 + heard % 4)
+            ahead = TextMtRequest(sentence, source_lang, target_lang, max_new_tokens=8)
+            linked = TextMtRequest(sentence, source_lang, target_lang, max_new_tokens=8,
+                                   lookahead_of=own)
+            mine, look = fast.translate_batch([own, linked])
+            free = fast.translate(ahead)
+            assert look.generated_tokens <= mine.generated_tokens + 1
+            capped += look.generated_tokens < free.generated_tokens
+            assert common_prefix_length([mine.continuation.split(), look.continuation.split()]) \
+                == common_prefix_length([mine.continuation.split(), free.continuation.split()])
+            compared += 1
+    assert compared > 20 and capped > 0
+    # on its own (the other request not in the batch) it decodes to its own cap
+    alone = fast.translate(TextMtRequest(sentence, source_lang, target_lang, max_new_tokens=8,
+                                         lookahead_of=own))
+    assert alone == fast.translate(ahead)

@@ -131,6 +131,94 @@ def test_hold_n_commits_all_but_the_last_words_of_each_update() -> None:
     assert held_1[-1] == agreed[-1]
 
 
+def replay_heard(policy: IncrementalTextTranslation, translate,  # type: ignore[no-untyped-def]
+                 words: list[str], ahead: int = 1) -> list[tuple[str, str]]:
+    """As ``replay``, with the source side's tentative words: the next ``ahead`` source
+    words are tentative when each word commits."""
+    states = []
+    for end in range(1, len(words) + 1):
+        tentative = " ".join(words[end:end + ahead])
+        update = policy.apply(translate(policy.update(" ".join(words[:end]),
+                                                      tentative=tentative)))
+        states.append((update.committed, update.tentative))
+    update = policy.apply(translate(policy.update(" ".join(words), final=True)))
+    states.append((update.committed, update.tentative))
+    return states
+
+
+def test_lookahead_commits_a_caption_commits_words_in_its_own_update() -> None:
+    """A segment's first caption commit: LocalAgreement-2 alone has no earlier update to agree
+    with, so "thello" waits for the next caption commit; the look-ahead translation (the
+    committed source and the tentative "there") agrees on it in the same update. The unstable
+    last word ("uthere" until "you" follows) stays tentative."""
+    mt = ScriptedMt()
+    policy = IncrementalTextTranslation("en", "fr")
+    update = policy.apply(mt.batch(policy.update("Hello there", tentative="you")))
+    assert (update.committed, update.tentative) == ("thello", "uthere")
+    assert [r.source_text for r in mt.requests] == ["Hello there", "Hello there you"]
+    assert {r.target_prefix for r in mt.requests} == {""}
+    update = policy.apply(mt.batch(policy.update("Hello there you", tentative="all")))
+    assert (update.committed, update.tentative) == ("thello tthere", "uyou")
+    assert mt.requests[-1].target_prefix == "thello"  # the look-ahead forces the commit too
+    without = IncrementalTextTranslation("en", "fr", options=TextMtOptions(lookahead=False))
+    update = without.apply(ScriptedMt().batch(without.update("Hello there", tentative="you")))
+    assert (update.committed, update.tentative) == ("", "thello uthere")
+
+
+def test_lookahead_commits_only_the_committed_sources_translation() -> None:
+    """What the look-ahead commits is a prefix of the committed source's own translation:
+    never a word of the tentative source, however long the look-ahead agrees. Nothing
+    committed is retracted, and the final translation is LocalAgreement-2's."""
+    mt = ScriptedMt()
+    words = "The cat sees a dog today. My friend likes the red ball near the station".split()
+    heard = replay_heard(IncrementalTextTranslation("en", "fr"), mt.batch, words, ahead=3)
+    for end, (committed, _) in enumerate(heard[:-1], start=1):
+        own = sentencewise(ScriptedMt(), words[:end])
+        assert own[:len(committed.split())] == committed.split(), (end, committed)
+    assert_never_retracted(heard)
+    agreed = replay(IncrementalTextTranslation("en", "fr"), ScriptedMt().batch, words)
+    assert heard[-1] == agreed[-1]
+    # one caption commit sooner: after the fourth source word, three target words against two
+    assert heard[3][0] == "tthe tcat tsees" and agreed[3][0] == "tthe tcat"
+
+
+def test_lookahead_asks_nothing_without_tentative_words_or_at_the_end() -> None:
+    mt = ScriptedMt()
+    policy = IncrementalTextTranslation("en", "fr")
+    policy.apply(mt.batch(policy.update("Hello there")))
+    policy.apply(mt.batch(policy.update("Hello there you", final=True, tentative="all")))
+    assert [r.source_text for r in mt.requests] == ["Hello there", "Hello there you"]
+    held = IncrementalTextTranslation("en", "fr", options=TextMtOptions(hold_words=1))
+    held.apply(mt.batch(held.update("Good bye", tentative="now")))
+    assert mt.requests[-1].source_text == "Good bye"  # hold-N decides alone
+
+
+def test_a_pause_commits_the_translation_of_everything_heard() -> None:
+    """A source hypothesis with nothing tentative (the captions committed everything heard,
+    as at a pause) commits the open segment's whole translation, uncapped, in its own
+    update; the segment stays open, so the next words are translated with it."""
+    mt = ScriptedMt()
+    policy = IncrementalTextTranslation("en", "fr")
+    policy.apply(mt.batch(policy.update("Hello there", tentative="you")))
+    update = policy.apply(mt.batch(policy.update("Hello there you", caught_up=True)))
+    assert (update.committed, update.tentative) == ("thello tthere uyou", "")
+    assert mt.requests[-1].max_new_tokens == 0  # the whole translation, as at a close
+    update = policy.apply(mt.batch(policy.update("Hello there you all", tentative="good")))
+    assert mt.requests[-2].source_text == "Hello there you all"  # the segment stays open
+    assert mt.requests[-2].target_prefix == "thello tthere uyou"
+    assert update.committed == "thello tthere uyou"
+    # caught up without new words: what the last update translated commits
+    policy = IncrementalTextTranslation("en", "fr")
+    policy.apply(mt.batch(policy.update("Good bye")))
+    calls = mt.calls
+    update = policy.apply(mt.batch(policy.update("Good bye", caught_up=True)))
+    assert mt.calls == calls and (update.committed, update.tentative) == ("tgood ubye", "")
+    off = IncrementalTextTranslation("en", "fr",
+                                     options=TextMtOptions(commit_when_caught_up=False))
+    update = off.apply(mt.batch(off.update("Good bye", caught_up=True)))
+    assert (update.committed, update.tentative) == ("", "tgood ubye")
+
+
 def test_nothing_to_do_when_the_source_did_not_grow() -> None:
     mt = ScriptedMt()
     policy = IncrementalTextTranslation("en", "fr")
@@ -411,10 +499,10 @@ async def test_stage_emits_target_hypotheses() -> None:
     mt = ScriptedMt()
     stage = TextMtStage(mt.translate, source_lang="en", target_lang="fr", clock=OffsetClock())
     items = [
-        source(1, "The", pts=100),
+        source(1, "The", tentative="cat", pts=100),
         TextHypothesis("target", 1, 0, "ignored", "", "fr", 0, 0, 0),
-        source(1, "The cat", pts=200),
-        source(1, "The cat sees", pts=300),
+        source(1, "The cat", tentative="sees", pts=200),
+        source(1, "The cat sees", tentative="a", pts=300),
         source(1, "The cat sees", tentative="a dog", final=True, pts=400),
     ]
     out = await _fed_one_by_one(stage, items)
@@ -427,6 +515,18 @@ async def test_stage_emits_target_hypotheses() -> None:
     assert out[-1].stream_pts == 407  # clock.stamp(source stream_pts)
     assert all(h.timings[0].stage == "mt" and h.timings[0].seconds >= 0 for h in out)
     assert all("ignored" not in h.text for h in out)
+
+
+async def test_stage_looks_ahead_with_the_captions_tentative_words() -> None:
+    mt = ScriptedMt()
+    stage = TextMtStage(mt.translate, source_lang="en", target_lang="fr", clock=OffsetClock())
+    out = await _fed_one_by_one(stage, [source(1, "Hello there", tentative="you all"),
+                                        source(1, "Hello there you", tentative="all",
+                                               final=True)])
+    assert (out[0].committed, out[0].tentative) == ("thello", "uthere")
+    assert [r.source_text for r in mt.requests] == [
+        "Hello there", "Hello there you all", "Hello there you all"]  # the final: whole text
+    assert out[-1].final and out[-1].committed == "thello tthere tyou uall"
 
 
 async def test_stage_can_forward_source_hypotheses() -> None:
