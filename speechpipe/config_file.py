@@ -112,6 +112,10 @@ _MORE = {
     "phrases.max_words": "committed words that make a phrase without punctuation",
     "phrases.min_words_at_punctuation": "words a phrase needs to be cut at clause punctuation",
     "text_mt.beam_size": "beam of the text-MT decodes",
+    "text_mt.lookahead": "commit the translation words the captions' tentative words do not "
+                         "change, in the same update (false: LocalAgreement-n alone)",
+    "text_mt.commit_when_caught_up": "at a pause (nothing tentative) commit the translation "
+                                     "of everything heard",
     "text_mt.clause_min_words": "a clause boundary closes a segment after this many words",
     "text_mt.max_segment_words": "a segment is closed at this many words whatever its text",
     "piper.noise_scale": "Piper's noise scale (none: the voice's own)",
