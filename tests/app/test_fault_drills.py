@@ -375,7 +375,7 @@ async def test_a_crashing_text_mt_worker_opens_its_breaker_and_only_its_sessions
 ) -> None:
     """CTranslate2 raising on every call: the French sessions' failed requests get
     ``worker_error``, two failures open the MT worker's breaker, requests while it is open
-    are refused at once (``worker_unavailable``, as many as the guard refused), ``/readyz``
+    are refused at once (``worker_unavailable``, one per update the guard refused), ``/readyz``
     stays 200 (one pair's model is not the server); once the model works again the half-open
     probe closes the breaker and the French sessions translate again (their second
     utterance). The Spanish session (Whisper's route) completes with its speech and no
@@ -406,7 +406,11 @@ async def test_a_crashing_text_mt_worker_opens_its_breaker_and_only_its_sessions
     assert all(_completed(run) for run in mt_runs), [(r.close_code, _codes(r)) for r in mt_runs]
     failed = faults.fired["mt"] - fired  # batches that raised (two sessions' may share one)
     assert codes.count("worker_error") >= failed >= 2, (codes, failed)
-    assert codes.count("worker_unavailable") == guard.refused, (codes, guard.refused)
+    # one event per failed update; an update asks for up to two translations (its committed
+    # captions' and the look-ahead's, text_mt.lookahead), and reports the first that failed
+    refused_updates = codes.count("worker_unavailable")
+    failed_updates = refused_updates + codes.count("worker_error")
+    assert 1 <= refused_updates <= guard.refused <= 2 * failed_updates, (codes, guard.refused)
     assert seen["readyz"][0] == 200, seen["readyz"]
     assert guard.health().breaker == "closed" and guard.breaker.opened >= 1
     for run in mt_runs:  # each French session translates again after its last failure
