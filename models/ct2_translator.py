@@ -115,6 +115,29 @@ def _capped(prepared: _Prepared, follows_generated: int | None) -> _Prepared:
     return replace(prepared, max_length=len(prepared.prefix) + cap, new_cap=cap)
 
 
+def _lookahead_pairs(batch: Sequence[_Prepared], indexes: Sequence[int]) -> list[list[int]]:
+    """``indexes`` of ``batch`` as the reader runs them: a look-ahead request with the
+    request it follows (same forced prefix) as one pair, that request first; every other
+    request alone."""
+    by_key = {batch[i].key: i for i in indexes}
+    paired: dict[int, int] = {}
+    for i in indexes:
+        own = by_key.get(batch[i].follows) if batch[i].follows else None
+        if (own is not None and own != i and own not in paired and i not in paired
+                and batch[own].prefix == batch[i].prefix):
+            paired[own] = i
+            paired[i] = own
+    out: list[list[int]] = []
+    for i in indexes:
+        if i not in paired:
+            out.append([i])
+        elif batch[i].follows == batch[paired[i]].key:
+            continue  # the look-ahead: run with its own request
+        else:
+            out.append([i, paired[i]])
+    return out
+
+
 class Ct2TextTranslator:
     """A loaded CTranslate2 MT model with its tokenizers. Thread-safe; blocking."""
 
@@ -370,15 +393,24 @@ class Ct2TextTranslator:
         ran = list(batch)
         reader = self._prefix_reader
         if reader is not None:
-            # greedy requests: one at a time in the reader, each prefix read in one pass; a
-            # look-ahead request after the one it is compared with stops a token past it
-            generated: dict[int, int] = {}
-            for group_key in [k for k in groups if k[0] == 1]:
-                for i in groups.pop(group_key):
-                    p = ran[i] = _capped(batch[i], generated.get(batch[i].follows))
-                    hyps[i] = reader.continue_prefix(p.source, p.prefix,
-                                                     p.max_length - len(p.prefix))
-                    generated[p.key] = len(hyps[i]) - len(p.prefix)
+            # greedy requests in the reader, each prefix read in one pass; a look-ahead
+            # request rides in one batch with the request it is compared with and stops a
+            # token past it
+            greedy = [i for k in [k for k in groups if k[0] == 1] for i in groups.pop(k)]
+            for rows in _lookahead_pairs(batch, greedy):
+                if len(rows) == 1:
+                    p = batch[rows[0]]
+                    hyps[rows[0]] = reader.continue_prefix(p.source, p.prefix,
+                                                           p.max_length - len(p.prefix))
+                    continue
+                own, ahead = (batch[i] for i in rows)
+                own_tokens, ahead_tokens = reader.continue_rows(
+                    [own.source, ahead.source], own.prefix,
+                    [own.max_length - len(own.prefix), ahead.max_length - len(ahead.prefix)],
+                    [-1, 0])
+                hyps[rows[0]] = own_tokens
+                ran[rows[1]] = _capped(ahead, len(own_tokens) - len(own.prefix))
+                hyps[rows[1]] = ahead_tokens
         for (beam, _), indexes in groups.items():
             group = [batch[i] for i in indexes]
             self.batch_calls += 1

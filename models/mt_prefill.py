@@ -12,6 +12,10 @@ continues (greedy only; beam search keeps ``translate_batch``). Greedy requests 
 prefix go through it as well, so the ``ctranslate2.Translator`` and its copy of the weights
 can be let go (``Ct2TextTranslator`` loads it again for beam search).
 
+A look-ahead request and the request it is compared with share a forced prefix, so they
+run as one batch (``PrefixReader.continue_rows``): one encoder call, one prefix pass, one
+greedy search with a row each, the look-ahead's row stopped a token past the other's.
+
 It is used only where it decodes what ``translate_batch`` does: ``PrefixReader.load``
 decodes a probe both ways and returns None (logged once per model) when they differ or the
 extension is missing. The native decoder holds its own copy of the weights (one per model
@@ -107,6 +111,21 @@ class PrefixReader:
             [self._target_ids.get(t, self._target_unk) for t in prefix], [self._end],
             max(0, max_new), [self._target_unk])
         return [*prefix, *(self._target_tokens[i] for i in new)]
+
+    def continue_rows(self, sources: Sequence[Sequence[str]], prefix: Sequence[str],
+                      max_new: Sequence[int], follows: Sequence[int]) -> list[list[str]]:
+        """Several sources continuing the same ``prefix`` in one batch (one encoder call,
+        one prefix pass, one greedy search): each row as ``continue_prefix`` gives it, at
+        most ``max_new[i]`` new tokens; a row whose ``follows[i]`` is an earlier row's index
+        (-1: none) stops one token past that row's continuation, as a look-ahead run after
+        it does (``Ct2TextTranslator``)."""
+        self.calls += 1
+        ids = [self._target_ids.get(t, self._target_unk) for t in prefix]
+        rows = self._decoder().continue_rows(
+            [[self._source_ids.get(t, self._source_unk) for t in source] for source in sources],
+            self._start, ids, [self._end], [max(0, n) for n in max_new], list(follows),
+            [self._target_unk])
+        return [[*prefix, *(self._target_tokens[i] for i in new)] for new in rows]
 
     def disagreement(self, translator: Any, source: list[str], prefix: list[str]) -> str:
         """'' when the reader translates ``source`` and continues ``prefix`` as

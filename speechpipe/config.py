@@ -64,7 +64,11 @@ class PipelineOptions:
     # a voice shared by many sessions speaks first the phrase whose listener runs out of
     # speech first (stages/tts.py, voices/tts_worker.py); false: first in, first out
     tts_deadline_order: bool = True
-    mt_threads: int = 2
+    # one CTranslate2 thread per text-MT call: its decoder steps are too small to split
+    # well, and on a machine whose cores Whisper and the voice share, a second thread waits
+    # for a busy core at every step (docs/benchmarks.md, 2026-12-06: caption commit ->
+    # translation commit p95 0.13 s with one thread against 0.15-0.17 s with two)
+    mt_threads: int = 1
     # a text-MT update reads its forced prefix in one decoder pass (models/mt_prefill.py),
     # where the native decoder decodes what translate_batch does; false: step by step
     mt_prefill: bool = True

@@ -24,6 +24,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <limits>
 #include <map>
 #include <memory>
@@ -250,12 +251,16 @@ namespace {
     // The start token alone at step 0, then the rest of the prompt from step 1: a model
     // that starts from a zero embedding (Marian) skips the embedding scale at step 0, so a
     // prompt read whole at step 0 would miss the scale at every position.
-    void read_prompt(const std::vector<size_t>& prompt, layers::DecoderState& state) {
+    // `rows` rows read the same prompt (the state's memory has that many rows).
+    void read_prompt(const std::vector<size_t>& prompt, layers::DecoderState& state,
+                     size_t rows = 1) {
       const Device device = Device::CPU;
-      const StorageView start({1}, std::vector<int32_t>{int32_t(prompt.front())}, device);
+      const StorageView start({dim_t(rows)}, std::vector<int32_t>(rows, int32_t(prompt.front())),
+                              device);
       decode(start, nullptr, 0, state, nullptr, nullptr, false);
       if (prompt.size() > 1) {
-        const std::vector<std::vector<size_t>> rest{{prompt.begin() + 1, prompt.end()}};
+        const std::vector<std::vector<size_t>> rest(
+          rows, std::vector<size_t>(prompt.begin() + 1, prompt.end()));
         decode(layers::make_sequence_inputs(rest, device), nullptr, 1, state, nullptr,
                nullptr, false);
       }
@@ -286,10 +291,35 @@ namespace {
                                         const std::vector<size_t>& prefix,
                                         const std::vector<size_t>& end_ids, size_t max_new,
                                         const std::vector<size_t>& disable_ids) {
-      if (source.empty())
-        throw std::invalid_argument("empty source");
       if (max_new == 0)
         return {};
+      return continue_rows({source}, start_id, prefix, end_ids, {max_new}, {-1},
+                           disable_ids)[0];
+    }
+
+    // Several sources continuing the same forced prefix in one batch: one encoder call,
+    // one prompt pass and one greedy search with a row per source, each row's own cap
+    // (`max_new`). A row whose `follows` is another row's index (-1: none) stops one token
+    // past that row's continuation, as a look-ahead run after it would (the extra token
+    // shows whether its last word ended there); greedy search takes a step's rows in row
+    // order, so the followed row (a lower index) has ended by then.
+    std::vector<std::vector<size_t>> continue_rows(
+      const std::vector<std::vector<size_t>>& sources, size_t start_id,
+      const std::vector<size_t>& prefix, const std::vector<size_t>& end_ids,
+      const std::vector<size_t>& max_new, const std::vector<long>& follows,
+      const std::vector<size_t>& disable_ids) {
+      const size_t rows = sources.size();
+      if (rows == 0 || max_new.size() != rows || follows.size() != rows)
+        throw std::invalid_argument("one max_new and one follows per source");
+      for (size_t i = 0; i < rows; ++i) {
+        if (sources[i].empty())
+          throw std::invalid_argument("empty source");
+        if (follows[i] >= long(i))
+          throw std::invalid_argument("a row can only follow an earlier row");
+      }
+      const size_t longest = *std::max_element(max_new.begin(), max_new.end());
+      if (longest == 0)
+        return std::vector<std::vector<size_t>>(rows);
       py::gil_scoped_release no_gil;
       set_num_threads(_threads);
       const auto scoped_device_setter = _model->get_scoped_device_setter();
@@ -297,7 +327,7 @@ namespace {
       const dim_t multiple = _model->preferred_size_multiple();
 
       StorageView lengths(DataType::INT32, device);
-      const StorageView ids = layers::make_sequence_inputs({source}, device, multiple, &lengths);
+      const StorageView ids = layers::make_sequence_inputs(sources, device, multiple, &lengths);
       StorageView memory(_encoder->output_type(), device);
       (*_encoder)({ids}, &lengths, memory);
 
@@ -311,22 +341,46 @@ namespace {
       if (!prefix.empty()) {
         std::vector<size_t> head{start_id};
         head.insert(head.end(), prefix.begin(), prefix.end() - 1);
-        _decoder->read_prompt(head, state);
+        _decoder->read_prompt(head, state, rows);
         start_step = dim_t(head.size());
         first = prefix.back();
       }
 
+      // each row's tokens so far (the end token not counted) and whether it has ended
+      std::vector<size_t> generated(rows, 0);
+      std::vector<bool> ended(rows, false);
       DecodingOptions options;
       options.start_step = start_step;
       options.beam_size = 1;
-      options.max_length = max_new;
+      options.max_length = longest;
       options.include_eos_in_hypotheses = false;
       options.disable_ids = disable_ids;
+      options.callback = [&](DecodingStepResult step) {
+        const size_t row = step.batch_id;
+        const bool is_end = std::find(end_ids.begin(), end_ids.end(), step.token_id)
+                            != end_ids.end();
+        if (!is_end)
+          generated[row] += 1;
+        bool stop = step.is_last || generated[row] >= max_new[row];
+        const long followed = follows[row];
+        if (followed >= 0 && ended[followed] && generated[row] >= generated[followed] + 1)
+          stop = true;
+        if (stop)
+          ended[row] = true;
+        return stop;
+      };
       std::vector<DecodingResult> results =
-        decode(*_decoder, state, {{first}}, end_ids, options);
-      if (results.empty() || results[0].hypotheses.empty())
-        return {};
-      return results[0].hypotheses[0];
+        decode(*_decoder, state, std::vector<std::vector<size_t>>(rows, {first}), end_ids,
+               options);
+      std::vector<std::vector<size_t>> out(rows);
+      for (size_t i = 0; i < rows && i < results.size(); ++i) {
+        if (!results[i].hypotheses.empty()) {
+          out[i] = std::move(results[i].hypotheses[0]);
+          if (out[i].size() > max_new[i])
+            out[i].resize(max_new[i]);
+        }
+      }
+      return out;
     }
 
   private:
@@ -357,5 +411,8 @@ PYBIND11_MODULE(_ct2_prefill, m) {
          py::arg("threads"), py::arg("compute_type") = "default")
     .def("continue_prefix", &PrefixTranslator::continue_prefix, py::arg("source"),
          py::arg("start_id"), py::arg("prefix"), py::arg("end_ids"), py::arg("max_new"),
-         py::arg("disable_ids") = std::vector<size_t>());
+         py::arg("disable_ids") = std::vector<size_t>())
+    .def("continue_rows", &PrefixTranslator::continue_rows, py::arg("sources"),
+         py::arg("start_id"), py::arg("prefix"), py::arg("end_ids"), py::arg("max_new"),
+         py::arg("follows"), py::arg("disable_ids") = std::vector<size_t>());
 }

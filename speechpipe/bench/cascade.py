@@ -173,13 +173,21 @@ def _run(args: argparse.Namespace) -> int:
               f"{r['commit_to_update_s']['p50']!s:>8} {r['commit_to_update_s']['p95']!s:>8} "
               f"{r['commit_to_commit_s']['p50']!s:>10} {r['commit_to_commit_s']['p95']!s:>10} "
               f"{r['commit_to_covered_s']['p50']!s:>11} {r['commit_to_covered_s']['p95']!s:>11}")
-    print(f"all: {total_cpu / total_audio:.4f} MT CPU-s per audio s (the MT worker thread), "
+    from speechpipe.config import with_overrides
+    from speechpipe.session import PipelineOptions
+
+    threads = with_overrides(PipelineOptions(), args.settings).mt_threads
+    counted = ("the MT worker thread, CTranslate2's only thread" if threads == 1 else
+               f"the MT worker thread only: {threads - 1} more CTranslate2 thread(s) not "
+               f"counted")
+    print(f"all: {total_cpu / total_audio:.4f} MT CPU-s per audio s ({counted}), "
           f"{total_mt / total_audio:.4f} MT s per audio s (wall, queue included) over "
           f"{total_audio:.1f} s")
     if args.report:
         Path(args.report).write_text(json.dumps({"model": args.model or
                                                  f"opus-size {args.weights}",
                                                  "settings": args.settings,
+                                                 "mt_threads": threads,
                                                  "runs": records}, indent=2) + "\n")
     return 0
 

@@ -153,34 +153,47 @@ def test_the_reader_translates_without_a_prefix_as_translate_batch(
 def test_a_lookahead_request_stops_a_token_past_its_own(
     models: dict[str, Path], family: str
 ) -> None:
-    """A look-ahead request (``text_mt.lookahead``) run after the request it is compared with
-    decodes at most one token past that one's continuation, and agrees with it on as many
-    words as it would uncapped: the extra token shows whether the last word ended. The tiny
-    models run every output to its cap, so the compared request's shorter caps stand in for
-    a model that ends its translation of the heard words early."""
+    """A look-ahead request (``text_mt.lookahead``) rides in one batch with the request it is
+    compared with (one reader call, the same forced prefix), decodes at most one token past
+    that one's continuation, and agrees with it on as many words as it would uncapped: the
+    extra token shows whether the last word ended. The compared request comes out as it
+    does alone. The tiny models run every output to its cap, so the compared request's
+    shorter caps stand in for a model that ends its translation of the heard words early."""
     _native()
     from speechpipe.stages.agreement import common_prefix_length
 
     source_lang, target_lang = PAIRS[family]
     fast = Ct2TextTranslator(models[family], intra_threads=1)
     compared = capped = 0
-    for sentence in generated_sentences(10, seed=23):
+    for n, sentence in enumerate(generated_sentences(10, seed=23)):
         words = sentence.split()
+        # half the sentences force a committed translation, as an open segment's update does
+        prefix = " ".join(fast.translate(TextMtRequest(
+            " ".join(words[:2]), source_lang, target_lang)).text.split()[:2]) if n % 2 else ""
         for heard in range(2, len(words) - 1):
             own = TextMtRequest(" ".join(words[:heard]), source_lang, target_lang,
-                                max_new_tokens=2 + heard % 4)
-            ahead = TextMtRequest(sentence, source_lang, target_lang, max_new_tokens=8)
-            linked = TextMtRequest(sentence, source_lang, target_lang, max_new_tokens=8,
-                                   lookahead_of=own)
+                                target_prefix=prefix, max_new_tokens=2 + heard % 4)
+            ahead = TextMtRequest(sentence, source_lang, target_lang, target_prefix=prefix,
+                                  max_new_tokens=8)
+            linked = TextMtRequest(sentence, source_lang, target_lang, target_prefix=prefix,
+                                   max_new_tokens=8, lookahead_of=own)
+            reads = fast.prefix_reads
             mine, look = fast.translate_batch([own, linked])
+            assert fast.prefix_reads == reads + 1
+            assert mine == fast.translate(own)
             free = fast.translate(ahead)
             assert look.generated_tokens <= mine.generated_tokens + 1
+            # what the look-ahead run alone after it, capped a token past it, decodes
+            assert look == fast.translate(TextMtRequest(
+                sentence, source_lang, target_lang, target_prefix=prefix,
+                max_new_tokens=min(8, mine.generated_tokens + 1)))
             capped += look.generated_tokens < free.generated_tokens
             assert common_prefix_length([mine.continuation.split(), look.continuation.split()]) \
                 == common_prefix_length([mine.continuation.split(), free.continuation.split()])
             compared += 1
     assert compared > 20 and capped > 0
     # on its own (the other request not in the batch) it decodes to its own cap
-    alone = fast.translate(TextMtRequest(sentence, source_lang, target_lang, max_new_tokens=8,
+    alone = fast.translate(TextMtRequest(sentence, source_lang, target_lang,
+                                         target_prefix=prefix, max_new_tokens=8,
                                          lookahead_of=own))
     assert alone == fast.translate(ahead)
