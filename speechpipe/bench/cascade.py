@@ -75,24 +75,29 @@ def cascade_figures(records: Sequence[dict[str, Any]], audio_s: float) -> dict[s
                     kept.append((w_utt, t0, True))
             waiting = kept
 
-    def p(values: list[float], q: float) -> float | None:
-        return percentile_or_none(values, q, 4)
-
     return {
         "audio_s": round(audio_s, 3), "mt_s": round(mt_s, 4),
         "mt_s_per_audio_s": round(mt_s / audio_s, 5) if audio_s else None,
         "committed_source_words": words,
         "mt_ms_per_word": round(1000 * mt_s / words, 2) if words else None,
-        "commit_to_update_s": {"p50": p(to_update, 50), "p95": p(to_update, 95),
-                               "n": len(to_update)},
-        "commit_to_commit_s": {"p50": p(to_commit, 50), "p95": p(to_commit, 95),
-                               "n": len(to_commit)},
+        "commit_to_update_s": _spread(to_update),
+        "commit_to_commit_s": _spread(to_commit),
         # until the committed translation has as many words as the captions had then: the
         # words' own translation for a model that translates word for word (the copy
         # model); for any other model a count, not a meaning
-        "commit_to_covered_s": {"p50": p(to_cover, 50), "p95": p(to_cover, 95),
-                                "n": len(to_cover)},
+        "commit_to_covered_s": _spread(to_cover),
     }
+
+
+def _spread(values: list[float]) -> dict[str, Any]:
+    """p50, p95 and the values themselves (so several files' can be pooled)."""
+    return {"p50": percentile_or_none(values, 50, 4), "p95": percentile_or_none(values, 95, 4),
+            "n": len(values), "values": [round(v, 4) for v in values]}
+
+
+def pooled_spread(runs: Sequence[dict[str, Any]], key: str) -> dict[str, Any]:
+    """``key``'s spread over every run's values at once (each file's caption commits)."""
+    return _spread([v for run in runs for v in run[key]["values"]])
 
 
 def register_cascade(kinds: argparse._SubParsersAction) -> None:
@@ -180,14 +185,27 @@ def _run(args: argparse.Namespace) -> int:
     counted = ("the MT worker thread, CTranslate2's only thread" if threads == 1 else
                f"the MT worker thread only: {threads - 1} more CTranslate2 thread(s) not "
                f"counted")
+    pooled = {key: pooled_spread(records, key)
+              for key in ("commit_to_update_s", "commit_to_commit_s", "commit_to_covered_s")}
+    print(f"{'all files':<32} {round(total_cpu / total_audio, 5)!s:>14} "
+          f"{round(total_mt / total_audio, 5)!s:>12} {'':>8} "
+          f"{pooled['commit_to_update_s']['p50']!s:>8} "
+          f"{pooled['commit_to_update_s']['p95']!s:>8} "
+          f"{pooled['commit_to_commit_s']['p50']!s:>10} "
+          f"{pooled['commit_to_commit_s']['p95']!s:>10} "
+          f"{pooled['commit_to_covered_s']['p50']!s:>11} "
+          f"{pooled['commit_to_covered_s']['p95']!s:>11}")
     print(f"all: {total_cpu / total_audio:.4f} MT CPU-s per audio s ({counted}), "
           f"{total_mt / total_audio:.4f} MT s per audio s (wall, queue included) over "
-          f"{total_audio:.1f} s")
+          f"{total_audio:.1f} s; caption commit -> translation commit p95 "
+          f"{pooled['commit_to_commit_s']['p95']} s over {pooled['commit_to_commit_s']['n']} "
+          f"caption commits")
     if args.report:
         Path(args.report).write_text(json.dumps({"model": args.model or
                                                  f"opus-size {args.weights}",
                                                  "settings": args.settings,
                                                  "mt_threads": threads,
+                                                 "all_files": pooled,
                                                  "runs": records}, indent=2) + "\n")
     return 0
 

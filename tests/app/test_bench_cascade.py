@@ -34,6 +34,19 @@ def test_latency_from_caption_commit_to_translation_update_and_commit() -> None:
     assert abs(fig["commit_to_covered_s"]["p50"] - 1.15) < 0.01
 
 
+def test_files_pool_their_caption_commits() -> None:
+    """The "all files" row is the percentile of every file's commits at once, not a mean
+    of the files' percentiles."""
+    from speechpipe.bench.cascade import pooled_spread
+
+    short = cascade_figures([_r("asr.commit", 1.0, "a"), _r("mt.commit", 1.1, "x")], 2.0)
+    long = cascade_figures([_r("asr.commit", 1.0, "a"), _r("mt.commit", 1.5, "x"),
+                            _r("asr.commit", 2.0, "a b"), _r("mt.commit", 2.2, "x y")], 3.0)
+    pooled = pooled_spread([short, long], "commit_to_commit_s")
+    assert pooled["n"] == 3 and sorted(pooled["values"]) == [0.1, 0.2, 0.5]
+    assert pooled["p50"] == 0.2
+
+
 def test_no_mt_no_figures() -> None:
     fig = cascade_figures([_r("asr.commit", 1.0, "hello")], audio_s=1.0)
     assert fig["mt_s"] == 0 and fig["commit_to_commit_s"]["p50"] is None
