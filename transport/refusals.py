@@ -11,6 +11,7 @@ refused. ``transport.connection_core`` names them all; the shell raises a ``Fail
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,9 +54,11 @@ def room_redirect(url: str) -> Fail:
 
 
 def too_many_joins(retry_s: float) -> Fail:
-    """Listeners join this room (or from this address) too fast: retry after ``retry_s``."""
+    """Listeners join this room (or from this address) too fast: retry after ``retry_s``,
+    rounded up to a hundredth, so a wait of a few milliseconds is never told as 0 (a client
+    that retried at once would be refused again)."""
     return room_refusal(ErrorCode.TOO_MANY_JOINS, "listeners join too fast: retry in a moment",
-                        retry_after_s=round(retry_s, 2))
+                        retry_after_s=math.ceil(round(retry_s * 100, 6)) / 100)
 
 
 def listener_too_slow() -> Fail:

@@ -179,7 +179,10 @@ def test_refusals_close_by_the_code_table() -> None:
     assert (code, reason) == (CloseCode.NO_ROOM, ErrorCode.NO_ROOM)  # not a transport code
     code, reason, error = error_of(too_many_joins(0.123456))
     assert (code, reason, error["retry_after_s"]) == (CloseCode.TOO_MANY_JOINS,
-                                                      ErrorCode.TOO_MANY_JOINS, 0.12)
+                                                      ErrorCode.TOO_MANY_JOINS, 0.13)
+    # a wait of a few milliseconds is told as a hundredth, never as 0; a whole one as is
+    assert [error_of(too_many_joins(s))[2]["retry_after_s"] for s in (0.003, 0.1, 1.1)] \
+        == [0.01, 0.1, 1.1]
     code, reason, error = error_of(room_redirect("ws://other/ws"))
     assert (code, reason) == (CloseCode.REDIRECT, ErrorCode.REDIRECT)
     assert (error["url"], error["ticket"], error["expires_in_s"]) == ("ws://other/ws", None, None)
