@@ -118,24 +118,16 @@ def _capped(prepared: _Prepared, follows_generated: int | None) -> _Prepared:
 def _lookahead_pairs(batch: Sequence[_Prepared], indexes: Sequence[int]) -> list[list[int]]:
     """``indexes`` of ``batch`` as the reader runs them: a look-ahead request with the
     request it follows (same forced prefix) as one pair, that request first; every other
-    request alone."""
+    request alone (a request is in one pair at most)."""
     by_key = {batch[i].key: i for i in indexes}
-    paired: dict[int, int] = {}
+    follower: dict[int, int] = {}  # a request -> the look-ahead riding with it
     for i in indexes:
         own = by_key.get(batch[i].follows) if batch[i].follows else None
-        if (own is not None and own != i and own not in paired and i not in paired
-                and batch[own].prefix == batch[i].prefix):
-            paired[own] = i
-            paired[i] = own
-    out: list[list[int]] = []
-    for i in indexes:
-        if i not in paired:
-            out.append([i])
-        elif batch[i].follows == batch[paired[i]].key:
-            continue  # the look-ahead: run with its own request
-        else:
-            out.append([i, paired[i]])
-    return out
+        if (own is not None and batch[own].prefix == batch[i].prefix
+                and not {own, i} & (follower.keys() | follower.values())):
+            follower[own] = i
+    riding = set(follower.values())
+    return [[i, follower[i]] if i in follower else [i] for i in indexes if i not in riding]
 
 
 class Ct2TextTranslator:

@@ -291,8 +291,6 @@ namespace {
                                         const std::vector<size_t>& prefix,
                                         const std::vector<size_t>& end_ids, size_t max_new,
                                         const std::vector<size_t>& disable_ids) {
-      if (max_new == 0)
-        return {};
       return continue_rows({source}, start_id, prefix, end_ids, {max_new}, {-1},
                            disable_ids)[0];
     }

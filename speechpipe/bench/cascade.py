@@ -161,7 +161,7 @@ def _run(args: argparse.Namespace) -> int:
                 Path(args.report).write_text(json.dumps({"prefix_sweep": rows}, indent=2) + "\n")
             return 0
         try:
-            runs = _translate_files(args, model)
+            runs, threads = _translate_files(args, model)
         except SpeechpipeError as exc:
             print(f"speechpipe bench cascade: {exc}", file=sys.stderr)
             return 1
@@ -173,28 +173,14 @@ def _run(args: argparse.Namespace) -> int:
           f"{'upd p50':>8} {'upd p95':>8} {'commit p50':>10} {'commit p95':>10} "
           f"{'covered p50':>11} {'covered p95':>11}")
     for path, r in zip(args.file, records, strict=True):
-        print(f"{Path(path).name:<32} {r['mt_cpu_per_audio_s']!s:>14} "
-              f"{r['mt_s_per_audio_s']!s:>12} {r['mt_ms_per_word']!s:>8} "
-              f"{r['commit_to_update_s']['p50']!s:>8} {r['commit_to_update_s']['p95']!s:>8} "
-              f"{r['commit_to_commit_s']['p50']!s:>10} {r['commit_to_commit_s']['p95']!s:>10} "
-              f"{r['commit_to_covered_s']['p50']!s:>11} {r['commit_to_covered_s']['p95']!s:>11}")
-    from speechpipe.config import with_overrides
-    from speechpipe.session import PipelineOptions
-
-    threads = with_overrides(PipelineOptions(), args.settings).mt_threads
+        print(_row(Path(path).name, r["mt_cpu_per_audio_s"], r["mt_s_per_audio_s"],
+                   r["mt_ms_per_word"], r))
     counted = ("the MT worker thread, CTranslate2's only thread" if threads == 1 else
                f"the MT worker thread only: {threads - 1} more CTranslate2 thread(s) not "
                f"counted")
-    pooled = {key: pooled_spread(records, key)
-              for key in ("commit_to_update_s", "commit_to_commit_s", "commit_to_covered_s")}
-    print(f"{'all files':<32} {round(total_cpu / total_audio, 5)!s:>14} "
-          f"{round(total_mt / total_audio, 5)!s:>12} {'':>8} "
-          f"{pooled['commit_to_update_s']['p50']!s:>8} "
-          f"{pooled['commit_to_update_s']['p95']!s:>8} "
-          f"{pooled['commit_to_commit_s']['p50']!s:>10} "
-          f"{pooled['commit_to_commit_s']['p95']!s:>10} "
-          f"{pooled['commit_to_covered_s']['p50']!s:>11} "
-          f"{pooled['commit_to_covered_s']['p95']!s:>11}")
+    pooled = {key: pooled_spread(records, key) for key in _LATENCIES}
+    print(_row("all files", round(total_cpu / total_audio, 5),
+               round(total_mt / total_audio, 5), "", pooled))
     print(f"all: {total_cpu / total_audio:.4f} MT CPU-s per audio s ({counted}), "
           f"{total_mt / total_audio:.4f} MT s per audio s (wall, queue included) over "
           f"{total_audio:.1f} s; caption commit -> translation commit p95 "
@@ -210,11 +196,25 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _translate_files(args: argparse.Namespace, model: str) -> list[dict[str, Any]]:
+_LATENCIES = ("commit_to_update_s", "commit_to_commit_s", "commit_to_covered_s")
+
+
+def _row(name: str, cpu: Any, wall: Any, ms_per_word: Any, figures: dict[str, Any]) -> str:
+    """One line of the table under the header ``_run`` prints."""
+    latencies = [figures[key][q] for key in _LATENCIES for q in ("p50", "p95")]
+    widths = (8, 8, 10, 10, 11, 11)
+    return (f"{name:<32} {cpu!s:>14} {wall!s:>12} {ms_per_word!s:>8} "
+            + " ".join(f"{v!s:>{w}}" for v, w in zip(latencies, widths, strict=True)))
+
+
+def _translate_files(args: argparse.Namespace, model: str
+                     ) -> tuple[list[dict[str, Any]], int]:
     """Translate each ``--file`` as a live session would, in this process (one pipeline,
     loaded once), with the MT worker thread's CPU read around each file (``mt_cpu_s``): the
     decoder runs on that thread (greedy, through the native reader; beam search and
-    ``pipeline.mt_prefill=false`` run on CTranslate2's own threads and are not counted)."""
+    ``pipeline.mt_prefill=false`` run on CTranslate2's own threads and are not counted).
+    Also ``pipeline.mt_threads``: with more than one, CTranslate2's other threads are not
+    counted."""
     import asyncio
     import threading
 
@@ -256,4 +256,4 @@ def _translate_files(args: argparse.Namespace, model: str) -> list[dict[str, Any
                 out.append(figures)
         return out
 
-    return asyncio.run(run_all())
+    return asyncio.run(run_all()), options.mt_threads
