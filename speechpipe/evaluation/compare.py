@@ -44,6 +44,8 @@ OFFLINE_SUMMARY = (("offBLEU", "offline_bleu"), ("gap", "bleu_gap"),
                    ("uttRegT", "utterance_regret_target"),
                    ("hindRegS", "hindsight_regret_source"),
                    ("hindRegT", "hindsight_regret_target"),
+                   ("noiseS", "hindsight_noise_regret_source"),
+                   ("noiseT", "hindsight_noise_regret_target"),
                    ("extra.", "clips_with_extra_sentence_ends"),
                    ("inside.", "clips_with_extra_mid_sentence_ends"))
 

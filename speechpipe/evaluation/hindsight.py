@@ -17,6 +17,15 @@ but with no forced prefix and no context: what the same model says for the whole
 once it has heard all of it. A committed word it does not contain is a word the streaming
 policy would take back if it could. It runs after the clip's streamed run, on the loaded
 engine, so it costs the run's latency and CPU figures nothing.
+
+**The yardstick's own noise** (``hindsight_noise_regret``): the same request over the same
+utterance with a little digital silence before or after it (``NOISE_PADDINGS_S``), held
+against the yardstick like committed words are. Where the utterance begins and ends is the
+VAD's decision, to within a few frames at the start and a 0.24-0.8 s wait at the end, and an
+encoder that hears only the audio it is given translates the same speech differently when
+those bounds move (Whisper base: a tenth of the words, docs/benchmarks.md). A policy that
+committed exactly one of those equally heard final decodes would show this much regret, so
+no commit rule can be certified below it.
 """
 
 from __future__ import annotations
@@ -30,9 +39,13 @@ from speechpipe.stages.asr_options import AsrOptions
 from speechpipe.stages.frames import STREAM_RATE
 from speechpipe.stages.model_api import DecodeTask, WhisperRequest
 
-__all__ = ["END_PAD_S", "hindsight_request", "hindsight_texts", "utterance_audio_spans"]
+__all__ = ["END_PAD_S", "NOISE_PADDINGS_S", "hindsight_request", "hindsight_texts",
+           "utterance_audio_spans"]
 
 END_PAD_S = 0.3  # the VAD reports an end this much after the last voiced frame, or more
+# silence (seconds before, after) around an utterance for the yardstick's noise: a start
+# 5-10 VAD frames earlier, an end detected one END_PAD_S later
+NOISE_PADDINGS_S = ((0.1, 0.0), (0.2, 0.0), (0.0, 0.3))
 
 
 def utterance_audio_spans(spans: dict[int, tuple[float, float]], pre_roll_s: float,
@@ -66,19 +79,21 @@ def hindsight_request(audio: np.ndarray, language: str, options: AsrOptions,
 
 
 def hindsight_texts(engine: Any, audio: np.ndarray, spans: Sequence[tuple[float, float]],
-                    language: str, options: AsrOptions, translate: bool
-                    ) -> list[tuple[str, str]]:
+                    language: str, options: AsrOptions, translate: bool,
+                    padding_s: tuple[float, float] = (0.0, 0.0)) -> list[tuple[str, str]]:
     """(captions, translation) of each span (seconds) of ``audio`` (16 kHz int16), decoded
     by ``engine`` (``models.whisper_engine.WhisperEngine``) as the pipeline's final decode
-    with nothing forced; the translation is "" without ``translate``. Blocking."""
+    with nothing forced, with ``padding_s`` seconds of silence before and after the span;
+    the translation is "" without ``translate``. Blocking."""
+    before, after = (np.zeros(int(s * STREAM_RATE), np.float32) for s in padding_s)
     out = []
     for start, end in spans:
         piece = np.asarray(audio[int(start * STREAM_RATE): int(end * STREAM_RATE)])
         if not len(piece):
             out.append(("", ""))
             continue
-        result = engine.run(hindsight_request(piece.astype(np.float32) / 32768.0, language,
-                                              options, translate))
+        heard = np.concatenate([before, piece.astype(np.float32) / 32768.0, after])
+        result = engine.run(hindsight_request(heard, language, options, translate))
         texts = {d.task: "" if d.wrong_language else (d.glued + d.continuation).strip()
                  for d in result.decodes}
         out.append((texts.get("transcribe", ""), texts.get("translate", "")))

@@ -202,8 +202,9 @@ def commit_aggregate(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     translation, ``translation_incomplete`` events; each only where the rows carry it."""
     out: dict[str, Any] = {}
     for side in ("source", "target"):
-        # whole-clip regret, then against each utterance's offline span, then hindsight
-        for prefix in ("", "utterance_", "hindsight_"):
+        # whole-clip regret, then against each utterance's offline span, then hindsight,
+        # then the hindsight yardstick's own noise
+        for prefix in ("", "utterance_", "hindsight_", "hindsight_noise_"):
             counted = [r for r in rows if f"{prefix}committed_words_{side}" in r]
             if counted:
                 total = sum(r[f"{prefix}committed_words_{side}"] for r in counted)
@@ -277,10 +278,16 @@ def print_commit_figures(report: dict[str, Any], out: TextIO | None = None) -> N
               f"{_pct(a.get('hindsight_regret_target'))}; utterances it says nothing for, "
               f"not judged: captions {a.get('hindsight_unjudged_source', 0)}, translation "
               f"{a.get('hindsight_unjudged_target', 0)}", file=out)
+    if "hindsight_noise_regret_target" in a or "hindsight_noise_regret_source" in a:
+        print(f"the yardstick's own noise (the same final decode of each utterance with "
+              f"0.1-0.2 s of silence before it or 0.3 s after, held against it: no commit rule "
+              f"can be shown below this): captions {_pct(a.get('hindsight_noise_regret_source'))}"
+              f", translation {_pct(a.get('hindsight_noise_regret_target'))}", file=out)
     categories = a.get("by_category") or {}
     if categories:
         print(f"{'category':<28}{'regret capt':>12}{'regret transl':>14}{'utt capt':>10}"
-              f"{'utt transl':>11}{'hind capt':>10}{'hind transl':>12}{'extra ends':>12}"
+              f"{'utt transl':>11}{'hind capt':>10}{'hind transl':>12}{'noise capt':>11}"
+              f"{'noise transl':>13}{'extra ends':>12}"
               f"{'inside':>8}{'wrong lang':>12}", file=out)
         for name, figures in categories.items():
             print(f"{name[:27]:<28}{_pct(figures.get('regret_source')):>12}"
@@ -289,6 +296,8 @@ def print_commit_figures(report: dict[str, Any], out: TextIO | None = None) -> N
                   f"{_pct(figures.get('utterance_regret_target')):>11}"
                   f"{_pct(figures.get('hindsight_regret_source')):>10}"
                   f"{_pct(figures.get('hindsight_regret_target')):>12}"
+                  f"{_pct(figures.get('hindsight_noise_regret_source')):>11}"
+                  f"{_pct(figures.get('hindsight_noise_regret_target')):>13}"
                   f"{_pct(figures.get('share_extra_sentence_ends')):>12}"
                   f"{_pct(figures.get('share_extra_mid_sentence_ends')):>8}"
                   f"{_num(figures.get('clips_wrong_language')):>12}", file=out)

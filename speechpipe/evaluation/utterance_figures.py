@@ -7,11 +7,16 @@ of their span (``span_coverage``), commit regret against each span's offline dec
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from speechpipe.evaluation.hindsight import hindsight_texts, utterance_audio_spans
+from speechpipe.evaluation.hindsight import (
+    NOISE_PADDINGS_S,
+    hindsight_texts,
+    utterance_audio_spans,
+)
 from speechpipe.evaluation.offline import OfflineRun
 from speechpipe.evaluation.regret import short_of_offline, utterance_regret_fields, utterance_spans
 from speechpipe.session import Pipeline
@@ -75,7 +80,8 @@ async def utterance_regret(offline: OfflineRun, clip: dict[str, Any], audio: np.
 
 
 async def hindsight_regret(pipeline: Pipeline, clip: dict[str, Any], audio: np.ndarray,
-                           records: list[dict[str, Any]], seconds: float, target: str
+                           records: list[dict[str, Any]], seconds: float, target: str,
+                           noise_paddings_s: Sequence[tuple[float, float]] = NOISE_PADDINGS_S,
                            ) -> dict[str, Any]:
     """Commit regret per side with each utterance's committed words held against the
     pipeline's own final decode of that whole utterance with nothing forced
@@ -83,7 +89,10 @@ async def hindsight_regret(pipeline: Pipeline, clip: dict[str, Any], audio: np.n
     the wording a different decoder set-up gives. After the clip's run, on the loaded
     engine. The utterance's language: the one its trace reports, else the clip's. An
     utterance whose final decode says nothing on a side is not judged on that side
-    (``hindsight_unjudged_{side}``)."""
+    (``hindsight_unjudged_{side}``). Beside it the yardstick's own noise
+    (``hindsight_noise_regret_{side}``): the same decode with each of ``noise_paddings_s``
+    (silence before, after; ``hindsight.NOISE_PADDINGS_S``) held against it as committed
+    words are."""
     spans, ends, numbers = _ended_utterances(records, seconds)
     if not numbers:
         return {}
@@ -93,12 +102,18 @@ async def hindsight_regret(pipeline: Pipeline, clip: dict[str, Any], audio: np.n
     by_language: dict[str, list[int]] = {}
     for u in numbers:
         by_language.setdefault(ends[u].get("language") or clip["lang"], []).append(u)
-    texts: dict[int, tuple[str, str]] = {}
-    for language, members in by_language.items():
-        decoded = await asyncio.to_thread(hindsight_texts, pipeline.engine, audio,
-                                          [widened[u] for u in members], language, options,
-                                          translate)
-        texts.update(zip(members, decoded, strict=True))
+
+    async def decode(padding_s: tuple[float, float]) -> dict[int, tuple[str, str]]:
+        texts: dict[int, tuple[str, str]] = {}
+        for language, members in by_language.items():
+            decoded = await asyncio.to_thread(hindsight_texts, pipeline.engine, audio,
+                                              [widened[u] for u in members], language,
+                                              options, translate, padding_s)
+            texts.update(zip(members, decoded, strict=True))
+        return texts
+
+    texts = await decode((0.0, 0.0))
+    padded = [await decode(padding) for padding in noise_paddings_s]
     out: dict[str, Any] = {"hindsight_source_text": " ".join(texts[u][0] for u in numbers)}
     if translate:
         out["hindsight_target_text"] = " ".join(texts[u][1] for u in numbers)
@@ -112,6 +127,10 @@ async def hindsight_regret(pipeline: Pipeline, clip: dict[str, Any], audio: np.n
         out.update(utterance_regret_fields(
             [(ends[u].get(field) or "", texts[u][index]) for u in judged], side,
             name="hindsight"))
+        if padded:
+            out.update(utterance_regret_fields(
+                [(other[u][index], texts[u][index]) for other in padded for u in judged],
+                side, name="hindsight_noise"))
     return out
 
 

@@ -170,11 +170,11 @@ def test_commit_figures_from_a_scripted_trace_per_clip_and_category():
     # captions, translation, share of clips with extra sentence ends (all, inside an
     # utterance), clips in another language
     # (no utterance regret in these rows: "-")
-    # (no utterance or hindsight regret in these rows: "-")
-    assert categories["read"] == ["0.0", "%", "16.7", "%", "-", "-", "-", "-", "100.0", "%",
-                                  "0.0", "%", "0"]
-    assert categories["phone"] == ["0.0", "%", "69.2", "%", "-", "-", "-", "-", "0.0", "%",
-                                   "0.0", "%", "1"]
+    # (no utterance or hindsight regret, no yardstick noise in these rows: "-")
+    assert categories["read"] == ["0.0", "%", "16.7", "%", "-", "-", "-", "-", "-", "-",
+                                  "100.0", "%", "0.0", "%", "0"]
+    assert categories["phone"] == ["0.0", "%", "69.2", "%", "-", "-", "-", "-", "-", "-",
+                                   "0.0", "%", "0.0", "%", "1"]
     worst = text[text.index("worst clips"):].splitlines()[2:]
     assert [line.split()[0] for line in worst] == ["good", "bad"]  # worst first
     assert "-12.50" in worst[1]  # its streamed - offline BLEU beside it
@@ -367,7 +367,8 @@ async def test_hindsight_regret_holds_each_utterance_against_its_own_final_decod
     records = _trace("The bat is heated.", "Very. Finely.")
     audio = np.zeros(6 * RATE, np.int16)
     clip = {"id": "c", "lang": "fr"}
-    figures = await hindsight_regret(pipeline, clip, audio, records, 6.0, "en")
+    figures = await hindsight_regret(pipeline, clip, audio, records, 6.0, "en",
+                                     noise_paddings_s=())
     # one request per utterance over its audio (0.5-3.0 s, 4.0 s to the input's end),
     # widened by the pre-roll and the end detection; captions and translation together
     assert [round(len(r.audio) / RATE, 2) for r in engine.requests] == [3.1, 2.3]
@@ -386,17 +387,58 @@ async def test_hindsight_regret_holds_each_utterance_against_its_own_final_decod
     # a clip in the target language: captions only, no translation side
     engine.requests.clear()
     english = await hindsight_regret(pipeline, {"id": "e", "lang": "en"}, audio, records,
-                                     6.0, "en")
+                                     6.0, "en", noise_paddings_s=())
     assert [[t.task for t in r.tasks] for r in engine.requests] == [["transcribe"]] * 2
     assert "hindsight_regret_target" not in english and "hindsight_regret_source" in english
     # a final decode still in the source language says nothing: that utterance is not judged
     short = [dict(r, audio_t=5.6) if r["event"] == "vad.start" and r["utterance"] == 1 else r
              for r in records]
-    unjudged = await hindsight_regret(pipeline, clip, audio, short, 6.0, "en")
+    unjudged = await hindsight_regret(pipeline, clip, audio, short, 6.0, "en",
+                                      noise_paddings_s=())
     assert unjudged["hindsight_unjudged_target"] == 1
     assert unjudged["hindsight_unjudged_source"] == 0
     assert unjudged["hindsight_committed_words_target"] == 4  # utterance 0's words only
     assert unjudged["hindsight_regret_target"] == 0.25
+
+
+async def test_the_yardsticks_noise_is_its_own_decode_with_silence_around_it_held_against_it():
+    """Each noise padding decodes every utterance once more with that silence around it, and
+    those texts are held against the yardstick word for word, as committed words are."""
+    from types import SimpleNamespace
+
+    from speechpipe.evaluation.evaluate import hindsight_regret
+    from speechpipe.evaluation.regret import commit_aggregate, print_commit_figures
+    from speechpipe.stages.asr_options import AsrOptions
+
+    engine = ScriptedEngine()
+    pipeline = SimpleNamespace(engine=engine, options=SimpleNamespace(asr=AsrOptions()))
+    records = _trace("The building is heated.", "Very finely.")
+    audio = np.zeros(6 * RATE, np.int16)
+    figures = await hindsight_regret(pipeline, {"id": "c", "lang": "fr"}, audio, records,
+                                     6.0, "en",
+                                     noise_paddings_s=((0.1, 0.0), (0.2, 0.0), (0.0, 0.3)))
+    # the yardstick (3.1 s, 2.3 s), then each padding's decodes of both utterances
+    assert [round(len(r.audio) / RATE, 2) for r in engine.requests] == [
+        3.1, 2.3, 3.2, 2.4, 3.3, 2.5, 3.4, 2.6]
+    # the scripted engine hears 2.6 s as the long sentence: only the 0.3 s after utterance 1
+    # changes a text, 4 words the yardstick ("Very finely.") lacks, of 6 + 6 + 8 said
+    assert figures["hindsight_noise_unmatched_words_target"] == 4
+    assert figures["hindsight_noise_committed_words_target"] == 20
+    assert figures["hindsight_noise_regret_target"] == 0.2
+    assert figures["hindsight_noise_regret_source"] == 0.2
+    assert figures["hindsight_regret_target"] == 0.0  # what was committed is the yardstick
+    steady = {**figures, "hindsight_noise_unmatched_words_target": 0}
+    aggregate = commit_aggregate([figures, steady])
+    assert aggregate["hindsight_noise_regret_target"] == 0.1  # word-weighted over clips
+    out = io.StringIO()
+    print_commit_figures({"aggregate": {**aggregate, "regret_target": 0.0},
+                          "clips": [{"id": "c", **figures}]}, out)
+    assert "the yardstick's own noise" in out.getvalue()
+    assert "captions 20.0 %, translation 10.0 %" in out.getvalue()
+    # no paddings: no noise figure
+    quiet = await hindsight_regret(pipeline, {"id": "c", "lang": "fr"}, audio, records, 6.0,
+                                   "en", noise_paddings_s=())
+    assert not any(key.startswith("hindsight_noise") for key in quiet)
 
 
 def test_a_hindsight_translation_still_in_the_wrong_language_says_nothing():

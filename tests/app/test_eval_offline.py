@@ -179,6 +179,10 @@ def test_offline_reference_on_a_real_clip_is_scored_and_cached(tmp_path: Path):
         normalize_text(row["target_text"]).split())
     assert 0.0 <= row["hindsight_regret_target"] <= 1.0
     assert "hindsight_regret_target" in first["aggregate"]
+    # the yardstick's own noise: its decodes with silence around the utterance, 3 of them
+    assert row["hindsight_noise_committed_words_target"] > 0
+    assert 0.0 <= row["hindsight_noise_regret_target"] <= 1.0
+    assert "hindsight_noise_regret_target" in first["aggregate"]
     entries = sorted((home / "eval-offline").glob("*.json"),
                      key=lambda p: json.loads(p.read_text())["task"], reverse=True)
     assert len(entries) == 2  # one utterance: no span decodes
