@@ -308,12 +308,14 @@ def print_commit_figures(report: dict[str, Any], out: TextIO | None = None) -> N
     if worst:
         print(f"worst clips ({'hindsight ' if key.startswith('hindsight') else ''}translation "
               f"regret)\n{'clip':<28}{'capt':>9}{'transl':>9}{'hind c':>9}{'hind t':>9}"
-              f"{'BLEU-off':>10}{'extra .':>9}", file=out)
+              f"{'noise t':>9}{'BLEU-off':>10}{'extra .':>9}", file=out)
         for r in worst:
             print(f"{r['id'][:27]:<28}{_pct(r.get('regret_source')):>9}"
                   f"{_pct(r.get('regret_target')):>9}"
                   f"{_pct(r.get('hindsight_regret_source')):>9}"
-                  f"{_pct(r.get('hindsight_regret_target')):>9}{_num(r.get('bleu_gap')):>10}"
+                  f"{_pct(r.get('hindsight_regret_target')):>9}"
+                  f"{_pct(r.get('hindsight_noise_regret_target')):>9}"
+                  f"{_num(r.get('bleu_gap')):>10}"
                   f"{_num(r.get('extra_sentence_ends')):>9}", file=out)
     spanned = [r for r in rows if r.get("utterances_spanned")]
     if spanned:

@@ -435,6 +435,9 @@ async def test_the_yardsticks_noise_is_its_own_decode_with_silence_around_it_hel
                           "clips": [{"id": "c", **figures}]}, out)
     assert "the yardstick's own noise" in out.getvalue()
     assert "captions 20.0 %, translation 10.0 %" in out.getvalue()
+    worst = out.getvalue()[out.getvalue().index("worst clips"):].splitlines()
+    assert "noise t" in worst[1] and worst[2].split()[:1] == ["c"]
+    assert worst[2].split()[7:9] == ["20.0", "%"]  # the clip's own noise beside its regret
     # no paddings: no noise figure
     quiet = await hindsight_regret(pipeline, {"id": "c", "lang": "fr"}, audio, records, 6.0,
                                    "en", noise_paddings_s=())
