@@ -35,6 +35,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
+from speechpipe.evaluation.hindsight import NOISE_PADDINGS_S
 from speechpipe.evaluation.scores import normalize_text
 from speechpipe.stages.target_language import in_language
 
@@ -235,6 +236,13 @@ def commit_aggregate(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _paddings(paddings: Sequence[tuple[float, float]]) -> str:
+    """``((0.1, 0.0), (0.0, 0.3))`` -> "0.1 s before / 0.3 s after"."""
+    return " / ".join(" and ".join(f"{s:g} s {where}" for s, where in
+                                   zip(pair, ("before", "after"), strict=True) if s)
+                      for pair in paddings)
+
+
 def _pct(value: Any) -> str:
     return "-" if value is None else f"{value * 100:.1f} %"
 
@@ -280,9 +288,10 @@ def print_commit_figures(report: dict[str, Any], out: TextIO | None = None) -> N
               f"{a.get('hindsight_unjudged_target', 0)}", file=out)
     if "hindsight_noise_regret_target" in a or "hindsight_noise_regret_source" in a:
         print(f"the yardstick's own noise (the same final decode of each utterance with "
-              f"0.1-0.2 s of silence before it or 0.3 s after, held against it: no commit rule "
-              f"can be shown below this): captions {_pct(a.get('hindsight_noise_regret_source'))}"
-              f", translation {_pct(a.get('hindsight_noise_regret_target'))}", file=out)
+              f"silence around it, {_paddings(NOISE_PADDINGS_S)}, held against it: no commit "
+              f"rule can be shown below this): captions "
+              f"{_pct(a.get('hindsight_noise_regret_source'))}, translation "
+              f"{_pct(a.get('hindsight_noise_regret_target'))}", file=out)
     categories = a.get("by_category") or {}
     if categories:
         print(f"{'category':<28}{'regret capt':>12}{'regret transl':>14}{'utt capt':>10}"
