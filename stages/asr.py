@@ -60,7 +60,7 @@ from speechpipe.stages.vad import LabeledAudio
 
 __all__ = [
     "AsrOptions", "AsrOptionsProvider", "FixedOptions", "QueuedDecodes", "UtteranceDecoder",
-    "AsrStage", "Recognize", "align_commit_count",
+    "AsrStage", "Recognize", "align_commit_count", "overtakes_partial",
 ]
 
 Recognize = Callable[[WhisperRequest], Awaitable[WhisperResult]]
@@ -106,6 +106,18 @@ def _marked(decoder: UtteranceDecoder, kind: str) -> WhisperRequest:
     if request.partial and not decoder.text("target" if decoder.translate else "source"):
         return dataclasses.replace(request, opening=True)
     return request
+
+
+def overtakes_partial(decoder: UtteranceDecoder, partial_basis: int) -> bool:
+    """Does the decode now due for ``decoder`` go ahead without the partial that is running
+    up to ``partial_basis`` (pure)? Only a pause or final decode does, and only when that
+    partial will not have heard every voiced sample and the silence after it (``covered``):
+    then the decode now due runs whatever the partial says, and waiting for it only adds
+    its remaining time to the commit (``asr.commit_overtakes_partial``)."""
+    if not decoder.options.commit_overtakes_partial or decoder.due() not in ("pause", "final"):
+        return False
+    margin = int(decoder.options.pause_commit_margin_s * STREAM_RATE)
+    return partial_basis < decoder.last_voiced_end + margin
 
 
 def _consume(future: asyncio.Future[WhisperResult]) -> None:
@@ -157,6 +169,7 @@ class AsrStage:
         self.detected_confidence: float | None = None
         self.language_evidence = LanguageVote()
         self.superseded = 0  # partial decodes dropped before they were computed
+        self.overtaken = 0  # running partials a pause or final decode did not wait for
 
     @property
     def options(self) -> AsrOptions:
@@ -362,6 +375,14 @@ class AsrStage:
             self._inflight = None
             inflight.pending.add_done_callback(_consume)
             self.superseded += 1
+            return
+        if (inflight.decoder is decoder and not inflight.pending.done()
+                and inflight.kind == "partial" and overtakes_partial(decoder, inflight.basis)):
+            # already running, and it did not hear up to the pause: its result would be
+            # decoded over at once, so the commit does not wait for it
+            self._inflight = None
+            inflight.pending.add_done_callback(_consume)
+            self.overtaken += 1
             return
         await self._land(outbox, events)
 

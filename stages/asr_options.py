@@ -30,6 +30,14 @@ class AsrOptions:
     target_agreement: int = 2  # LocalAgreement-n for the translation (what gets spoken)
     agreement_lookback: int = 2  # also agree with up to this many older hypotheses
     pause_commit_margin_s: float = 0.15  # a decode this far past the pause heard the word end
+    # True: a pause or final decode does not wait for this session's partial already running
+    # on a shared worker when that partial did not hear up to the pause (``covered``); the
+    # commit is queued at once and the partial's result is dropped. Off by default: measured
+    # (twenty-fifth round, docs/benchmarks.md, "the commit does not wait"), the text ends
+    # 0.13 s sooner on average but the speech does not, because the words the partial would
+    # have committed are spoken while the pause decode runs; dropped, they wait for it (one
+    # session's playlist end p95 3.52-3.63 s -> 4.33-4.34 s; eight synchronized: no gain)
+    commit_overtakes_partial: bool = False
     # beam search everywhere: the committed words come from partials too (agreement), so a
     # beam only on the decodes that commit everything buys little (+0.5 BLEU); beam 5 on
     # all decodes +5 BLEU on the 49 x-to-English clips (docs/benchmarks.md, "Quality").

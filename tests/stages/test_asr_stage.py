@@ -237,3 +237,83 @@ async def test_a_pause_that_comes_while_the_hush_decode_runs_commits_its_result_
     assert len(from_hush) == 1
     assert from_hush[0].tentative == "" and from_hush[0].committed == target[-1].committed
     assert len(recognizer.requests) == sum(1 for r in recognizer.requests if r.partial) + 1
+
+
+async def run_with_a_slow_partial(options):
+    """In flight on a shared worker whose requests are all already running, each partial
+    taking 0.3 s: the audio (speech 0.5-2.6 s, then the pause and the end) arrives meanwhile,
+    so the partial running when the pause is heard stopped hearing long before it. Returns
+    the hypotheses, the stage and the log of decodes asked and partials landed, in order."""
+    recognizer = ScriptedRecognizer()
+    log: list[tuple[str, bool]] = []
+
+    async def slow_partials(request):
+        log.append(("asked", request.partial))
+        if request.partial:
+            await asyncio.sleep(0.3)
+            log.append(("partial landed", True))
+        return await recognizer(request)
+
+    stage = AsrStage(slow_partials, BasisStreamClock(), options=options, language="es",
+                     queue=NeverReplaced())
+    inbox: Channel[LabeledAudio] = Channel(1)
+    outbox: Channel[TextHypothesis] = Channel(1000)
+
+    async def produce():
+        for item in utterance_with_silence(0.5, 2.6, hush=False):
+            await inbox.put(item)
+        inbox.close()
+
+    async with asyncio.TaskGroup() as group:
+        group.create_task(produce())
+        group.create_task(asyncio.wait_for(stage.run(inbox, outbox, Channel(1000)), 10))
+    return [h async for h in outbox], stage, log
+
+
+async def test_the_pause_decode_does_not_wait_for_a_running_partial_that_did_not_hear_it():
+    """The commit does not wait: a partial already running that stopped hearing before the
+    pause would be decoded over at once, so the pause decode is asked while it still runs
+    and its result is dropped, never applied; the words committed are the same."""
+    overtaking, stage, log = await run_with_a_slow_partial(
+        AsrOptions(step_s=1.0, early_step_s=1.0, min_voiced_s=0.3,
+                   commit_overtakes_partial=True))
+    # the default waits for the partial (docs/design.md: its words are spoken sooner)
+    waiting, old_stage, old_log = await run_with_a_slow_partial(
+        AsrOptions(step_s=1.0, early_step_s=1.0, min_voiced_s=0.3))
+    pause_asked = log.index(("asked", False))
+    assert ("partial landed", True) not in log[:pause_asked]  # asked while the partial ran
+    assert stage.overtaken == 1
+    # the default: the pause decode waits until the partial has landed
+    assert ("partial landed", True) in old_log[:old_log.index(("asked", False))]
+    assert old_stage.overtaken == 0
+    # the dropped partial's hypothesis is never emitted: only the pause decode's and the
+    # end's (the end finds the pause decode covered everything: no decode more)
+    assert [asked for what, asked in log if what == "asked"] == [True, False]
+    assert len([h for h in overtaking if h.side == "target"]) == 2
+    for side in ("source", "target"):
+        last = [h for h in overtaking if h.side == side][-1]
+        before = [h for h in waiting if h.side == side][-1]
+        assert last.final and last.committed == before.committed
+        assert len(last.committed.split()) == 5  # every word heard (one per 0.5 s of 2.6 s)
+
+
+def test_only_a_commit_overtakes_and_only_a_partial_that_did_not_hear_the_pause():
+    from speechpipe.stages.asr import UtteranceDecoder, overtakes_partial
+
+    decoder = UtteranceDecoder(utterance=0, start_pts=0,
+                               options=AsrOptions(min_voiced_s=0.3,
+                                                  commit_overtakes_partial=True),
+                               language="es",
+                               translate=True)
+    decoder.add(np.full(3 * STREAM_RATE, 100, np.int16), 3 * STREAM_RATE)
+    decoder.last_voiced_end = 3 * STREAM_RATE
+    assert decoder.due() != "pause"
+    assert not overtakes_partial(decoder, 2 * STREAM_RATE)  # a partial is due: no commit
+    decoder.pause_pending, decoder.pause_pts = True, 3 * STREAM_RATE
+    assert decoder.due() == "pause"
+    assert overtakes_partial(decoder, 2 * STREAM_RATE)
+    assert overtakes_partial(decoder, 3 * STREAM_RATE)  # heard the voice end, not the silence
+    margin = int(decoder.options.pause_commit_margin_s * STREAM_RATE)
+    assert not overtakes_partial(decoder, 3 * STREAM_RATE + margin)  # heard it all: wait
+    decoder.options = AsrOptions(min_voiced_s=0.3)  # the default: the commit waits
+    assert not overtakes_partial(decoder, 2 * STREAM_RATE)
