@@ -114,10 +114,8 @@ def overtakes_partial(decoder: UtteranceDecoder, partial_basis: int) -> bool:
     partial will not have heard every voiced sample and the silence after it (``covered``):
     then the decode now due runs whatever the partial says, and waiting for it only adds
     its remaining time to the commit (``asr.commit_overtakes_partial``)."""
-    if not decoder.options.commit_overtakes_partial or decoder.due() not in ("pause", "final"):
-        return False
-    margin = int(decoder.options.pause_commit_margin_s * STREAM_RATE)
-    return partial_basis < decoder.last_voiced_end + margin
+    return (decoder.options.commit_overtakes_partial and decoder.due() in ("pause", "final")
+            and not decoder.hears_voice_end(partial_basis))
 
 
 def _consume(future: asyncio.Future[WhisperResult]) -> None:
@@ -371,18 +369,18 @@ class AsrStage:
         if inflight is None:
             return
         if (inflight.decoder is decoder and not inflight.pending.done()
-                and self.queue is not None and self.queue.withdraw(inflight.request)):
+                and self.queue is not None):
+            if self.queue.withdraw(inflight.request):
+                self.superseded += 1
+            elif inflight.kind == "partial" and overtakes_partial(decoder, inflight.basis):
+                # already running, and it did not hear up to the pause: its result would be
+                # decoded over at once, so the commit does not wait for it
+                self.overtaken += 1
+            else:
+                await self._land(outbox, events)
+                return
             self._inflight = None
             inflight.pending.add_done_callback(_consume)
-            self.superseded += 1
-            return
-        if (inflight.decoder is decoder and not inflight.pending.done()
-                and inflight.kind == "partial" and overtakes_partial(decoder, inflight.basis)):
-            # already running, and it did not hear up to the pause: its result would be
-            # decoded over at once, so the commit does not wait for it
-            self._inflight = None
-            inflight.pending.add_done_callback(_consume)
-            self.overtaken += 1
             return
         await self._land(outbox, events)
 

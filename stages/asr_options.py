@@ -33,7 +33,7 @@ class AsrOptions:
     # True: a pause or final decode does not wait for this session's partial already running
     # on a shared worker when that partial did not hear up to the pause (``covered``); the
     # commit is queued at once and the partial's result is dropped. Off by default: measured
-    # (twenty-fifth round, docs/benchmarks.md, "the commit does not wait"), the text ends
+    # (docs/design.md, "The commit waits for a running partial"), the text ends
     # 0.13 s sooner on average but the speech does not, because the words the partial would
     # have committed are spoken while the pause decode runs; dropped, they wait for it (one
     # session's playlist end p95 3.52-3.63 s -> 4.33-4.34 s; eight synchronized: no gain)

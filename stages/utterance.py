@@ -196,12 +196,17 @@ class UtteranceDecoder(UtteranceLanguage, UtteranceEdge):
 
     def covered(self) -> bool:
         """Did the last decode already hear every voiced sample, and silence after it?"""
-        margin = int(self.options.pause_commit_margin_s * STREAM_RATE)
         return (
-            self.last_decode_end >= self.last_voiced_end + margin
+            self.hears_voice_end(self.last_decode_end)
             and self.last_decode_end > 0
             and not self.last_truncated
         )
+
+    def hears_voice_end(self, decode_end: int) -> bool:
+        """Does a decode of the audio up to ``decode_end`` hear every voiced sample so far,
+        and ``pause_commit_margin_s`` of silence after it?"""
+        margin = int(self.options.pause_commit_margin_s * STREAM_RATE)
+        return decode_end >= self.last_voiced_end + margin
 
     def window_too_quiet(self) -> bool:
         """A later window (after a pause or cut) with under ``min_voiced_s`` of speech: its

@@ -41,12 +41,10 @@ def chunk(start_s, end_s, events=(), voiced=True):
 STEP_OPTIONS = AsrOptions(step_s=0.5, min_voiced_s=0.3)
 
 
-async def run_stage(items, options=STEP_OPTIONS):
-    recognizer = ScriptedRecognizer()
-    stage = AsrStage(recognizer, BasisStreamClock(), options=options, language="es")
+async def drive(stage, items):
+    """Run ``stage`` over ``items`` fed one at a time; its hypotheses."""
     inbox: Channel[LabeledAudio] = Channel(1)  # BLOCK: the stage sees audio as it "arrives"
     outbox: Channel[TextHypothesis] = Channel(1000)
-    events: Channel = Channel(1000)
 
     async def produce():
         for item in items:
@@ -55,8 +53,14 @@ async def run_stage(items, options=STEP_OPTIONS):
 
     async with asyncio.TaskGroup() as group:
         group.create_task(produce())
-        group.create_task(asyncio.wait_for(stage.run(inbox, outbox, events), 10))
-    return [h async for h in outbox], recognizer
+        group.create_task(asyncio.wait_for(stage.run(inbox, outbox, Channel(1000)), 10))
+    return [h async for h in outbox]
+
+
+async def run_stage(items, options=STEP_OPTIONS):
+    recognizer = ScriptedRecognizer()
+    stage = AsrStage(recognizer, BasisStreamClock(), options=options, language="es")
+    return await drive(stage, items), recognizer
 
 
 def utterance(start, end):
@@ -218,18 +222,7 @@ async def test_a_pause_that_comes_while_the_hush_decode_runs_commits_its_result_
     options = AsrOptions(step_s=1.0, early_step_s=1.0, min_voiced_s=0.3)
     stage = AsrStage(slow, BasisStreamClock(), options=options, language="es",
                      queue=NeverReplaced())
-    inbox: Channel[LabeledAudio] = Channel(1)
-    outbox: Channel[TextHypothesis] = Channel(1000)
-
-    async def produce():
-        for item in utterance_with_silence(0.5, 2.6, hush=True):
-            await inbox.put(item)
-        inbox.close()
-
-    async with asyncio.TaskGroup() as group:
-        group.create_task(produce())
-        group.create_task(asyncio.wait_for(stage.run(inbox, outbox, Channel(1000)), 10))
-    hyps = [h async for h in outbox]
+    hyps = await drive(stage, utterance_with_silence(0.5, 2.6, hush=True))
     hush_request = next(r for r in recognizer.requests if not r.partial)
     hush_end = hush_request.audio.size + int(0.2 * STREAM_RATE)  # the window starts at 0.2 s
     target = [h for h in hyps if h.side == "target"]
@@ -256,18 +249,7 @@ async def run_with_a_slow_partial(options):
 
     stage = AsrStage(slow_partials, BasisStreamClock(), options=options, language="es",
                      queue=NeverReplaced())
-    inbox: Channel[LabeledAudio] = Channel(1)
-    outbox: Channel[TextHypothesis] = Channel(1000)
-
-    async def produce():
-        for item in utterance_with_silence(0.5, 2.6, hush=False):
-            await inbox.put(item)
-        inbox.close()
-
-    async with asyncio.TaskGroup() as group:
-        group.create_task(produce())
-        group.create_task(asyncio.wait_for(stage.run(inbox, outbox, Channel(1000)), 10))
-    return [h async for h in outbox], stage, log
+    return await drive(stage, utterance_with_silence(0.5, 2.6, hush=False)), stage, log
 
 
 async def test_the_pause_decode_does_not_wait_for_a_running_partial_that_did_not_hear_it():
