@@ -20,6 +20,14 @@ CTranslate2 version, ``native_prefill()`` says why once and returns None; the en
 decodes with ``generate`` as before. A version that matches is not proof: at warm-up the
 engine decodes a request both ways (``prefill_disagreement``) and keeps the native decoder
 only when it decodes what ``generate`` does (``WhisperDecoders.verify_native``).
+
+The same decoders can run their single decoder steps through their own int8 product
+(``rows_step``: ``RowsDense`` in the C++ file) instead of CTranslate2's oneDNN GEMM, which
+on a CPU without AVX-512 repacks every weight matrix at every step. ``rows_step_choice``
+decides where (``pipeline.asr_inplace_step``); the warm-up checks that it equals
+CTranslate2's layer where both are exact (``rows_step_disagreement``). That check, and the
+one against ``generate``, use a decoder without it: on AVX2 oneDNN's int8 product saturates
+(below), so the two differ by design.
 """
 
 from __future__ import annotations
@@ -35,13 +43,19 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 __all__ = ["PREFILL_BUCKET_TOKENS", "RESTRICTED_BUDGET_BYTES", "NativePrefill", "native_prefill",
-           "prefill_text_tokens", "prefill_disagreement", "AGREEMENT_PREFIX"]
+           "prefill_text_tokens", "prefill_disagreement", "AGREEMENT_PREFIX", "ROWS_STEP_MAX",
+           "rows_step_choice", "rows_step_disagreement"]
 
 # the prompt pass reads a multiple of this many text tokens: requests that read the same
 # count can share a call (they need the same start position). 1: read all it can; at 8
 # sessions the mean batch is ~1.03 anyway (docs/benchmarks.md), so a coarser bucket would
 # force more steps for batching that rarely happens
 PREFILL_BUCKET_TOKENS = 1
+
+# the most rows (beams x items x requests) a decoder step multiplies in place; wider steps
+# (grouped requests) go to CTranslate2's GEMM. Measured on an AVX2 EPYC (docs/benchmarks.md):
+# 1.9x cheaper a step at 1 row, 1.4x at 10, 1.17x at 20
+ROWS_STEP_MAX = 32
 
 _native: ModuleType | None = None
 _native_checked = False
@@ -114,7 +128,7 @@ def prefill_disagreement(engine: Any, native: NativePrefill) -> str | None:
     reference = model.generate(
         ctranslate2.StorageView.from_array(encoded), [prompt], beam_size=5, max_length=length,
         return_scores=True, return_no_speech_prob=True, suppress_blank=False)[0]
-    decoder = native.decoder(engine.model_dir)
+    decoder = native.reference_decoder(engine.model_dir)
     alone = decoder.generate(encoded, [prompt], prompt_tokens=3, sot_index=0, beam_size=5,
                              max_steps=budget)[0]
     want, got = list(reference.sequences_ids[0]), list(alone.ids)
@@ -129,15 +143,60 @@ def prefill_disagreement(engine: Any, native: NativePrefill) -> str | None:
 
 
 
+def rows_step_choice(setting: str, *, repacks_weights: bool, avx2: bool = True) -> int:
+    """The most rows a decoder step multiplies in place (0: none) for
+    ``pipeline.asr_inplace_step``: "auto" where CTranslate2's int8 GEMM repacks the weights
+    at every step (oneDNN without AVX-512: ``speechpipe.machine.CpuInfo.repacks_weights``)
+    and the CPU has AVX2 (the kernel's; older CPUs would run its plain C++ loop), "on"
+    everywhere (on an Intel CPU, MKL's packed weights leave nothing to multiply in place:
+    the decoder then says so and steps as before), "off" nowhere."""
+    if setting not in ("auto", "on", "off"):
+        raise ValueError(f"asr_inplace_step must be auto, on or off, not {setting!r}")
+    if setting == "off" or (setting == "auto" and not (repacks_weights and avx2)):
+        return 0
+    return ROWS_STEP_MAX
+
+
+def rows_step_disagreement(module: ModuleType, folder: Path) -> str | None:
+    """Whether the in-place product gives CTranslate2's layer output bit for bit where
+    CTranslate2's own is exact: None when it does, else what differs.
+
+    On a CPU without VNNI, oneDNN multiplies int8 with ``vpmaddubsw``, whose 16-bit pair
+    sums saturate: an input shifted to u8 above ~128 against a large weight loses the
+    excess, so its products are not exact there (measured: up to 0.6 on outputs of ~8). The
+    in-place product is exact everywhere. They are compared where neither saturates: every
+    input value <= 0 (u8 <= 128), where each pair sum stays below 2 x 128 x 127. The
+    integer kernel itself is compared with plain C++ on random data."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = -np.abs(rng.standard_normal((3, 512))).astype(np.float32)
+    for scope, gelu in (("decoder/layer_0/self_attention/linear_0", False),
+                        ("decoder/layer_0/ffn/linear_0", True)):
+        worst = float(module.compare_dense(str(folder), scope, x, gelu)[0])
+        if worst != 0.0:
+            return f"{scope}: differs by {worst:g} from CTranslate2's layer"
+    xs = rng.integers(-128, 128, (5, 64), dtype=np.int8)
+    ws = rng.integers(-127, 128, (7, 64), dtype=np.int8)
+    for shifted in (True, False):
+        if int(module.compare_kernels(xs, ws, shifted)) != 0:
+            return "the AVX2 kernel differs from plain C++"
+    return None
+
+
 class NativePrefill:
     """Native decoders by (thread, model folder, restriction); each thread builds its own on
     first use (CTranslate2's decoder layers are per thread; the weights are loaded once per
     folder and shared by every restriction)."""
 
     def __init__(self, module: ModuleType, threads: int,
-                 restricted_budget_bytes: int = RESTRICTED_BUDGET_BYTES):
+                 restricted_budget_bytes: int = RESTRICTED_BUDGET_BYTES, rows_step: int = 0):
         self._module = module
+        self.module = module  # the extension (its checks: ``rows_step_disagreement``)
         self._threads = threads
+        # the most rows a decoder step multiplies in place (``rows_step_choice``); 0: none
+        self.rows_step = rows_step
+        self._generation = 0  # bumped when rows_step changes: threads rebuild their decoders
         self._local = threading.local()
         self._kept: dict[str, Any] = {}  # one decoder per folder: keeps its weights loaded
         self._lock = threading.Lock()
@@ -157,10 +216,26 @@ class NativePrefill:
             if str(folder) not in self._kept:
                 self._kept[str(folder)] = self._module.PrefillDecoder(str(folder), self._threads)
 
+    def reference_decoder(self, folder: Path) -> Any:
+        """A decoder of ``folder`` that steps with CTranslate2's own layers (the checks
+        against ``generate``), built per call."""
+        return self._module.PrefillDecoder(str(folder), self._threads)
+
+    def set_rows_step(self, rows: int) -> None:
+        """Decoders built from now on multiply at most ``rows`` rows in place (0: none);
+        those built before are dropped, this thread's now and the others' as they ask."""
+        with self._lock:
+            self.rows_step = rows
+            self._generation += 1
+
     def decoder(self, folder: Path, restriction: tuple[str, Any] | None = None) -> Any:
         """This thread's native decoder of ``folder``; with ``restriction`` (a name and the
         sorted full-vocabulary ids its output layer keeps, any sequence of ints), one that
         scores those ids only (ids in and out stay the full vocabulary's)."""
+        generation = self._generation
+        if self._local.__dict__.get("generation", 0) != generation:  # rows_step changed
+            self._local.__dict__["decoders"] = OrderedDict()
+            self._local.__dict__["generation"] = generation
         decoders: OrderedDict[tuple[str, str], Any] = self._local.__dict__.setdefault(
             "decoders", OrderedDict())
         name = restriction[0] if restriction is not None else ""
@@ -170,10 +245,12 @@ class NativePrefill:
             decoders.move_to_end(key)
             return found
         if restriction is None:
-            decoders[key] = self._module.PrefillDecoder(key[0], self._threads)
+            decoders[key] = self._module.PrefillDecoder(key[0], self._threads,
+                                                        rows_step=self.rows_step)
             return decoders[key]
         made = self._module.PrefillDecoder(key[0], self._threads,
-                                           [int(i) for i in restriction[1]])
+                                           [int(i) for i in restriction[1]],
+                                           rows_step=self.rows_step)
         thread = threading.get_ident()
         with self._lock:
             self._forget_ended()

@@ -20,7 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from speechpipe.models.home import speechpipe_home
-from speechpipe.models.prefill import NativePrefill, native_prefill
+from speechpipe.models.prefill import (
+    NativePrefill,
+    native_prefill,
+    rows_step_choice,
+    rows_step_disagreement,
+)
 from speechpipe.models.whisper_vocab import (
     RestrictedVocabulary,
     restricted_vocabulary,
@@ -37,8 +42,12 @@ class WhisperDecoders:
     and the vocabulary restriction chosen per language; thread-safe."""
 
     def __init__(self, model_dir: Path, *, cpu_threads: int, budget_bytes: int,
-                 eot: int, vocab_size: int):
+                 eot: int, vocab_size: int, inplace_step: str = "auto"):
         self.model_dir = model_dir
+        # ``pipeline.asr_inplace_step``: where decoder steps multiply in place
+        # (models/prefill.py, ``rows_step_choice``); resolved when the native loads
+        self.inplace_step = inplace_step
+        rows_step_choice(inplace_step, repacks_weights=False)  # a bad value fails here
         self.budget_bytes = budget_bytes
         self._cpu_threads = cpu_threads
         self._special_ids = range(eot, vocab_size)  # never dropped by a restriction
@@ -54,6 +63,9 @@ class WhisperDecoders:
         # the native decoder is not built; True: it decodes what generate does
         self.native_verified: bool | None = None
         self.native_refused = ""  # why it was set aside, when it disagreed
+        # the in-place step's check (``rows_step_disagreement``): None before it ran or when
+        # the step is off; why it was set aside otherwise ("" when kept)
+        self.rows_step_refused: str | None = None
 
     def native(self) -> NativePrefill | None:
         """The native prefix-prefill decoders (``models.prefill``), None when unavailable."""
@@ -62,7 +74,14 @@ class WhisperDecoders:
                 self._native_checked = True
                 module = native_prefill()
                 if module is not None:
-                    self._native = NativePrefill(module, self._cpu_threads, self.budget_bytes)
+                    from speechpipe.machine import cpu_info
+
+                    cpu = cpu_info()
+                    rows = rows_step_choice(self.inplace_step,
+                                            repacks_weights=cpu.repacks_weights,
+                                            avx2=cpu.isa == "AVX2")
+                    self._native = NativePrefill(module, self._cpu_threads, self.budget_bytes,
+                                                 rows_step=rows)
                     self._native.preload(self.model_dir)
             return self._native
 
@@ -84,6 +103,31 @@ class WhisperDecoders:
         if why is not None:
             log.warning("prefix prefill set aside, it disagrees with generate here (%s): "
                         "decoding with generate", why)
+            return
+        self._verify_rows_step(native)
+
+    def _verify_rows_step(self, native: NativePrefill) -> None:
+        """Keep the in-place decoder step only where it gives CTranslate2's layer output
+        (``rows_step_disagreement``) and the model is one it steps (else the C++ decoder
+        says why); otherwise every step is CTranslate2's from now on, logged."""
+        if not native.rows_step:
+            return
+        try:
+            why = rows_step_disagreement(native.module, self.model_dir)
+            if why is None:
+                probe = native.module.PrefillDecoder(str(self.model_dir), 1,
+                                                     rows_step=native.rows_step)
+                why = probe.rows_step_refused or None
+        except Exception as exc:  # an extension without it, or a check that cannot run
+            why = f"{type(exc).__name__}: {exc}"
+        self.rows_step_refused = why or ""
+        if why is not None:
+            native.set_rows_step(0)
+            log.warning("in-place decoder step set aside (%s): stepping with CTranslate2's "
+                        "GEMM", why)
+        else:
+            log.info("decoder steps of up to %d rows multiply int8 in place "
+                     "(pipeline.asr_inplace_step)", native.rows_step)
 
     def vocabulary(self, language: str, words: int) -> RestrictedVocabulary | None:
         """The restriction that decodes ``language`` (captions, and translation into

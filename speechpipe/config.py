@@ -22,7 +22,7 @@ import types
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from speechpipe.cluster.options import ClusterSettings
 from speechpipe.errors import InputError
@@ -54,6 +54,11 @@ class PipelineOptions:
     asr_encode_bucket_s: float = 1.0  # encode lengths are multiples of this (batching)
     # least recently used dropped beyond it (models/prefill.py)
     asr_restricted_cache_mb: int = 128  # MB of restricted decoders, ~18 per ASR thread+language
+    # Whisper decoder steps of up to 32 rows multiply their int8 weights in place
+    # (models/native/ct2_prefill.cc) instead of through CTranslate2's oneDNN GEMM, which on
+    # a CPU without AVX-512 repacks every weight matrix at every step: "auto" there, "on"
+    # everywhere, "off" never (docs/design.md, "A decoder step that reads the weights in place")
+    asr_inplace_step: Literal["auto", "on", "off"] = "auto"
     voice_dirs: tuple[str, ...] = ()
     phrase_cache_items: int = 512  # per voice; ~1 s of audio each
     # each session a phrase-cache namespace of its own, reusing no speech synthesized for

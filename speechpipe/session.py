@@ -181,7 +181,8 @@ class Pipeline:
         engine = WhisperEngine(model_dir, cpu_threads=options.asr_threads,
                                num_workers=options.batching.workers,
                                encode_bucket_s=options.asr_encode_bucket_s,
-                               restricted_budget_bytes=options.asr_restricted_cache_mb << 20)
+                               restricted_budget_bytes=options.asr_restricted_cache_mb << 20,
+                               inplace_step=options.asr_inplace_step)
         return cls(options, engine)
 
     def warm_up(self) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import types
 from pathlib import Path
 
 import ctranslate2
@@ -171,7 +172,9 @@ def test_a_native_decoder_that_disagrees_is_set_aside_once() -> None:
     calls = []
     for verdict, kept in ((None, True), ("'five.' where generate says 'six.'", False)):
         decoders = WhisperDecoders(Path("."), cpu_threads=1, budget_bytes=0, eot=1, vocab_size=2)
-        decoders._native_checked, decoders._native = True, object()  # as if built and loaded
+        # as if built and loaded, with no in-place step to check
+        decoders._native_checked = True
+        decoders._native = types.SimpleNamespace(rows_step=0)  # type: ignore[assignment]
         for _ in range(2):
             decoders.verify_native(lambda native, v=verdict: calls.append(v) or v)
         assert decoders.native_verified is kept
@@ -192,10 +195,10 @@ def test_the_restricted_budget_forgets_the_decoders_of_threads_that_ended() -> N
     build evicts for memory that is not held. The native module is stood in for by a class
     with its two attributes (the accounting is pure Python; the real one is tested above)."""
     import threading
-    import types
 
     class FakeDecoder:
-        def __init__(self, folder: str, threads: int, kept: list[int] | None = None) -> None:
+        def __init__(self, folder: str, threads: int, kept: list[int] | None = None,
+                     rows_step: int = 0) -> None:
             self.output_bytes = 40 if kept is not None else 0
 
     native = prefill_module.NativePrefill(types.SimpleNamespace(PrefillDecoder=FakeDecoder),
