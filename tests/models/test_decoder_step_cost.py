@@ -50,3 +50,16 @@ def test_an_unreadable_file_exits_with_one_line(tmp_path):
     assert done.returncode != 0
     assert len(done.stderr.strip().splitlines()) == 1
     assert "cannot read audio" in done.stderr
+
+
+@pytest.mark.slow  # the real embedded Whisper in a subprocess
+def test_in_place_steps_are_timed_beside_ctranslate2s():
+    done = run("--audio", str(ROOT / "samples/wav/de_wetter.wav"), "--windows", "1",
+               "--tokens", "3", "--vocabulary-words", "1000", "--inplace")
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines()
+            if line.split() and line.split()[0].isdigit()]
+    assert len(rows) == 7 and all(len(r) == 8 for r in rows)
+    assert all(float(r[6]) > 0 and float(r[7]) > 0 for r in rows)  # ms per step, ratio
+    alone = run("--inplace")
+    assert alone.returncode != 0 and "needs --vocabulary-words" in alone.stderr
