@@ -170,3 +170,19 @@ def test_a_decode_equals_ctranslate2s_bit_for_bit_where_ctranslate2_is_exact() -
     # 8 items at beam 5: the first step has 8 rows (in place), the beams' steps 40 (over
     # the limit: CTranslate2's), so one search mixed both paths and still gave the same bits
     assert 0 < out["wide_taken"]
+
+
+@pytest.mark.slow  # the real Whisper (int8 and float32) in a subprocess
+def test_the_fidelity_script_compares_both_steps_with_the_float_model() -> None:
+    _native()
+    script = REPO / "scripts" / "int8_fidelity.py"
+    manifest = REPO / "samples" / "manifest.jsonl"
+    done = subprocess.run([sys.executable, str(script), "--manifest", str(manifest),
+                           "--category", "core_x_to_en", "--limit", "1"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in done.stdout.splitlines() if "the float32 decode exactly" in line]
+    assert len(lines) == 2 and "in place" in lines[0] and "CTranslate2's" in lines[1]
+    bad = subprocess.run([sys.executable, str(script), "--manifest", "/nonexistent.jsonl"],
+                         capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1
