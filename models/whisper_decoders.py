@@ -18,6 +18,7 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from speechpipe.models.home import speechpipe_home
 from speechpipe.models.prefill import (
@@ -74,16 +75,28 @@ class WhisperDecoders:
                 self._native_checked = True
                 module = native_prefill()
                 if module is not None:
-                    from speechpipe.machine import cpu_info
-
-                    cpu = cpu_info()
-                    rows = rows_step_choice(self.inplace_step,
-                                            repacks_weights=cpu.repacks_weights,
-                                            avx2=cpu.isa == "AVX2")
-                    self._native = NativePrefill(module, self._cpu_threads, self.budget_bytes,
-                                                 rows_step=rows)
-                    self._native.preload(self.model_dir)
+                    self._native = self._load_native(module)
             return self._native
+
+    def _load_native(self, module: Any) -> NativePrefill | None:
+        """The native decoders with this folder's weights loaded, or None (logged, and
+        ``native_refused`` says why) when they cannot load them: the engine then decodes
+        with ``generate``, as without the extension."""
+        from speechpipe.machine import cpu_info
+
+        cpu = cpu_info()
+        rows = rows_step_choice(self.inplace_step, repacks_weights=cpu.repacks_weights,
+                                avx2=cpu.isa == "AVX2")
+        try:
+            native = NativePrefill(module, self._cpu_threads, self.budget_bytes,
+                                   rows_step=rows)
+            native.preload(self.model_dir)
+        except Exception as exc:  # a folder the native decoder cannot read, a broken build
+            self.native_refused = f"{type(exc).__name__}: {exc}"
+            log.warning("the native decoder cannot load %s (%s): decoding with generate",
+                        self.model_dir, self.native_refused)
+            return None
+        return native
 
     def verify_native(self, disagreement: Callable[[NativePrefill], str | None]) -> None:
         """Keep the native decoder only when it decodes what ``generate`` does here

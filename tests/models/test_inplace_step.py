@@ -186,3 +186,28 @@ def test_the_fidelity_script_compares_both_steps_with_the_float_model() -> None:
     bad = subprocess.run([sys.executable, str(script), "--manifest", "/nonexistent.jsonl"],
                          capture_output=True, text=True, timeout=300, cwd=REPO)
     assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_a_native_decoder_that_cannot_load_the_weights_falls_back_to_generate(
+        monkeypatch, caplog) -> None:
+    """Building the native decoders fails (a folder they cannot read): the engine decodes
+    with ``generate``, says why once, and does not try again on every request."""
+    from speechpipe.models.whisper_decoders import WhisperDecoders
+
+    tries = []
+
+    class Refusing:
+        def __init__(self, *args, **kwargs) -> None:
+            tries.append(args)
+            raise RuntimeError("Unable to open file 'model.bin'")
+
+    monkeypatch.setattr("speechpipe.models.whisper_decoders.native_prefill",
+                        lambda: types.SimpleNamespace(PrefillDecoder=Refusing))
+    decoders = WhisperDecoders(Path("/no-model"), cpu_threads=1, budget_bytes=0, eot=1,
+                               vocab_size=2)
+    with caplog.at_level("WARNING"):
+        assert decoders.native() is None
+        assert decoders.native() is None
+    assert len(tries) == 1
+    assert decoders.native_refused == "RuntimeError: Unable to open file 'model.bin'"
+    assert sum("cannot load" in r.getMessage() for r in caplog.records) == 1
