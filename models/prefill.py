@@ -52,10 +52,13 @@ __all__ = ["PREFILL_BUCKET_TOKENS", "RESTRICTED_BUDGET_BYTES", "NativePrefill", 
 # force more steps for batching that rarely happens
 PREFILL_BUCKET_TOKENS = 1
 
-# the most rows (beams x items x requests) a decoder step multiplies in place; wider steps
-# (grouped requests) go to CTranslate2's GEMM. Measured on an AVX2 EPYC (docs/benchmarks.md):
-# 1.9x cheaper a step at 1 row, 1.4x at 10, 1.17x at 20
-ROWS_STEP_MAX = 32
+# the most rows (beams x items x requests) a decoder step multiplies in place: no limit in
+# practice. On AVX2 CTranslate2's products saturate and the in-place ones do not, so a step
+# over a limit would decode differently, and a request's result would depend on the requests
+# batched with it (design.md: batched results equal unbatched ones). Measured on an AVX2 EPYC
+# (docs/benchmarks.md): 1.9x cheaper a step at 1 row, 1.4x at 10, 1.17x at 20; grouped
+# steps of more rows are rare (mean batch ~1.03 at eight sessions)
+ROWS_STEP_MAX = 1 << 16
 
 _native: ModuleType | None = None
 _native_checked = False

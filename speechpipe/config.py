@@ -54,7 +54,7 @@ class PipelineOptions:
     asr_encode_bucket_s: float = 1.0  # encode lengths are multiples of this (batching)
     # least recently used dropped beyond it (models/prefill.py)
     asr_restricted_cache_mb: int = 128  # MB of restricted decoders, ~18 per ASR thread+language
-    # Whisper decoder steps of up to 32 rows multiply their int8 weights in place
+    # Whisper decoder steps multiply their int8 weights in place
     # (models/native/ct2_prefill.cc) instead of through CTranslate2's oneDNN GEMM, which on
     # a CPU without AVX-512 repacks every weight matrix at every step: "auto" there, "on"
     # everywhere, "off" never (docs/design.md, "A decoder step that reads the weights in place")

@@ -153,8 +153,8 @@ def test_the_warm_up_keeps_the_native_decoder_only_when_it_decodes_what_generate
             return [dataclasses.replace(o, score=o.score - 1.0) if dataclasses.is_dataclass(o)
                     else _Shifted(o) for o in self.inner.generate(*args, **kwargs)]
 
-    real = prefill_module.NativePrefill.decoder
-    monkeypatch.setattr(prefill_module.NativePrefill, "decoder",
+    real = prefill_module.NativePrefill.reference_decoder  # the check's decoder
+    monkeypatch.setattr(prefill_module.NativePrefill, "reference_decoder",
                         lambda self, *a, **k: Off(real(self, *a, **k)))
     why = prefill_module.prefill_disagreement(engine, engine.prefill())
     assert why is not None and "where generate gives" in why
