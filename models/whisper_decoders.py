@@ -21,12 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from speechpipe.models.home import speechpipe_home
-from speechpipe.models.prefill import (
-    NativePrefill,
-    native_prefill,
-    rows_step_choice,
-    rows_step_disagreement,
-)
+from speechpipe.models.prefill import NativePrefill, native_prefill, rows_step_disagreement
 from speechpipe.models.whisper_vocab import (
     RestrictedVocabulary,
     restricted_vocabulary,
@@ -43,12 +38,11 @@ class WhisperDecoders:
     and the vocabulary restriction chosen per language; thread-safe."""
 
     def __init__(self, model_dir: Path, *, cpu_threads: int, budget_bytes: int,
-                 eot: int, vocab_size: int, inplace_step: str = "auto"):
+                 eot: int, vocab_size: int, rows_step: int = 0):
         self.model_dir = model_dir
-        # ``pipeline.asr_inplace_step``: where decoder steps multiply in place
-        # (models/prefill.py, ``rows_step_choice``); resolved when the native loads
-        self.inplace_step = inplace_step
-        rows_step_choice(inplace_step, repacks_weights=False)  # a bad value fails here
+        # the most rows a decoder step multiplies in place, 0: none (the application decides
+        # from ``pipeline.asr_inplace_step`` and the CPU: ``models.prefill.rows_step_choice``)
+        self.rows_step = rows_step
         self.budget_bytes = budget_bytes
         self._cpu_threads = cpu_threads
         self._special_ids = range(eot, vocab_size)  # never dropped by a restriction
@@ -82,14 +76,9 @@ class WhisperDecoders:
         """The native decoders with this folder's weights loaded, or None (logged, and
         ``native_refused`` says why) when they cannot load them: the engine then decodes
         with ``generate``, as without the extension."""
-        from speechpipe.machine import cpu_info
-
-        cpu = cpu_info()
-        rows = rows_step_choice(self.inplace_step, repacks_weights=cpu.repacks_weights,
-                                avx2=cpu.isa == "AVX2")
         try:
             native = NativePrefill(module, self._cpu_threads, self.budget_bytes,
-                                   rows_step=rows)
+                                   rows_step=self.rows_step)
             native.preload(self.model_dir)
         except Exception as exc:  # a folder the native decoder cannot read, a broken build
             self.native_refused = f"{type(exc).__name__}: {exc}"
@@ -139,8 +128,8 @@ class WhisperDecoders:
             log.warning("in-place decoder step set aside (%s): stepping with CTranslate2's "
                         "GEMM", why)
         else:
-            log.info("decoder steps of up to %d rows multiply int8 in place "
-                     "(pipeline.asr_inplace_step)", native.rows_step)
+            log.info("decoder steps multiply the int8 weights in place "
+                     "(pipeline.asr_inplace_step)")
 
     def vocabulary(self, language: str, words: int) -> RestrictedVocabulary | None:
         """The restriction that decodes ``language`` (captions, and translation into

@@ -72,7 +72,7 @@ class WhisperEngine:
     def __init__(
         self, model_dir: Path | str, *, cpu_threads: int = 2, num_workers: int = 1,
         encode_bucket_s: float = ENCODE_BUCKET_S,
-        restricted_budget_bytes: int = RESTRICTED_BUDGET_BYTES, inplace_step: str = "auto",
+        restricted_budget_bytes: int = RESTRICTED_BUDGET_BYTES, rows_step: int = 0,
     ):
         self.encode_bucket_s = encode_bucket_s
         self.model_dir = Path(model_dir)
@@ -94,7 +94,7 @@ class WhisperEngine:
         # the native decoders and each language's vocabulary restriction
         self.decoders = WhisperDecoders(
             self.model_dir, cpu_threads=cpu_threads, budget_bytes=restricted_budget_bytes,
-            eot=self.eot, vocab_size=self.tokenizer.get_vocab_size(), inplace_step=inplace_step)
+            eot=self.eot, vocab_size=self.tokenizer.get_vocab_size(), rows_step=rows_step)
 
     # -- pieces -------------------------------------------------------------------------
     def check_language(self, language: str) -> None:

@@ -95,7 +95,7 @@ def main() -> None:
         raise SystemExit(f"{args.audio}: cannot read audio ({exc})") from None
     if rate != 16_000 or audio.ndim != 1:
         raise SystemExit(f"{args.audio}: needs 16 kHz mono audio")
-    engine = WhisperEngine(resolve_whisper_model(), cpu_threads=1, inplace_step="off")
+    engine = WhisperEngine(resolve_whisper_model(), cpu_threads=1)
     print(f"machine: {describe_cpu()}; load average {os.getloadavg()[0]:.2f}")
     extra = f" {'in place':>8} {'ratio':>6}" if args.inplace else ""
     print(f"{'window':>6} {'beam':>4} {'items':>5} {'hyps':>4} {'call ms':>8} {'ms/step':>8}"

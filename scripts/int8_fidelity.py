@@ -62,7 +62,7 @@ def main() -> None:
     clips = clips[: args.limit] if args.limit else clips
     if not clips:
         raise SystemExit(f"{args.manifest}: no clip of {sorted(categories)}")
-    engine = WhisperEngine(resolve_whisper_model(), cpu_threads=1, inplace_step="off")
+    engine = WhisperEngine(resolve_whisper_model(), cpu_threads=1)
     folder = str(engine.model_dir)
     reference_model = ctranslate2.models.Whisper(folder, device="cpu", compute_type="float32",
                                                  intra_threads=1)

@@ -27,12 +27,14 @@ import numpy as np
 
 from speechpipe.config import PipelineOptions
 from speechpipe.errors import InputError, LanguageError, SessionError, WorkerError
+from speechpipe.machine import cpu_info
 from speechpipe.models.batching import PRIORITY_LIVE, PRIORITY_REPLAY, AsrBatcher, SessionAsr
 from speechpipe.models.ct2_folder import WHISPER_LANGUAGES
 from speechpipe.models.ct2_translator import Ct2TextTranslator
 from speechpipe.models.ct2_worker import Ct2TranslationWorker
 from speechpipe.models.mt_routes import MtRoute, choose_route, pull_hint
 from speechpipe.models.pivot import PivotTranslation
+from speechpipe.models.prefill import rows_step_choice
 from speechpipe.models.whisper_engine import WhisperEngine
 from speechpipe.models.whisper_weights import resolve_whisper_model
 from speechpipe.models.worker_guard import WorkerHealth
@@ -153,6 +155,14 @@ def apply_process_limits(options: PipelineOptions) -> None:
 _SESSION_NAMESPACES = itertools.count(1)
 
 
+def inplace_rows(setting: str) -> int:
+    """The most rows a Whisper decoder step multiplies in place for
+    ``pipeline.asr_inplace_step`` on this CPU (``models.prefill.rows_step_choice``)."""
+    cpu = cpu_info()
+    return rows_step_choice(setting, repacks_weights=cpu.repacks_weights,
+                            avx2=cpu.isa == "AVX2")
+
+
 class Pipeline:
     """Models and shared workers; ``pipeline.session`` is a ``SessionFactory``."""
 
@@ -182,7 +192,7 @@ class Pipeline:
                                num_workers=options.batching.workers,
                                encode_bucket_s=options.asr_encode_bucket_s,
                                restricted_budget_bytes=options.asr_restricted_cache_mb << 20,
-                               inplace_step=options.asr_inplace_step)
+                               rows_step=inplace_rows(options.asr_inplace_step))
         return cls(options, engine)
 
     def warm_up(self) -> None:

@@ -128,7 +128,7 @@ from speechpipe.models.whisper_engine import WhisperEngine
 from speechpipe.models.whisper_weights import resolve_whisper_model
 from tests.helpers import CLIPS, load_16k
 
-engine = WhisperEngine(resolve_whisper_model(), cpu_threads=1, inplace_step="off")
+engine = WhisperEngine(resolve_whisper_model(), cpu_threads=1)
 folder = str(engine.model_dir)
 _, vocabulary = engine.decoder("es", 30000)
 kept = sorted(int(i) for i in vocabulary.kept)
