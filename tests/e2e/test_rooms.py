@@ -24,7 +24,11 @@ from tests.helpers import tiny_buffer_socket, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="session")]
 
-SEND_BUFFER = RoomOptions().listener_send_buffer
+# a listener socket's send buffer in the stalled-listener test: a quarter of a speech chunk
+# (~40 KB at 48 kHz), so the stalled socket is full after the first chunk whatever the
+# translation's length. With the default (128 KB, ~256 KB as Linux counts it) the clip's
+# 190-210 KB of speech decided by a few KB whether the outbox ever overflowed
+SEND_BUFFER = 16 * 1024
 LEAD_SILENCE_S = 2.0  # listeners join during this (the first event comes after speech starts)
 
 
