@@ -38,6 +38,7 @@ def _ct2_prefill_extensions() -> list:
     return [Pybind11Extension(
         "speechpipe.models._ct2_prefill",
         ["models/native/ct2_prefill.cc"],
+        depends=["models/native/rows_step.h"],  # included by the .cc: rebuild when it changes
         include_dirs=["models/native/include"],
         # linked by path: the library's soname (with the wheel's hash) becomes the needed
         # name, which the process already has once ``import ctranslate2`` ran

@@ -194,8 +194,7 @@ class NativePrefill:
 
     def __init__(self, module: ModuleType, threads: int,
                  restricted_budget_bytes: int = RESTRICTED_BUDGET_BYTES, rows_step: int = 0):
-        self._module = module
-        self.module = module  # the extension (its checks: ``rows_step_disagreement``)
+        self.module = module  # the extension (also its checks: ``rows_step_disagreement``)
         self._threads = threads
         # the most rows a decoder step multiplies in place (``rows_step_choice``); 0: none
         self.rows_step = rows_step
@@ -217,12 +216,12 @@ class NativePrefill:
         that folder then only build their layers."""
         with self._lock:
             if str(folder) not in self._kept:
-                self._kept[str(folder)] = self._module.PrefillDecoder(str(folder), self._threads)
+                self._kept[str(folder)] = self.module.PrefillDecoder(str(folder), self._threads)
 
     def reference_decoder(self, folder: Path) -> Any:
         """A decoder of ``folder`` that steps with CTranslate2's own layers (the checks
         against ``generate``), built per call."""
-        return self._module.PrefillDecoder(str(folder), self._threads)
+        return self.module.PrefillDecoder(str(folder), self._threads)
 
     def set_rows_step(self, rows: int) -> None:
         """Decoders built from now on multiply at most ``rows`` rows in place (0: none);
@@ -248,10 +247,10 @@ class NativePrefill:
             decoders.move_to_end(key)
             return found
         if restriction is None:
-            decoders[key] = self._module.PrefillDecoder(key[0], self._threads,
+            decoders[key] = self.module.PrefillDecoder(key[0], self._threads,
                                                         rows_step=self.rows_step)
             return decoders[key]
-        made = self._module.PrefillDecoder(key[0], self._threads,
+        made = self.module.PrefillDecoder(key[0], self._threads,
                                            [int(i) for i in restriction[1]],
                                            rows_step=self.rows_step)
         thread = threading.get_ident()
@@ -281,7 +280,7 @@ class NativePrefill:
             if str(folder) in self._refusals:
                 return self._refusals[str(folder)]
         try:
-            self._module.PrefillDecoder(str(folder), self._threads, sorted(int(i) for i in keep))
+            self.module.PrefillDecoder(str(folder), self._threads, sorted(int(i) for i in keep))
             reason = None
         except (RuntimeError, ValueError) as exc:
             reason = str(exc) or type(exc).__name__

@@ -540,3 +540,17 @@ def run_scenario(factory: pytest.TempPathFactory, *flags: str,
         logs = "\n".join(f"--- {k}\n{v}" for k, v in result.get("logs", {}).items())
         pytest.fail(f"scenario failed: {result['error']}\n{logs}")
     return result
+
+
+def native_or_skip(*, needs: str = "PrefillDecoder") -> Any:
+    """The compiled native decoders (``models/native``), or skip the test where they were not
+    built (no C++ compiler); ``.ci/run`` sets ``SPEECHPIPE_REQUIRE_NATIVE=1``, and then a
+    missing build fails instead. ``needs``: a class the test uses."""
+    from speechpipe.models.prefill import native_prefill
+
+    module = native_prefill()
+    if module is None or not hasattr(module, needs):
+        if os.environ.get("SPEECHPIPE_REQUIRE_NATIVE"):
+            pytest.fail("the native prefill decoder was not built (see setup.py)")
+        pytest.skip("the native prefill decoder is not built here (no C++ compiler?)")
+    return module

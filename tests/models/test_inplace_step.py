@@ -26,18 +26,14 @@ import numpy as np
 import pytest
 
 from speechpipe.models import prefill as prefill_module
-from speechpipe.models.prefill import ROWS_STEP_MAX, native_prefill, rows_step_choice
+from speechpipe.models.prefill import ROWS_STEP_MAX, rows_step_choice
+from tests.helpers import native_or_skip
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _native():
-    module = native_prefill()
-    if module is None:
-        if os.environ.get("SPEECHPIPE_REQUIRE_NATIVE"):
-            pytest.fail("the native prefill decoder was not built (see setup.py)")
-        pytest.skip("the native prefill decoder is not built here (no C++ compiler?)")
-    return module
+    return native_or_skip()
 
 
 def _has_avx2() -> bool:

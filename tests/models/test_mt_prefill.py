@@ -5,7 +5,6 @@ it would not."""
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from speechpipe.bench.tiny_mt import build_tiny_mt, generated_sentences
 from speechpipe.models.ct2_translator import Ct2TextTranslator, TextMtRequest
 from speechpipe.models.mt_prefill import PrefixReader
-from speechpipe.models.prefill import native_prefill
+from tests.helpers import native_or_skip
 
 pytest.importorskip("ctranslate2")
 pytest.importorskip("sentencepiece")
@@ -24,12 +23,7 @@ PAIRS = {"nllb": ("en", "fr"), "m2m100": ("en", "fr"), "marian": ("en", "fr"),
 
 
 def _native():
-    module = native_prefill()
-    if module is None or not hasattr(module, "PrefixTranslator"):
-        if os.environ.get("SPEECHPIPE_REQUIRE_NATIVE"):
-            pytest.fail("the native prefill decoder was not built (see setup.py)")
-        pytest.skip("the native prefill decoder is not built here (no C++ compiler?)")
-    return module
+    return native_or_skip(needs="PrefixTranslator")
 
 
 @pytest.fixture(scope="module")

@@ -26,9 +26,9 @@ import ctranslate2
 import pytest
 
 from speechpipe.models import prefill as prefill_module
-from speechpipe.models.prefill import native_prefill, prefill_text_tokens
+from speechpipe.models.prefill import prefill_text_tokens
 from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest, WhisperResult
-from tests.helpers import CLIPS, load_16k, same
+from tests.helpers import CLIPS, load_16k, native_or_skip, same
 
 
 def test_the_prompt_pass_leaves_one_forced_token_and_reads_whole_buckets():
@@ -41,12 +41,7 @@ def test_the_prompt_pass_leaves_one_forced_token_and_reads_whole_buckets():
 
 
 def _native():
-    module = native_prefill()
-    if module is None:
-        if os.environ.get("SPEECHPIPE_REQUIRE_NATIVE"):
-            pytest.fail("the native prefill decoder was not built (see setup.py)")
-        pytest.skip("the native prefill decoder is not built here (no C++ compiler?)")
-    return module
+    return native_or_skip()
 
 
 @pytest.mark.slow
