@@ -55,7 +55,7 @@ class PipelineOptions:
     # least recently used dropped beyond it (models/prefill.py)
     asr_restricted_cache_mb: int = 128  # MB of restricted decoders, ~18 per ASR thread+language
     # Whisper decoder steps multiply their int8 weights in place
-    # (models/native/ct2_prefill.cc) instead of through CTranslate2's oneDNN GEMM, which on
+    # (models/native/rows_step.h) instead of through CTranslate2's oneDNN GEMM, which on
     # a CPU without AVX-512 repacks every weight matrix at every step: "auto" there, "on"
     # everywhere, "off" never (docs/design.md, "A decoder step that reads the weights in place")
     asr_inplace_step: Literal["auto", "on", "off"] = "auto"
