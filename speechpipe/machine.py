@@ -116,6 +116,7 @@ def describe_cpu(info: CpuInfo | None = None) -> str:
     if info.gemm == "MKL" and info.vendor and info.vendor != "GenuineIntel":
         line += " (MKL on a non-Intel CPU takes its slow generic path: unset CT2_USE_MKL)"
     elif info.repacks_weights:
-        line += (" (no int8 matrix-vector kernel without AVX-512: every decoder step repacks "
-                 "the weights, 2-3x an AVX-512 Intel CPU's step)")
+        line += (" (no int8 matrix-vector kernel without AVX-512: CTranslate2's decoder step "
+                 "repacks the weights, 2-3x an AVX-512 Intel CPU's step; the native in-place "
+                 "step, pipeline.asr_inplace_step=auto, reads them where they lie)")
     return line

@@ -14,6 +14,7 @@ from typing import Any
 from speechpipe.bench.clips import RATE, Clip, find_manifest, load_clips, playlist_recordings
 from speechpipe.bench.load_client import (
     ClientRun,
+    end_offset_split,
     recording_offsets,
     run_client,
 )
@@ -35,6 +36,8 @@ class StartCase:
     firsts: list[float] = field(default_factory=list)  # first translated audio - first voiced
     session_firsts: list[float] = field(default_factory=list)  # the same, each first recording
     ends: list[float] = field(default_factory=list)  # end of translated audio - last voiced
+    # per server utterance, where its EndOffset goes: (queued, late, silence) seconds
+    end_split: list[tuple[float, float, float]] = field(default_factory=list)
     audio_s: float = 0.0  # audio streamed, over every session
     server_cpu_s: float | None = None  # the server's CPU during the case (a server started here)
     together: bool = True  # synchronized: every client was admitted before the audio began
@@ -58,6 +61,7 @@ class StartCase:
         if run.refused:
             self._count("refused")
         self.recordings += len(spans)
+        self.end_split += end_offset_split(run)
         offsets = recording_offsets(run, spans)
         for k, pair in enumerate(offsets):
             if pair is None:
@@ -78,6 +82,8 @@ class StartCase:
                 "heard": len(self.firsts), "first_p50": p(self.firsts, 50),
                 "session_first_p50": p(self.session_firsts, 50),
                 "end_p50": p(self.ends, 50), "end_p95": p(self.ends, 95),
+                "end_split_p50": {part: p([s[k] for s in self.end_split], 50)
+                                  for k, part in enumerate(("queued", "late", "silence"))},
                 "together": self.together, "causes": dict(sorted(self.causes.items())),
                 "audio_s": round(self.audio_s, 1),
                 "server_cpu_per_audio_s": (round(self.server_cpu_s / self.audio_s, 3)
@@ -167,6 +173,12 @@ def print_cases(rows: Sequence[dict[str, Any]]) -> None:
               f"{row['session_first_p50']:>12} {row['end_p50']:>8} {row['end_p95']:>8}"
               + ("" if row["together"] else "  (not all admitted in time: started apart)"),
               flush=True)
+    for row in rows:
+        split = row.get("end_split_p50")
+        if split:
+            print(f"  {row['case']}: EndOffset parts per utterance (p50 each): queued "
+                  f"{split['queued']} s, late speech {split['late']} s, silence "
+                  f"{split['silence']} s", flush=True)
     cpu = [f"{row['case']} {row['server_cpu_per_audio_s']}" for row in rows
            if row.get("server_cpu_per_audio_s") is not None]
     if cpu:
