@@ -71,10 +71,11 @@ class WhisperEngine:
 
     def __init__(
         self, model_dir: Path | str, *, cpu_threads: int = 2, num_workers: int = 1,
-        encode_bucket_s: float = ENCODE_BUCKET_S,
+        encode_bucket_s: float = ENCODE_BUCKET_S, trailing_silence_s: float = TRAILING_SILENCE_S,
         restricted_budget_bytes: int = RESTRICTED_BUDGET_BYTES, rows_step: int = 0,
     ):
         self.encode_bucket_s = encode_bucket_s
+        self.trailing_silence_s = trailing_silence_s
         self.model_dir = Path(model_dir)
         self.stats = EngineStats()
         try:
@@ -105,10 +106,10 @@ class WhisperEngine:
 
     def encode_samples(self, n_audio: int) -> int:
         """Canonical encoder input length (samples): the audio plus at least
-        ``TRAILING_SILENCE_S`` of silence, rounded up to a multiple of ``encode_bucket_s``.
+        ``trailing_silence_s`` of silence, rounded up to a multiple of ``encode_bucket_s``.
         Requests with the same value can share encoder and decoder calls exactly."""
         bucket = max(1, int(round(self.encode_bucket_s * SAMPLE_RATE)))
-        total = n_audio + int(TRAILING_SILENCE_S * SAMPLE_RATE)
+        total = n_audio + int(round(self.trailing_silence_s * SAMPLE_RATE))
         return -(-total // bucket) * bucket
 
     def mel(self, audio: NDArray[np.float32]) -> NDArray[np.float32]:

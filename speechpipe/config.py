@@ -52,6 +52,9 @@ class PipelineOptions:
     asr_model: str = "whisper-base"  # a bundled name, or a CTranslate2 Whisper folder
     asr_threads: int = 1  # CTranslate2 threads per ASR worker (docs/design.md)
     asr_encode_bucket_s: float = 1.0  # encode lengths are multiples of this (batching)
+    # silence after the audio in every encoder input, at least (Whisper's encoder has no
+    # padding mask: models/whisper_engine.py, docs/design.md "Batching")
+    asr_trailing_silence_s: float = 1.0
     # least recently used dropped beyond it (models/prefill.py)
     asr_restricted_cache_mb: int = 128  # MB of restricted decoders, ~18 per ASR thread+language
     # Whisper decoder steps multiply their int8 weights in place

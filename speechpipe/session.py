@@ -191,6 +191,7 @@ class Pipeline:
         engine = WhisperEngine(model_dir, cpu_threads=options.asr_threads,
                                num_workers=options.batching.workers,
                                encode_bucket_s=options.asr_encode_bucket_s,
+                               trailing_silence_s=options.asr_trailing_silence_s,
                                restricted_budget_bytes=options.asr_restricted_cache_mb << 20,
                                rows_step=inplace_rows(options.asr_inplace_step))
         return cls(options, engine)
