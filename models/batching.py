@@ -55,7 +55,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -74,6 +74,8 @@ __all__ = [
     "PRIORITY_LIVE",
     "PRIORITY_REPLAY",
     "decode_deadline_s",
+    "urgency",
+    "URGENCIES",
 ]
 
 log = logging.getLogger("speechpipe.batching")
@@ -92,16 +94,30 @@ def decode_deadline_s(request: WhisperRequest, options: BatchOptions) -> float:
     ``partial_deadline_s``. Earliest deadline first, so in a burst (sessions starting on the
     hour) every final, then every session's first words go ahead of refreshes, and a
     refresh that has waited the difference still gets its turn."""
+    return {"commit": options.final_deadline_s, "first_words": options.opening_deadline_s,
+            "refresh": options.partial_deadline_s}[urgency(request)]
+
+
+URGENCIES = ("commit", "first_words", "refresh")
+
+
+def urgency(request: WhisperRequest) -> str:
+    """Which of the three classes ``decode_deadline_s`` serves ``request`` as: ``commit`` (a
+    final, pause or cut decode: what the listener hears at the end of a phrase waits for
+    it), ``first_words`` (a partial of an utterance with nothing committed yet) or
+    ``refresh`` (a partial that only updates tentative text)."""
     if not request.partial:
-        return options.final_deadline_s
-    return options.opening_deadline_s if request.opening else options.partial_deadline_s
+        return "commit"
+    return "first_words" if request.opening else "refresh"
 
 
 class BatchObserver(Protocol):
     """Hooks for the app layer's metrics (called on the worker thread)."""
 
-    def batch_done(self, requests: int, waits: list[float], seconds: float) -> None:
-        """A batch of ``requests`` ran in ``seconds`` after these queue waits."""
+    def batch_done(self, requests: int, waits: list[float], seconds: float,
+                   urgencies: Sequence[str] = ()) -> None:
+        """A batch of ``requests`` ran in ``seconds`` after these queue waits (and these
+        ``urgency`` classes, one per wait)."""
         ...
 
     def dropped(self, reason: str) -> None:
@@ -476,7 +492,8 @@ class AsrBatcher:
                 timings = {"asr.wait": wait, **outcome.timings}
                 _resolve(entry.future, dataclasses.replace(outcome, timings=timings))
         if self.observer is not None:
-            self.observer.batch_done(len(batch), waits, seconds)
+            self.observer.batch_done(len(batch), waits, seconds,
+                                     [urgency(entry.request) for entry in batch])
 
 
     def _run_alone(self, request: WhisperRequest) -> WhisperResult | Exception:

@@ -8,9 +8,10 @@ blocks the event loop.
 
 Batching (``run_batch``; ``run`` is a batch of one, so both give identical results):
 - Whisper's encoder has no padding mask: extra trailing silence changes the text. So the
-  encode length is *canonical*: audio + 1 s of silence, rounded up to a multiple of
-  ``encode_bucket_s`` with more silence. Requests in the same bucket share one encoder call
-  and ``generate`` calls; requests in different buckets are never padded together.
+  encode length is *canonical*: audio + ``trailing_silence_s`` (1 s) of silence, rounded up
+  to a multiple of ``encode_bucket_s`` with more silence. Requests in the same bucket share
+  one encoder call and ``generate`` calls; requests in different buckets are never padded
+  together.
 - which decodes of a bucket share a ``generate`` call (decoder, beam size, context length,
   ``max_length``, prefill) is planned by ``models.batch_plan``, from each request alone.
 
@@ -54,8 +55,7 @@ from speechpipe.stages.redecode import keep_to_english, recover_coverage
 __all__ = ["WhisperEngine", "WhisperRequest", "DecodeTask", "DecodeResult", "WhisperResult",
            "WHISPER_LANGUAGES", "EngineStats", "ct2_whisper"]
 
-TRAILING_SILENCE_S = 1.0
-ENCODE_BUCKET_S = 1.0  # encode lengths are multiples of this (see "Batching" above)
+TRAILING_SILENCE_S = ENCODE_BUCKET_S = 1.0  # silence after the audio, length step ("Batching")
 
 
 def ct2_whisper(model: Any) -> Any:  # -> ctranslate2.models.Whisper
@@ -74,8 +74,7 @@ class WhisperEngine:
         encode_bucket_s: float = ENCODE_BUCKET_S, trailing_silence_s: float = TRAILING_SILENCE_S,
         restricted_budget_bytes: int = RESTRICTED_BUDGET_BYTES, rows_step: int = 0,
     ):
-        self.encode_bucket_s = encode_bucket_s
-        self.trailing_silence_s = trailing_silence_s
+        self.encode_bucket_s, self.trailing_silence_s = encode_bucket_s, trailing_silence_s
         self.model_dir = Path(model_dir)
         self.stats = EngineStats()
         try:

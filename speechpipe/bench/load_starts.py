@@ -18,7 +18,7 @@ from speechpipe.bench.load_client import (
     recording_offsets,
     run_client,
 )
-from speechpipe.bench.server_process import ServerProcess
+from speechpipe.bench.server_process import ServerProcess, metrics_text, sums_by_label
 from speechpipe.bench.stats import rounded_percentile
 
 __all__ = ["StartCase", "run_start_case", "run_start_cases", "print_cases"]
@@ -41,6 +41,9 @@ class StartCase:
     audio_s: float = 0.0  # audio streamed, over every session
     server_cpu_s: float | None = None  # the server's CPU during the case (a server started here)
     together: bool = True  # synchronized: every client was admitted before the audio began
+    # per urgency class (``models.batching.urgency``): (requests, mean ASR queue wait s), from
+    # the server's metrics before and after the case (a server started by the bench)
+    asr_waits: dict[str, tuple[int, float]] = field(default_factory=dict)
     # why: error events by code, the client's own failure, and close codes other than 1000
     causes: dict[str, int] = field(default_factory=dict)
 
@@ -84,6 +87,8 @@ class StartCase:
                 "end_p50": p(self.ends, 50), "end_p95": p(self.ends, 95),
                 "end_split_p50": {part: p([s[k] for s in self.end_split], 50)
                                   for k, part in enumerate(("queued", "late", "silence"))},
+                "asr_queue_wait_mean": {k: {"requests": n, "mean_s": round(mean, 3)}
+                                        for k, (n, mean) in self.asr_waits.items()},
                 "together": self.together, "causes": dict(sorted(self.causes.items())),
                 "audio_s": round(self.audio_s, 1),
                 "server_cpu_per_audio_s": (round(self.server_cpu_s / self.audio_s, 3)
@@ -161,6 +166,32 @@ async def run_start_case(
     return case
 
 
+WaitSums = tuple[dict[str, float], dict[str, float]]  # per urgency: (count, sum)
+
+
+def _queue_waits(url: str) -> WaitSums:
+    """The ASR queue wait histogram's counts and sums per urgency, now (empty: unreadable)."""
+    try:
+        text = metrics_text(url)
+    except OSError:
+        return {}, {}
+    name = "speechpipe_asr_queue_wait_seconds"
+    return (sums_by_label(text, f"{name}_count", "urgency"),
+            sums_by_label(text, f"{name}_sum", "urgency"))
+
+
+def queue_wait_means(before: WaitSums, after: WaitSums) -> dict[str, tuple[int, float]]:
+    """Per urgency class, the requests computed between two scrapes and their mean queue
+    wait (pure); classes with none are left out."""
+    out: dict[str, tuple[int, float]] = {}
+    for urgency, count in after[0].items():
+        n = count - before[0].get(urgency, 0.0)
+        if n > 0:
+            waited = after[1].get(urgency, 0.0) - before[1].get(urgency, 0.0)
+            out[urgency] = (int(round(n)), waited / n)
+    return out
+
+
 def print_cases(rows: Sequence[dict[str, Any]]) -> None:
     print("per recording, at the client's clock: first translated audio after its first voiced "
           "frame (all recordings; each session's first), end of translated audio after its "
@@ -179,6 +210,12 @@ def print_cases(rows: Sequence[dict[str, Any]]) -> None:
             print(f"  {row['case']}: EndOffset parts per utterance (p50 each): queued "
                   f"{split['queued']} s, late speech {split['late']} s, silence "
                   f"{split['silence']} s", flush=True)
+    for row in rows:
+        waits = row.get("asr_queue_wait_mean")
+        if waits:
+            print(f"  {row['case']}: ASR queue wait, mean (requests): " + ", ".join(
+                f"{k.replace('_', ' ')} {w['mean_s']} s ({w['requests']})"
+                for k, w in waits.items()), flush=True)
     cpu = [f"{row['case']} {row['server_cpu_per_audio_s']}" for row in rows
            if row.get("server_cpu_per_audio_s") is not None]
     if cpu:
@@ -219,12 +256,17 @@ async def run_start_cases(
                                (f"{sessions} synchronized", "synchronized", sessions),
                                (f"{sessions} staggered {stagger_s} s", "staggered", sessions)):
             cpu0 = server.cpu_seconds() if server is not None else None
+            waits0 = await asyncio.to_thread(_queue_waits, target) if server is not None \
+                else None
             case = await run_start_case(target, clips, n, label=label, mode=mode,
                                         recordings=recordings, gap_s=gap_s,
                                         stagger_s=stagger_s, frame_ms=frame_ms,
                                         target_lang=target_lang)
             if server is not None and cpu0 is not None:
                 case.server_cpu_s = server.cpu_seconds() - cpu0
+            if waits0 is not None:
+                case.asr_waits = queue_wait_means(
+                    waits0, await asyncio.to_thread(_queue_waits, target))
             rows.append(case.row())
     finally:
         if server is not None:

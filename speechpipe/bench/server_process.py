@@ -216,6 +216,21 @@ def bucket_share(before: dict[float, float], after: dict[float, float],
     return (after[bound] - before.get(bound, 0.0)) / total
 
 
+def sums_by_label(text: str, name: str, label: str) -> dict[str, float]:
+    """Per value of ``label``, the sum of metric ``name``'s samples that carry it (Prometheus
+    text; samples without the label are left out)."""
+    out: dict[str, float] = {}
+    pattern = re.compile(rf'{re.escape(label)}="([^"]*)"')
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        found = pattern.search(line.split("}", 1)[0])
+        if found:
+            with contextlib.suppress(ValueError):
+                out[found.group(1)] = out.get(found.group(1), 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
 def scrape(url: str) -> dict[str, float]:
     """A few sums from ``/metrics`` (``SCRAPED``); empty when it cannot be read."""
     try:

@@ -15,6 +15,7 @@ import logging
 import math
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -175,13 +176,14 @@ class LoadControl:
                 self.pipeline.whisper.observer = self._previous_observer
 
     # -- BatchObserver (the ASR worker's thread) --------------------------------------------
-    def batch_done(self, requests: int, waits: list[float], seconds: float) -> None:
+    def batch_done(self, requests: int, waits: list[float], seconds: float,
+                   urgencies: Sequence[str] = ()) -> None:
         """The ASR worker finished a batch (feeds the latency signal)."""
         now = time.monotonic()
         for wait in waits:
             self._turnarounds.append((now, wait + seconds))
         if self.metrics is not None:
-            self.metrics.batch_done(requests, waits, seconds)
+            self.metrics.batch_done(requests, waits, seconds, urgencies)
 
     def dropped(self, reason: str) -> None:
         """The ASR worker dropped a queued request without computing it."""

@@ -8,6 +8,8 @@ bounded, server-chosen values (event types, stage names, error and close codes).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -20,6 +22,7 @@ from prometheus_client import (
 )
 
 from speechpipe.machine import cpu_info
+from speechpipe.models.batching import URGENCIES
 from speechpipe.stages.coverage import classify_utterance
 from speechpipe.stages.frames import (
     STREAM_RATE,
@@ -257,9 +260,13 @@ class LoadMetrics:
             registry=r,
         )
         self.asr_queue_wait = Histogram(
-            "speechpipe_asr_queue_wait_seconds", "Time an ASR request waited before its batch",
-            buckets=STAGE_BUCKETS, registry=r,
+            "speechpipe_asr_queue_wait_seconds",
+            "Time an ASR request waited before its batch, by urgency: commit (a pause or "
+            "final decode), first_words (nothing committed yet), refresh (tentative text)",
+            ["urgency"], buckets=STAGE_BUCKETS, registry=r,
         )
+        for label in URGENCIES:  # every class has its series from the start, at zero
+            self.asr_queue_wait.labels(label)
         self.asr_batch_size = Histogram(
             "speechpipe_asr_batch_size", "Requests per engine call of the shared ASR worker",
             buckets=BATCH_BUCKETS, registry=r,
@@ -306,12 +313,16 @@ class LoadMetrics:
         )
 
     # -- BatchObserver ---------------------------------------------------------------------
-    def batch_done(self, requests: int, waits: list[float], seconds: float) -> None:
-        """Record an ASR batch: its size, duration and each request's queue wait."""
+    def batch_done(self, requests: int, waits: list[float], seconds: float,
+                   urgencies: Sequence[str] = ()) -> None:
+        """Record an ASR batch: its size, duration and each request's queue wait, labelled
+        with its urgency class (``models.batching.urgency``; ``unknown`` when not given)."""
         self.asr_batch_size.observe(requests)
         self.asr_batch_seconds.observe(seconds)
-        for wait in waits:
-            self.asr_queue_wait.observe(wait)
+        labels = [u if u in URGENCIES else "unknown" for u in urgencies]  # a bounded set
+        labels += ["unknown"] * (len(waits) - len(labels))
+        for wait, label in zip(waits, labels, strict=False):
+            self.asr_queue_wait.labels(label).observe(wait)
 
     def dropped(self, reason: str) -> None:
         """Count an ASR request dropped for ``reason``."""

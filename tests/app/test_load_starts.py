@@ -185,3 +185,32 @@ def test_a_case_says_why_sessions_did_not_finish() -> None:
     assert row["finished"] == 1 and row["errors"] == 2
     assert row["causes"] == {"client over_capacity": 1, "close 4002": 1, "close 4010": 1,
                              "error too_slow": 1, "queued": 1, "refused": 1}
+
+
+def test_the_queue_wait_of_each_urgency_between_two_scrapes() -> None:
+    """The starts bench reads the server's wait histogram per urgency before and after a
+    case: requests and mean wait per class, from Prometheus text."""
+    from speechpipe.bench.load_starts import queue_wait_means
+    from speechpipe.bench.server_process import sums_by_label
+
+    def text(commit: tuple[float, float], refresh: tuple[float, float]) -> str:
+        name = "speechpipe_asr_queue_wait_seconds"
+        return "\n".join([
+            f"# HELP {name} wait",
+            f'{name}_count{{urgency="commit"}} {commit[0]}',
+            f'{name}_sum{{urgency="commit"}} {commit[1]}',
+            f'{name}_count{{urgency="refresh"}} {refresh[0]}',
+            f'{name}_sum{{urgency="refresh"}} {refresh[1]}',
+            f'{name}_bucket{{le="0.1",urgency="commit"}} 3.0',
+            "speechpipe_asr_batch_size_count 9.0"])
+
+    def waits(body: str) -> tuple[dict[str, float], dict[str, float]]:
+        name = "speechpipe_asr_queue_wait_seconds"
+        return (sums_by_label(body, f"{name}_count", "urgency"),
+                sums_by_label(body, f"{name}_sum", "urgency"))
+
+    before = waits(text((2.0, 0.4), (5.0, 1.0)))
+    assert before == ({"commit": 2.0, "refresh": 5.0}, {"commit": 0.4, "refresh": 1.0})
+    after = waits(text((6.0, 2.0), (5.0, 1.0)))
+    means = queue_wait_means(before, after)
+    assert means == {"commit": (4, pytest.approx(0.4))}  # no refresh ran in between

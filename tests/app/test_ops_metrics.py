@@ -254,3 +254,23 @@ def test_listener_latency_from_scripted_events() -> None:
     assert seen[2].seconds == pytest.approx(2.6)
     assert seen[3].seconds == pytest.approx(1.1)
     assert not core._speech_start and not core._laid_end  # per-utterance state freed
+
+
+def test_asr_queue_waits_are_counted_by_urgency() -> None:
+    """Whether the decodes that end a phrase wait behind partials under load: the queue wait
+    histogram has one series per urgency class (every one from the start), and a class it
+    does not know goes to ``unknown`` (bounded labels)."""
+    metrics = ServerMetrics()
+    wait_count = "speechpipe_asr_queue_wait_seconds_count"
+    for label in ("commit", "first_words", "refresh"):
+        assert metrics.registry.get_sample_value(wait_count, {"urgency": label}) == 0
+    metrics.load.batch_done(3, [0.5, 0.1, 0.2], 0.4, ["commit", "refresh", "refresh"])
+    metrics.load.batch_done(2, [0.3, 0.0], 0.4, ["first_words", "sideways"])
+    metrics.load.batch_done(1, [0.7], 0.4)  # an observer that does not say
+    assert value(metrics, wait_count, urgency="commit") == 1
+    assert value(metrics, wait_count, urgency="refresh") == 2
+    assert value(metrics, wait_count, urgency="first_words") == 1
+    assert value(metrics, wait_count, urgency="unknown") == 2
+    assert value(metrics, "speechpipe_asr_queue_wait_seconds_sum",
+                 urgency="refresh") == pytest.approx(0.3)
+    assert value(metrics, "speechpipe_asr_batch_size_count") == 3

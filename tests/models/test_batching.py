@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -24,8 +25,11 @@ from speechpipe.errors import Superseded, WorkerError
 from speechpipe.models.batching import (
     PRIORITY_LIVE,
     PRIORITY_REPLAY,
+    URGENCIES,
     AsrBatcher,
     BatchOptions,
+    decode_deadline_s,
+    urgency,
 )
 from speechpipe.models.whisper_engine import (
     DecodeTask,
@@ -132,6 +136,48 @@ def test_priority_order_live_finals_then_live_partials_then_replay():
     assert order[0] is not None and order[2].partial is False
     assert engine.calls[1][0] is not engine.calls[3][0]
     assert len(engine.calls) == 4  # one call each: batching off
+
+
+def test_the_observer_hears_each_requests_wait_and_urgency():
+    """A commit, an utterance's first words and a refresh queued behind a running call: the
+    observer (the server's metrics) gets one wait and one urgency class per request, the
+    classes that ``decode_deadline_s`` serves them by."""
+
+    class Heard:
+        def __init__(self) -> None:
+            self.batches: list[tuple[int, list[float], list[str]]] = []
+
+        def batch_done(self, requests: int, waits: list[float], seconds: float,
+                       urgencies: Sequence[str] = ()) -> None:
+            self.batches.append((requests, list(waits), list(urgencies)))
+
+        def dropped(self, reason: str) -> None:
+            pass
+
+    engine = ScriptedEngine()
+    batcher = AsrBatcher(engine, BatchOptions(enabled=False, workers=1))
+    heard = Heard()
+    batcher.observer = heard
+    options = BatchOptions()
+    refresh, commit = req(), req(partial=False)
+    first_words = dataclasses.replace(req(), opening=True)
+    assert [urgency(r) for r in (commit, first_words, refresh)] == list(URGENCIES)
+    assert [decode_deadline_s(r, options) for r in (commit, first_words, refresh)] == [
+        options.final_deadline_s, options.opening_deadline_s, options.partial_deadline_s]
+    try:
+        hold_worker(engine, batcher)
+        futures = [batcher.submit(r, priority=PRIORITY_LIVE)
+                   for r in (refresh, first_words, commit)]
+        time.sleep(0.05)  # they wait behind the held call
+        engine.gate.set()
+        for future in futures:
+            future.result(5)
+    finally:
+        batcher.close()
+    assert [b[2] for b in heard.batches] == [["commit"], ["commit"], ["first_words"],
+                                             ["refresh"]]  # the held call was a commit too
+    assert all(len(waits) == requests == 1 for requests, waits, _ in heard.batches)
+    assert min(b[1][0] for b in heard.batches[1:]) >= 0.04  # they did wait
 
 
 def test_a_batch_is_the_most_urgent_request_and_its_bucket():
