@@ -40,6 +40,12 @@
 - ``BatchOptions(enabled=False)`` runs one request per engine call: the no-batching baseline.
 - ``workers`` threads take calls concurrently (one CTranslate2 thread each), so a batch never
   waits for another session's long one to finish.
+- **The urgent lane** (``models.asr_lanes``; with an ``urgent_engine``): ``urgent_workers``
+  more threads, on a model of their own, take only the decodes that commit (``urgent_classes``),
+  while the ``workers`` threads and their model's CTranslate2 threads run at
+  ``background_nice``: a commit no longer waits for a running partial call to end, the
+  kernel lets it overtake. The usual workers still take a commit when no urgent thread is
+  free to.
 
 Thread-safety: ``submit``/``replace``/``withdraw`` may be called from any thread (the event
 loop, normally); every queue change happens under one lock, and a queued entry's future is
@@ -61,6 +67,7 @@ from typing import Protocol
 
 from speechpipe.errors import SpeechpipeError, Superseded, WorkerError, WorkerUnavailable
 from speechpipe.models import faults
+from speechpipe.models.asr_lanes import lower_priority, lower_this_thread
 from speechpipe.models.batch_options import BatchOptions
 from speechpipe.models.whisper_engine import WhisperEngine, WhisperRequest, WhisperResult
 from speechpipe.models.worker_guard import LatencyBudget, WorkerGuard
@@ -99,6 +106,12 @@ def decode_deadline_s(request: WhisperRequest, options: BatchOptions) -> float:
 
 
 URGENCIES = ("commit", "first_words", "refresh")
+
+
+def urgent_classes(options: BatchOptions) -> frozenset[str]:
+    """The ``urgency`` classes the urgent lane takes (``models.asr_lanes``): the decodes that
+    commit; with ``urgent_first_words``, an utterance's first words too."""
+    return frozenset({"commit", "first_words"} if options.urgent_first_words else {"commit"})
 
 
 def urgency(request: WhisperRequest) -> str:
@@ -141,6 +154,7 @@ class BatchStats:
     wait_ewma_s: float = 0.0  # queue wait of recent dispatched requests (EWMA)
     max_batch_seen: int = 0
     greedy_partials: int = 0  # partials decoded greedy because others waited
+    urgent_calls: int = 0  # engine calls the urgent lane ran
 
     @property
     def mean_batch(self) -> float:
@@ -175,6 +189,7 @@ class AsrBatcher:
         observer: BatchObserver | None = None,
         clock: Callable[[], float] = time.monotonic,
         guard: WorkerGuard | None = None,
+        urgent_engine: WhisperEngine | None = None,
     ) -> None:
         self.engine = engine
         self.guard = guard or WorkerGuard(
@@ -188,12 +203,22 @@ class AsrBatcher:
         self._queued: dict[int, _Entry] = {}  # id(request) -> its queued entry
         self._seq = itertools.count()
         self._closed = False
-        self._idle = 0  # worker threads waiting for work
+        self._idle = {False: 0, True: 0}  # worker threads waiting for work, by lane (urgent?)
         self._retired: set[threading.Thread] = set()  # stuck past a deadline, replaced
         self.last_dispatch = 0.0  # clock time the latest engine call began (drills: recovery)
+        self.urgent_engine = urgent_engine if self.options.urgent_workers else None
+        self._urgent = urgent_classes(self.options)
+        urgent = self.options.urgent_workers if self.urgent_engine is not None else 0
+        if urgent:  # the usual workers' CTranslate2 threads go below the urgent lane's
+            lower_priority(engine.native_threads, self.options.background_nice)
         self._threads = [
-            threading.Thread(target=self._serve, name=f"asr-batcher-{i}", daemon=True)
+            threading.Thread(target=self._serve, args=(False,), name=f"asr-batcher-{i}",
+                             daemon=True)
             for i in range(self.options.workers)
+        ] + [
+            threading.Thread(target=self._serve, args=(True,), name=f"asr-urgent-{i}",
+                             daemon=True)
+            for i in range(urgent)
         ]
         for thread in self._threads:
             thread.start()
@@ -282,7 +307,8 @@ class AsrBatcher:
 
     def warm_up(self, timeout_s: float = 120.0) -> None:
         """Blocking (call from a thread): two requests of one bucket through the worker
-        thread, so its first batched call is not a client's."""
+        thread, so its first batched call is not a client's; and a commit, which the urgent
+        lane takes when there is one."""
         import numpy as np
 
         from speechpipe.models.whisper_engine import DecodeTask
@@ -293,6 +319,8 @@ class AsrBatcher:
         futures = [self.submit(WhisperRequest(audio=audio[: n], language="en", tasks=tasks,
                                               max_new_tokens=8, partial=True))
                    for n in (16_000, 12_000)]
+        futures.append(self.submit(WhisperRequest(audio=audio, language="en", tasks=tasks,
+                                                  max_new_tokens=8)))
         for future in futures:
             future.result(timeout=timeout_s)
         self.guard.budget.restore(measured)  # 1 s and 8 tokens: not what real calls cost
@@ -358,19 +386,22 @@ class AsrBatcher:
         self._queue.remove(entry)
         self._queued.pop(id(entry.request), None)
 
-    def _serve(self) -> None:
+    def _serve(self, urgent: bool) -> None:
         me = threading.current_thread()
+        if self.urgent_engine is not None and not urgent:
+            lower_this_thread(self.options.background_nice)  # and its native decoder
         while True:
-            batch = self._next_batch()
+            batch = self._next_batch(urgent)
             if batch is None:
                 return
-            self._run(batch)
+            self._run(batch, urgent)
             with self._cond:
                 if me in self._retired:  # replaced while its call was stuck: leave
                     self._retired.discard(me)
                     return
 
-    def _abandon(self, batch: list[_Entry], thread: threading.Thread, error: WorkerError) -> None:
+    def _abandon(self, batch: list[_Entry], thread: threading.Thread, error: WorkerError,
+                 urgent: bool) -> None:
         """The watchdog: ``thread``'s call passed its deadline. Fail its requests and start a
         thread in its place (the other queued requests go on at once)."""
         for entry in batch:
@@ -385,43 +416,58 @@ class AsrBatcher:
                 log.error("ASR worker: %d threads stuck already; not starting another", stuck)
                 return
             self._retired.add(thread)
-            replacement = threading.Thread(target=self._serve, daemon=True,
+            replacement = threading.Thread(target=self._serve, args=(urgent,), daemon=True,
                                            name=f"asr-batcher-{len(self._threads)}")
             self._threads.append(replacement)
             replacement.start()
         self.guard.replaced()
 
-    def _next_batch(self) -> list[_Entry] | None:
+    def _eligible(self, urgent: bool) -> list[_Entry]:
+        """Under the lock: the queued requests a worker of this lane may take. The urgent
+        lane takes the ``urgent_classes`` only; the usual workers take anything, but leave
+        those to an urgent worker that is free to take them."""
+        if self.urgent_engine is None:
+            return self._queue
+        if urgent:
+            return [e for e in self._queue if urgency(e.request) in self._urgent]
+        if self._idle[True]:
+            return [e for e in self._queue if urgency(e.request) not in self._urgent]
+        return self._queue
+
+    def _next_batch(self, urgent: bool = False) -> list[_Entry] | None:
         options = self.options
         with self._cond:
             while True:
-                self._idle += 1
+                self._idle[urgent] += 1
                 try:
-                    while not self._queue and not self._closed:
+                    while not self._eligible(urgent) and not self._closed:
                         self._cond.wait()
                 finally:
-                    self._idle -= 1
+                    self._idle[urgent] -= 1
                 if self._closed:
                     for entry in self._queue:
                         _fail(entry.future, WorkerError("the ASR worker is shut down"))
                     self._queue.clear()
                     self._queued.clear()
                     return None
-                idle_others = self._idle  # workers that would take the next request at once
+                # workers that would take the next request at once
+                idle_others = self._idle[False] + self._idle[True]
                 if options.enabled and options.max_batch > 1 and not idle_others:
-                    due = min(e.arrival for e in self._queue) + options.window_s
-                    while len(self._queue) < options.max_batch and not self._closed:
+                    due = min(e.arrival for e in self._eligible(urgent)) + options.window_s
+                    while len(self._eligible(urgent)) < options.max_batch and not self._closed:
                         remaining = due - self._clock()
-                        if remaining <= 0 or not self._queue:
+                        if remaining <= 0 or not self._eligible(urgent):
                             break
                         self._cond.wait(remaining)
-                    if self._closed or not self._queue:
+                    if self._closed or not self._eligible(urgent):
                         continue
-                batch = self._select(workers_free=idle_others + 1)
+                batch = self._select(workers_free=idle_others + 1, urgent=urgent)
                 if batch:
+                    if self._queue:  # what is left may now be another lane's to take
+                        self._cond.notify_all()
                     return batch
 
-    def _select(self, workers_free: int = 1) -> list[_Entry]:
+    def _select(self, workers_free: int = 1, urgent: bool = False) -> list[_Entry]:
         """Under the lock: the most urgent request and its bucket's most urgent companions —
         unless free workers can take every queued request in parallel (on CPU cores,
         parallel calls beat one batched call while cores are idle)."""
@@ -430,13 +476,14 @@ class AsrBatcher:
             self.stats.cancelled += 1
             if self.observer is not None:
                 self.observer.dropped("cancelled")
-        if not self._queue:
+        eligible = self._eligible(urgent)
+        if not eligible:
             return []
-        first = min(self._queue, key=_Entry.urgency)
+        first = min(eligible, key=_Entry.urgency)
         queued = len(self._queue)
         if (self.options.enabled and queued > workers_free
                 and queued >= self.options.group_min_queue):
-            same = sorted((e for e in self._queue if e.bucket == first.bucket),
+            same = sorted((e for e in eligible if e.bucket == first.bucket),
                           key=_Entry.urgency)[: self.options.max_batch]
         else:
             same = [first]
@@ -455,18 +502,20 @@ class AsrBatcher:
                     self.stats.greedy_partials += 1
         return chosen
 
-    def _run(self, batch: list[_Entry]) -> None:
+    def _run(self, batch: list[_Entry], urgent: bool = False) -> None:
+        engine = self.urgent_engine if urgent and self.urgent_engine is not None else self.engine
         start = self._clock()
         waits = [max(0.0, start - e.arrival) for e in batch]
         requests = [e.request for e in batch]
         self.last_dispatch = start
         me = threading.current_thread()
-        call = self.guard.start_call(lambda error: self._abandon(batch, me, error))
+        call = self.guard.start_call(lambda error: self._abandon(batch, me, error, urgent))
         try:
             faults.hit("asr")  # a test seam: a no-op unless a test arms it
-            outcomes: list[WhisperResult | Exception] = self.engine.run_batch(requests)
+            outcomes: list[WhisperResult | Exception] = engine.run_batch(requests)
         except Exception as exc:  # the whole call failed: find the culprit, request by request
-            outcomes = [exc] if len(batch) == 1 else [self._run_alone(r) for r in requests]
+            outcomes = ([exc] if len(batch) == 1
+                        else [self._run_alone(engine, r) for r in requests])
         seconds = self._clock() - start
         worker_ok = not any(isinstance(o, Exception) and not isinstance(o, SpeechpipeError)
                             for o in outcomes)
@@ -475,6 +524,7 @@ class AsrBatcher:
             return
         stats = self.stats
         stats.engine_calls += 1
+        stats.urgent_calls += urgent
         stats.batched_requests += len(batch)
         stats.busy_s += seconds
         stats.max_batch_seen = max(stats.max_batch_seen, len(batch))
@@ -496,9 +546,11 @@ class AsrBatcher:
                                      [urgency(entry.request) for entry in batch])
 
 
-    def _run_alone(self, request: WhisperRequest) -> WhisperResult | Exception:
+    @staticmethod
+    def _run_alone(engine: WhisperEngine, request: WhisperRequest
+                   ) -> WhisperResult | Exception:
         try:
-            return self.engine.run_batch([request])[0]
+            return engine.run_batch([request])[0]
         except Exception as exc:
             return exc
 

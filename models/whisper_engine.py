@@ -40,6 +40,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from speechpipe.errors import LanguageError, ModelError
+from speechpipe.models.asr_lanes import load_whisper_model
 from speechpipe.models.batch_plan import SAMPLE_RATE, BatchPlan, Prompt, plan_batch
 from speechpipe.models.prefill import RESTRICTED_BUDGET_BYTES, NativePrefill, prefill_disagreement
 from speechpipe.models.whisper_align import align_words, source_time
@@ -75,17 +76,11 @@ class WhisperEngine:
         restricted_budget_bytes: int = RESTRICTED_BUDGET_BYTES, rows_step: int = 0,
     ):
         self.encode_bucket_s, self.trailing_silence_s = encode_bucket_s, trailing_silence_s
-        self.model_dir = Path(model_dir)
+        self.model_dir, self.cpu_threads = Path(model_dir), cpu_threads
         self.stats = EngineStats()
-        try:
-            from faster_whisper import WhisperModel
-        except ImportError as exc:  # pragma: no cover - a hard dependency
-            raise ModelError("faster-whisper is not installed: pip install faster-whisper") from exc
-        try:
-            self.model = WhisperModel(str(model_dir), device="cpu", compute_type="int8",
-                                      cpu_threads=cpu_threads, num_workers=num_workers)
-        except Exception as exc:
-            raise ModelError(f"cannot load Whisper model from {model_dir}: {exc}") from exc
+        # the model, and the CTranslate2 threads it started (``models.asr_lanes``)
+        self.model, self.native_threads = load_whisper_model(self.model_dir, cpu_threads,
+                                                             num_workers)
         self.tokenizer = self.model.hf_tokenizer
         self.feature_extractor = self.model.feature_extractor
         self.prompts = WhisperPrompts(self.tokenizer)  # prompt ids (models.whisper_prompts)

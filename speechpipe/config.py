@@ -447,6 +447,8 @@ RANGES: dict[str, Range] = {
     "catch_up.speed_step": NON_NEGATIVE,  # 0: rates are not rounded
     "batching.window_s": NON_NEGATIVE,  # 0: no gathering window
     "batching.group_min_queue": NON_NEGATIVE,
+    "batching.urgent_workers": NON_NEGATIVE,  # 0: no urgent lane (models.asr_lanes)
+    "batching.background_nice": Range(1.0, 19.0),
     "faithful.min_speech_s": NON_NEGATIVE,
     "faithful.speech_threshold": FRACTION,
     "faithful.extra_words": NON_NEGATIVE,

@@ -28,6 +28,7 @@ import numpy as np
 from speechpipe.config import PipelineOptions
 from speechpipe.errors import InputError, LanguageError, SessionError, WorkerError
 from speechpipe.machine import cpu_info
+from speechpipe.models.asr_lanes import lane_engine
 from speechpipe.models.batching import PRIORITY_LIVE, PRIORITY_REPLAY, AsrBatcher, SessionAsr
 from speechpipe.models.ct2_folder import WHISPER_LANGUAGES
 from speechpipe.models.ct2_translator import Ct2TextTranslator
@@ -169,7 +170,11 @@ class Pipeline:
     def __init__(self, options: PipelineOptions, engine: WhisperEngine) -> None:
         self.options = options
         self.engine = engine
-        self.whisper = AsrBatcher(engine, options.batching)  # shared, micro-batching
+        # the urgent lane's own model (models.asr_lanes): the decodes that commit overtake
+        self.urgent_engine = (lane_engine(engine, options.batching.urgent_workers)
+                              if options.batching.urgent_workers else None)
+        self.whisper = AsrBatcher(engine, options.batching,  # shared, micro-batching
+                                  urgent_engine=self.urgent_engine)
         self.degrade = DegradeState()  # the server's degrade level (speechpipe.server.degrade)
         self.live_sessions: set[PipelineSession] = set()
         self._tts: dict[str, TtsWorker] = {}
@@ -224,6 +229,8 @@ class Pipeline:
         native destructor, and CTranslate2's aborts the process when that is a worker thread
         at interpreter shutdown."""
         self.engine.release()
+        if self.urgent_engine is not None:
+            self.urgent_engine.release()
         with self._tts_lock:
             self._tts.clear()
             self._phrase_caches.clear()

@@ -269,6 +269,8 @@ class ScriptedEngine:
     """Records every engine call; ``gate`` holds the worker inside a call until set, so a test
     can arrange the queue behind it. Buckets are whole seconds of audio, as in the real one."""
 
+    native_threads: frozenset[int] = frozenset()  # no model threads of its own
+
     def __init__(self, *, fail: set[int] | None = None, call_s: float = 0.0) -> None:
         self.calls: list[list[WhisperRequest]] = []
         self.gate = threading.Event()

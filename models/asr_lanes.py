@@ -1,0 +1,98 @@
+"""The urgent lane: the decodes a listener is waiting for run at the operating system's
+normal priority, the rest below it (``docs/design.md``, "The urgent lane").
+
+Why the kernel and not the queue: on a full machine (eight sessions on two cores) a decode
+that commits the end of a phrase waited 0.32 s on average, as long as a partial, although the
+queue served it first: it waited for a call already running to finish, and a CTranslate2 call
+cannot be interrupted. Linux's scheduler can. The shared ASR worker (``models.batching``) runs
+its usual workers at ``batching.background_nice`` (10) and ``batching.urgent_workers`` more
+threads at the process's own priority, on a second copy of the model whose CTranslate2
+threads are left at that priority. The urgent threads take only the decodes that commit; a
+thread at nice 0 gets about ten times the CPU share of one at nice 10, so a commit decode
+runs about as fast as on an idle machine while the partials wait, mid-call, for it to end.
+No work is added: the same calls run, in a different order of CPU time. The cost is memory:
+a second copy of the Whisper weights and its buffers (base, int8: about 100 MB more RSS).
+
+Lowering a thread's priority needs no privilege (raising it would; nothing here raises).
+Only Linux has per-thread priorities (``setpriority`` on a thread id); elsewhere the lanes
+still exist and the urgent threads still skip the queue, but without the kernel's help.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import sys
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from speechpipe.errors import ModelError
+
+if TYPE_CHECKING:
+    from speechpipe.models.whisper_engine import WhisperEngine
+
+__all__ = ["PER_THREAD_PRIORITY", "load_whisper_model", "lane_engine", "lower_priority",
+           "lower_this_thread", "threads_now"]
+
+log = logging.getLogger("speechpipe.batching")
+
+PER_THREAD_PRIORITY = sys.platform.startswith("linux")
+
+
+def threads_now() -> frozenset[int]:
+    """This process's thread ids (Linux; empty elsewhere)."""
+    try:
+        return frozenset(int(name) for name in os.listdir("/proc/self/task"))
+    except OSError:
+        return frozenset()
+
+
+def load_whisper_model(model_dir: Path, cpu_threads: int, num_workers: int
+                       ) -> tuple[Any, frozenset[int]]:
+    """faster-whisper's ``WhisperModel`` (int8, CPU) and the threads CTranslate2 started for
+    it: its ``num_workers`` inter-threads start with the model and live as long as it."""
+    try:
+        from faster_whisper import WhisperModel
+    except ImportError as exc:  # pragma: no cover - a hard dependency
+        raise ModelError("faster-whisper is not installed: pip install faster-whisper") from exc
+    before = threads_now()
+    try:
+        model = WhisperModel(str(model_dir), device="cpu", compute_type="int8",
+                             cpu_threads=cpu_threads, num_workers=num_workers)
+    except Exception as exc:
+        raise ModelError(f"cannot load Whisper model from {model_dir}: {exc}") from exc
+    return model, threads_now() - before
+
+
+def lane_engine(engine: WhisperEngine, workers: int) -> WhisperEngine:
+    """A view of ``engine`` with a model of its own (``workers`` CTranslate2 inter-threads)
+    for the urgent lane; everything else (vocabularies, native decoders, counters) shared."""
+    lane = copy.copy(engine)
+    lane.model, lane.native_threads = load_whisper_model(engine.model_dir, engine.cpu_threads,
+                                                         workers)
+    return lane
+
+
+def lower_priority(thread_ids: Iterable[int], nice: int) -> int:
+    """Set each thread's nice value to at least ``nice`` (never raises a thread's priority);
+    returns how many threads were lowered. Not Linux, or a thread gone: left as it is."""
+    if not PER_THREAD_PRIORITY or nice <= 0:
+        return 0
+    lowered = 0
+    for thread_id in thread_ids:
+        try:
+            current = os.getpriority(os.PRIO_PROCESS, thread_id)
+            if current < nice:
+                os.setpriority(os.PRIO_PROCESS, thread_id, nice)
+            lowered += 1
+        except OSError as exc:
+            log.warning("cannot lower thread %d's priority: %s", thread_id, exc)
+    return lowered
+
+
+def lower_this_thread(nice: int) -> int:
+    """``lower_priority`` of the calling thread."""
+    return lower_priority([threading.get_native_id()], nice)

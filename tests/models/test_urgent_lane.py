@@ -1,0 +1,217 @@
+"""The urgent lane of the shared ASR worker (``models.asr_lanes``, ``models.batching``).
+
+- Scripted engines (which thread runs which request is about the queue, not the model): a
+  commit runs on the lane while every usual worker is held by a partial; the lane never
+  takes a partial; the usual workers take a commit when the lane is busy; with
+  ``urgent_first_words`` the lane takes an utterance's first partials too; without a lane
+  nothing changes.
+- Real threads (Linux): the usual workers and their model's threads run at
+  ``background_nice``, the lane at the process's own priority; ``lower_priority`` never
+  raises a thread's priority.
+- Real model: the pipeline's lane decodes exactly what the engine decodes alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+
+import pytest
+
+from speechpipe.models.asr_lanes import (
+    PER_THREAD_PRIORITY,
+    lower_priority,
+    lower_this_thread,
+    threads_now,
+)
+from speechpipe.models.batching import AsrBatcher, BatchOptions, urgent_classes
+from speechpipe.models.whisper_engine import WhisperResult
+from tests.fakes import ScriptedEngine, req
+from tests.helpers import real_requests, same
+
+linux_only = pytest.mark.skipif(not PER_THREAD_PRIORITY, reason="per-thread nice is Linux's")
+
+
+class RecordingEngine(ScriptedEngine):
+    """A scripted engine that notes the nice value of the thread running each call."""
+
+    def __init__(self, native_threads: frozenset[int] = frozenset()) -> None:
+        super().__init__()
+        self.native_threads = native_threads
+        self.nice: list[int] = []
+
+    def run_batch(self, requests):
+        self.nice.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        return super().run_batch(requests)
+
+
+def until(condition, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def lane(workers: int = 2, **options) -> tuple[RecordingEngine, RecordingEngine, AsrBatcher]:
+    usual, urgent = RecordingEngine(), RecordingEngine()
+    batcher = AsrBatcher(usual, BatchOptions(enabled=False, workers=workers, **options),
+                         urgent_engine=urgent)
+    return usual, urgent, batcher
+
+
+def test_a_commit_overtakes_partials_that_hold_every_usual_worker():
+    usual, urgent, batcher = lane()
+    try:
+        usual.gate.clear()
+        partials = [batcher.submit(req(2.0)) for _ in range(2)]
+        until(lambda: len(usual.calls) == 2)  # both usual workers inside a partial's call
+        commit = batcher.submit(req(3.0, partial=False))
+        assert isinstance(commit.result(5), WhisperResult)  # while the partials still run
+        assert not any(p.done() for p in partials)
+        usual.gate.set()
+        for partial in partials:
+            partial.result(5)
+    finally:
+        usual.gate.set()
+        batcher.close()
+    assert [r.partial for call in urgent.calls for r in call] == [False]
+    assert batcher.stats.urgent_calls == 1
+
+
+def test_the_lane_never_takes_a_partial_and_the_usual_workers_take_a_commit_it_cannot():
+    usual, urgent, batcher = lane(workers=1)
+    try:
+        usual.gate.clear()
+        urgent.gate.clear()
+        held = batcher.submit(req(2.0))  # the usual worker: the lane takes no partial
+        assert usual.entered.wait(5)
+        first = batcher.submit(req(3.0, partial=False))  # only the lane is free
+        assert urgent.entered.wait(5)
+        usual.gate.set()
+        held.result(5)
+        second = batcher.submit(req(3.0, partial=False))  # the lane is busy: the usual worker
+        second.result(5)
+        batcher.submit(req(2.0)).result(5)
+        assert not first.done()
+        urgent.gate.set()
+        first.result(5)
+    finally:
+        usual.gate.set()
+        urgent.gate.set()
+        batcher.close()
+    assert [r.partial for call in urgent.calls for r in call] == [False]
+    assert sorted(r.partial for call in usual.calls for r in call) == [False, True, True]
+
+
+def test_first_words_go_to_the_lane_only_when_asked():
+    assert urgent_classes(BatchOptions()) == {"commit"}
+    assert urgent_classes(BatchOptions(urgent_first_words=True)) == {"commit", "first_words"}
+    opening = dataclasses.replace(req(2.0), opening=True)
+    for first_words, lane_took in ((False, []), (True, [True])):
+        usual, urgent, batcher = lane(urgent_first_words=first_words)
+        try:
+            usual.gate.clear()
+            holders = [batcher.submit(req(2.0)) for _ in range(2)]
+            until(lambda calls=usual.calls: len(calls) == 2)
+            future = batcher.submit(opening)
+            if first_words:
+                future.result(5)
+            usual.gate.set()
+            future.result(5)
+            for holder in holders:
+                holder.result(5)
+        finally:
+            usual.gate.set()
+            batcher.close()
+        assert [r.partial for call in urgent.calls for r in call] == lane_took
+
+
+def test_without_a_lane_every_request_runs_on_the_one_engine():
+    usual, urgent = RecordingEngine(), RecordingEngine()
+    batcher = AsrBatcher(usual, BatchOptions(workers=1, urgent_workers=0), urgent_engine=urgent)
+    try:
+        for partial in (True, False):
+            batcher.submit(req(partial=partial)).result(5)
+    finally:
+        batcher.close()
+    assert batcher.urgent_engine is None and not urgent.calls and len(usual.calls) == 2
+    assert set(usual.nice) == {os.getpriority(os.PRIO_PROCESS, 0)}  # nobody lowered
+
+
+@linux_only
+def test_the_usual_workers_and_their_model_threads_run_below_the_lane():
+    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    if base >= 10:
+        pytest.skip("this process already runs at nice >= 10")
+    started, stop = threading.Event(), threading.Event()
+    ids: list[int] = []
+
+    def model_thread() -> None:  # stands for one of CTranslate2's inter-threads
+        ids.append(threading.get_native_id())
+        started.set()
+        stop.wait(10)
+
+    thread = threading.Thread(target=model_thread, daemon=True)
+    thread.start()
+    assert started.wait(5)
+    usual, urgent = RecordingEngine(frozenset(ids)), RecordingEngine()
+    batcher = AsrBatcher(usual, BatchOptions(enabled=False, workers=1, background_nice=12),
+                         urgent_engine=urgent)
+    try:
+        assert os.getpriority(os.PRIO_PROCESS, ids[0]) == 12
+        usual.gate.clear()
+        partial = batcher.submit(req())
+        assert usual.entered.wait(5)
+        batcher.submit(req(partial=False)).result(5)  # only the lane is free
+        usual.gate.set()
+        partial.result(5)
+    finally:
+        usual.gate.set()
+        stop.set()
+        batcher.close()
+    assert usual.nice == [12] and urgent.nice == [base]
+
+
+@linux_only
+def test_lowering_a_priority_never_raises_one():
+    seen: dict[str, int] = {}
+    before = threads_now()
+    done = threading.Event()
+
+    def worker() -> None:
+        me = threading.get_native_id()
+        assert me in threads_now() - before  # a new thread shows in /proc
+        assert lower_this_thread(15) == 1
+        assert lower_priority([me], 10) == 1  # already lower: left at 15
+        seen["nice"] = os.getpriority(os.PRIO_PROCESS, me)
+        done.set()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join(10)
+    assert done.is_set() and seen["nice"] == 15
+    assert lower_priority([threading.get_native_id()], 0) == 0  # 0: nothing to do
+
+
+@pytest.mark.slow
+def test_the_pipelines_lane_decodes_what_the_engine_decodes(pipeline):
+    """The lane is a second copy of the same weights: a commit it runs equals ``engine.run``;
+    its model's threads keep the process's priority, the engine's run below it."""
+    engine, batcher = pipeline.engine, pipeline.whisper
+    assert pipeline.urgent_engine is not None and batcher.urgent_engine is pipeline.urgent_engine
+    assert pipeline.urgent_engine.model is not engine.model
+    requests = [r for r in real_requests() if not r.partial][:2]
+    assert requests
+    before = batcher.stats.urgent_calls
+    for request in requests:
+        assert same(batcher.submit(request).result(120), engine.run(request))
+    assert batcher.stats.urgent_calls > before
+    if PER_THREAD_PRIORITY:
+        base = os.getpriority(os.PRIO_PROCESS, 0)
+        assert engine.native_threads and pipeline.urgent_engine.native_threads
+        assert {os.getpriority(os.PRIO_PROCESS, t) for t in engine.native_threads} == {
+            max(base, pipeline.options.batching.background_nice)}
+        assert {os.getpriority(os.PRIO_PROCESS, t)
+                for t in pipeline.urgent_engine.native_threads} == {base}
