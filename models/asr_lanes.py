@@ -27,12 +27,9 @@ import sys
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from speechpipe.errors import ModelError
-
-if TYPE_CHECKING:
-    from speechpipe.models.whisper_engine import WhisperEngine
 
 __all__ = ["PER_THREAD_PRIORITY", "load_whisper_model", "lane_engine", "lower_priority",
            "lower_this_thread", "threads_now"]
@@ -40,6 +37,19 @@ __all__ = ["PER_THREAD_PRIORITY", "load_whisper_model", "lane_engine", "lower_pr
 log = logging.getLogger("speechpipe.batching")
 
 PER_THREAD_PRIORITY = sys.platform.startswith("linux")
+
+
+class LoadedModel(Protocol):
+    """What ``lane_engine`` needs of an engine (``WhisperEngine``; a protocol, so this module
+    does not import the engine, which imports it)."""
+
+    model_dir: Path
+    cpu_threads: int
+    model: Any
+    native_threads: frozenset[int]
+
+
+EngineT = TypeVar("EngineT", bound=LoadedModel)
 
 
 def threads_now() -> frozenset[int]:
@@ -67,7 +77,7 @@ def load_whisper_model(model_dir: Path, cpu_threads: int, num_workers: int
     return model, threads_now() - before
 
 
-def lane_engine(engine: WhisperEngine, workers: int) -> WhisperEngine:
+def lane_engine(engine: EngineT, workers: int) -> EngineT:
     """A view of ``engine`` with a model of its own (``workers`` CTranslate2 inter-threads)
     for the urgent lane; everything else (vocabularies, native decoders, counters) shared."""
     lane = copy.copy(engine)
