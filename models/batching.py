@@ -211,17 +211,10 @@ class AsrBatcher:
         urgent = self.options.urgent_workers if self.urgent_engine is not None else 0
         if urgent:  # the usual workers' CTranslate2 threads go below the urgent lane's
             lower_priority(engine.native_threads, self.options.background_nice)
-        self._threads = [
-            threading.Thread(target=self._serve, args=(False,), name=f"asr-batcher-{i}",
-                             daemon=True)
-            for i in range(self.options.workers)
-        ] + [
-            threading.Thread(target=self._serve, args=(True,), name=f"asr-urgent-{i}",
-                             daemon=True)
-            for i in range(urgent)
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._threads: list[threading.Thread] = []
+        for lane, count in ((False, self.options.workers), (True, urgent)):
+            for _ in range(count):
+                self._start_thread(lane)
 
     # -- submitting ---------------------------------------------------------------------
     def submit(
@@ -416,11 +409,15 @@ class AsrBatcher:
                 log.error("ASR worker: %d threads stuck already; not starting another", stuck)
                 return
             self._retired.add(thread)
-            replacement = threading.Thread(target=self._serve, args=(urgent,), daemon=True,
-                                           name=f"asr-batcher-{len(self._threads)}")
-            self._threads.append(replacement)
-            replacement.start()
+            self._start_thread(urgent)
         self.guard.replaced()
+
+    def _start_thread(self, urgent: bool) -> None:
+        """Start a worker thread of a lane (the urgent one, or the usual workers)."""
+        name = f"asr-batcher-{'urgent-' if urgent else ''}{len(self._threads)}"
+        thread = threading.Thread(target=self._serve, args=(urgent,), name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
 
     def _eligible(self, urgent: bool) -> list[_Entry]:
         """Under the lock: the queued requests a worker of this lane may take. The urgent
@@ -453,13 +450,15 @@ class AsrBatcher:
                 # workers that would take the next request at once
                 idle_others = self._idle[False] + self._idle[True]
                 if options.enabled and options.max_batch > 1 and not idle_others:
-                    due = min(e.arrival for e in self._eligible(urgent)) + options.window_s
-                    while len(self._eligible(urgent)) < options.max_batch and not self._closed:
+                    eligible = self._eligible(urgent)
+                    due = min(e.arrival for e in eligible) + options.window_s
+                    while 0 < len(eligible) < options.max_batch and not self._closed:
                         remaining = due - self._clock()
-                        if remaining <= 0 or not self._eligible(urgent):
+                        if remaining <= 0:
                             break
                         self._cond.wait(remaining)
-                    if self._closed or not self._eligible(urgent):
+                        eligible = self._eligible(urgent)
+                    if self._closed or not eligible:
                         continue
                 batch = self._select(workers_free=idle_others + 1, urgent=urgent)
                 if batch:
