@@ -14,8 +14,13 @@ No work is added: the same calls run, in a different order of CPU time. The cost
 a second copy of the Whisper weights and its buffers (base, int8: about 100 MB more RSS).
 
 Lowering a thread's priority needs no privilege (raising it would; nothing here raises).
-Only Linux has per-thread priorities (``setpriority`` on a thread id); elsewhere the lanes
-still exist and the urgent threads still skip the queue, but without the kernel's help.
+Only Linux has per-thread priorities (``setpriority`` on a thread id); elsewhere there is no
+lane (``urgent_lane_workers``): without the kernel's help it is one more thread at the same
+priority, measured no better than none, and its model copy costs the memory.
+
+A thread is born with its creator's nice value: the watchdog that starts the threads
+replacing stuck ones is started by the guard's creator (``models.worker_guard``), so a
+replacement urgent thread runs at the process's priority, not at the usual workers'.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from typing import Any, Protocol, TypeVar
 from speechpipe.errors import ModelError
 
 __all__ = ["PER_THREAD_PRIORITY", "load_whisper_model", "lane_engine", "lower_priority",
-           "lower_this_thread", "threads_now"]
+           "lower_this_thread", "threads_now", "urgent_lane_workers"]
 
 log = logging.getLogger("speechpipe.batching")
 
@@ -50,6 +55,20 @@ class LoadedModel(Protocol):
 
 
 EngineT = TypeVar("EngineT", bound=LoadedModel)
+
+
+def urgent_lane_workers(requested: int) -> int:
+    """The urgent lane's threads for ``batching.urgent_workers`` = ``requested``: as asked
+    where threads have priorities of their own (Linux), none elsewhere. Without the lower
+    priority the lane is a commits-only third thread at the workers' priority; measured
+    with the priorities nearly equal (``batching.background_nice=1``, the stand-in on this
+    Linux machine), eight synchronized sessions were no better than with no lane
+    (docs/benchmarks.md, "First words in the lane"), and the second model costs ~100 MB."""
+    if requested and not PER_THREAD_PRIORITY:
+        log.info("no urgent ASR lane: threads have no priorities of their own on %s",
+                 sys.platform)
+        return 0
+    return requested
 
 
 def threads_now() -> frozenset[int]:

@@ -216,6 +216,12 @@ class WorkerGuard:
         self.refused = 0
         self.successes = 0
         self._lock = threading.Lock()
+        # the watchdog starts the threads that replace stuck ones, and on Linux a thread is
+        # born with its creator's nice value: started here, by the guard's creator, it runs
+        # at the process's priority, not at the nice 10 of the ASR worker whose first call
+        # would otherwise start it (``models.asr_lanes``): an urgent lane's replacement
+        # would run below the lane
+        _WATCHDOG.start()
 
     def admit(self) -> None:
         """Raise ``WorkerUnavailable`` (at once) while the breaker refuses new work."""
@@ -309,13 +315,22 @@ class _Watchdog:
         self._calls: set[_Call] = set()
         self._thread: threading.Thread | None = None
 
+    def start(self) -> None:
+        """Start the watchdog's thread unless it runs (from the calling thread, whose
+        priority it inherits)."""
+        with self._cond:
+            self._start_locked()
+
+    def _start_locked(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="worker-watchdog",
+                                            daemon=True)
+            self._thread.start()
+
     def add(self, call: _Call) -> None:
         with self._cond:
             self._calls.add(call)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="worker-watchdog",
-                                                daemon=True)
-                self._thread.start()
+            self._start_locked()
             self._cond.notify()
 
     def finish(self, call: _Call) -> bool:

@@ -28,7 +28,7 @@ import numpy as np
 from speechpipe.config import PipelineOptions
 from speechpipe.errors import InputError, LanguageError, SessionError, WorkerError
 from speechpipe.machine import cpu_info
-from speechpipe.models.asr_lanes import lane_engine
+from speechpipe.models.asr_lanes import lane_engine, urgent_lane_workers
 from speechpipe.models.batching import PRIORITY_LIVE, PRIORITY_REPLAY, AsrBatcher, SessionAsr
 from speechpipe.models.ct2_folder import WHISPER_LANGUAGES
 from speechpipe.models.ct2_translator import Ct2TextTranslator
@@ -171,8 +171,8 @@ class Pipeline:
         self.options = options
         self.engine = engine
         # the urgent lane's own model (models.asr_lanes): the decodes that commit overtake
-        self.urgent_engine = (lane_engine(engine, options.batching.urgent_workers)
-                              if options.batching.urgent_workers else None)
+        lane_workers = urgent_lane_workers(options.batching.urgent_workers)  # none off Linux
+        self.urgent_engine = lane_engine(engine, lane_workers) if lane_workers else None
         self.whisper = AsrBatcher(engine, options.batching,  # shared, micro-batching
                                   urgent_engine=self.urgent_engine)
         self.degrade = DegradeState()  # the server's degrade level (speechpipe.server.degrade)

@@ -1,10 +1,12 @@
 """The urgent lane of the shared ASR worker (``models.asr_lanes``, ``models.batching``).
 
 - Scripted engines (which thread runs which request is about the queue, not the model): a
-  commit runs on the lane while every usual worker is held by a partial; the lane never
-  takes a partial; the usual workers take a commit when the lane is busy; with
-  ``urgent_first_words`` the lane takes an utterance's first partials too; without a lane
-  nothing changes.
+  commit runs on the lane while every usual worker is held by a partial; the lane takes
+  no partial that only refreshes; the usual workers take a commit when the lane is busy;
+  with ``urgent_first_words`` (the default) the lane takes an utterance's first partials
+  too; without a lane nothing changes; off Linux there is no lane; a commit stuck on the
+  lane is abandoned at its deadline and the lane goes on, on a thread started in its place
+  (named as the lane's, at the process's priority).
 - Real threads (Linux): the usual workers and their model's threads run at
   ``background_nice``, the lane at the process's own priority; ``lower_priority`` never
   raises a thread's priority.
@@ -20,14 +22,18 @@ import time
 
 import pytest
 
+from speechpipe.errors import WorkerTimeout
+from speechpipe.models import asr_lanes, worker_guard
 from speechpipe.models.asr_lanes import (
     PER_THREAD_PRIORITY,
     lower_priority,
     lower_this_thread,
     threads_now,
+    urgent_lane_workers,
 )
 from speechpipe.models.batching import AsrBatcher, BatchOptions, urgent_classes
 from speechpipe.models.whisper_engine import WhisperResult
+from speechpipe.models.worker_guard import LatencyBudget, WorkerGuard
 from tests.fakes import ScriptedEngine, req
 from tests.helpers import real_requests, same
 
@@ -41,10 +47,30 @@ class RecordingEngine(ScriptedEngine):
         super().__init__()
         self.native_threads = native_threads
         self.nice: list[int] = []
+        self.threads: list[str] = []  # the name of the thread that ran each call
 
     def run_batch(self, requests):
         self.nice.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        self.threads.append(threading.current_thread().name)
         return super().run_batch(requests)
+
+
+class HangsOnceEngine(RecordingEngine):
+    """Its first call hangs until ``release`` is set (a stuck model call) and then fails;
+    later calls answer at once. ``threads`` names the stuck call's thread first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.hung = False
+
+    def run_batch(self, requests):
+        if self.hung:
+            return super().run_batch(requests)
+        self.hung = True
+        self.threads.append(threading.current_thread().name)
+        self.release.wait(10)
+        return [RuntimeError("released after its deadline")] * len(requests)
 
 
 def until(condition, timeout_s: float = 5.0) -> None:
@@ -106,8 +132,8 @@ def test_the_lane_never_takes_a_partial_and_the_usual_workers_take_a_commit_it_c
 
 
 def test_first_words_go_to_the_lane_only_when_asked():
-    assert urgent_classes(BatchOptions()) == {"commit"}
-    assert urgent_classes(BatchOptions(urgent_first_words=True)) == {"commit", "first_words"}
+    assert urgent_classes(BatchOptions()) == {"commit", "first_words"}
+    assert urgent_classes(BatchOptions(urgent_first_words=False)) == {"commit"}
     opening = dataclasses.replace(req(2.0), opening=True)
     for first_words, lane_took in ((False, []), (True, [True])):
         usual, urgent, batcher = lane(urgent_first_words=first_words)
@@ -128,6 +154,45 @@ def test_first_words_go_to_the_lane_only_when_asked():
         assert [r.partial for call in urgent.calls for r in call] == lane_took
 
 
+def test_a_commit_stuck_on_the_lane_is_abandoned_and_a_new_lane_thread_takes_the_next(
+        monkeypatch):
+    """The watchdog replaces a stuck urgent thread with an urgent one: the next commit runs
+    on the lane's model, on a thread named as the lane's, at the process's own priority,
+    while the usual worker is held by a partial. A thread is born with its creator's nice
+    value, and the watchdog starts the replacements: it must not be born of the first
+    worker that called it, a usual one at ``background_nice`` (a fresh watchdog here, so
+    the first call is the usual worker's whatever ran before)."""
+    monkeypatch.setattr(worker_guard, "_WATCHDOG", worker_guard._Watchdog())
+    usual, urgent = RecordingEngine(), HangsOnceEngine()
+    guard = WorkerGuard("asr", required=True, budget=LatencyBudget(floor_s=0.3, ceiling_s=0.3))
+    batcher = AsrBatcher(usual, BatchOptions(enabled=False, workers=1), urgent_engine=urgent,
+                         guard=guard)
+    try:
+        batcher.submit(req(2.0)).result(5)  # the first guarded call: a usual worker's
+        stuck = batcher.submit(req(3.0, partial=False))
+        with pytest.raises(WorkerTimeout):
+            stuck.result(5)  # failed at the deadline, its thread still inside the call
+        until(lambda: guard.restarts == 1)  # counted just after the futures fail
+        assert guard.abandoned == 1
+        usual.gate.clear()
+        held = batcher.submit(req(2.0))  # the usual worker: only the lane may take the next
+        assert usual.entered.wait(5)
+        assert isinstance(batcher.submit(req(3.0, partial=False)).result(5), WhisperResult)
+        assert not held.done()
+        usual.gate.set()
+        held.result(5)
+    finally:
+        usual.gate.set()
+        urgent.release.set()
+        batcher.close()
+    stuck_thread, replacement = urgent.threads
+    assert stuck_thread != replacement and replacement.startswith("asr-batcher-urgent-")
+    assert urgent.nice == [os.getpriority(os.PRIO_PROCESS, 0)]  # the replacement's call
+    if PER_THREAD_PRIORITY and os.getpriority(os.PRIO_PROCESS, 0) < 10:
+        assert set(usual.nice) == {10}  # the usual worker ran below it
+    assert [r.partial for call in usual.calls for r in call] == [True, True]
+
+
 def test_without_a_lane_every_request_runs_on_the_one_engine():
     usual, urgent = RecordingEngine(), RecordingEngine()
     batcher = AsrBatcher(usual, BatchOptions(workers=1, urgent_workers=0), urgent_engine=urgent)
@@ -138,6 +203,14 @@ def test_without_a_lane_every_request_runs_on_the_one_engine():
         batcher.close()
     assert batcher.urgent_engine is None and not urgent.calls and len(usual.calls) == 2
     assert set(usual.nice) == {os.getpriority(os.PRIO_PROCESS, 0)}  # nobody lowered
+
+
+def test_no_lane_where_threads_have_no_priorities_of_their_own(monkeypatch):
+    assert urgent_lane_workers(0) == 0
+    monkeypatch.setattr(asr_lanes, "PER_THREAD_PRIORITY", True)
+    assert urgent_lane_workers(2) == 2
+    monkeypatch.setattr(asr_lanes, "PER_THREAD_PRIORITY", False)  # macOS, Windows
+    assert urgent_lane_workers(1) == 0  # no second model: the lane would not pay there
 
 
 @linux_only
