@@ -60,10 +60,11 @@ EngineT = TypeVar("EngineT", bound=LoadedModel)
 def urgent_lane_workers(requested: int) -> int:
     """The urgent lane's threads for ``batching.urgent_workers`` = ``requested``: as asked
     where threads have priorities of their own (Linux), none elsewhere. Without the lower
-    priority the lane is a commits-only third thread at the workers' priority; measured
-    with the priorities nearly equal (``batching.background_nice=1``, the stand-in on this
-    Linux machine), eight synchronized sessions were no better than with no lane
-    (docs/benchmarks.md, "First words in the lane"), and the second model costs ~100 MB."""
+    priority the lane is a third thread at the workers' priority; measured with the
+    priorities nearly equal (``batching.background_nice=1``, the stand-in on this Linux
+    machine), eight synchronized sessions' first audio and end p95 were no better than with
+    no lane (docs/benchmarks.md, "First words in the lane"), and the second model costs
+    ~100 MB."""
     if requested and not PER_THREAD_PRIORITY:
         log.info("no urgent ASR lane: threads have no priorities of their own on %s",
                  sys.platform)
