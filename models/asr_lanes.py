@@ -7,7 +7,8 @@ queue served it first: it waited for a call already running to finish, and a CTr
 cannot be interrupted. Linux's scheduler can. The shared ASR worker (``models.batching``) runs
 its usual workers at ``batching.background_nice`` (10) and ``batching.urgent_workers`` more
 threads at the process's own priority, on a second copy of the model whose CTranslate2
-threads are left at that priority. The urgent threads take only the decodes that commit; a
+threads are left at that priority. The urgent threads take only the decodes that commit and
+(``batching.urgent_first_words``) an utterance's partials before its first commit; a
 thread at nice 0 gets about ten times the CPU share of one at nice 10, so a commit decode
 runs about as fast as on an idle machine while the partials wait, mid-call, for it to end.
 No work is added: the same calls run, in a different order of CPU time. The cost is memory:

@@ -41,11 +41,11 @@
 - ``workers`` threads take calls concurrently (one CTranslate2 thread each), so a batch never
   waits for another session's long one to finish.
 - **The urgent lane** (``models.asr_lanes``; with an ``urgent_engine``): ``urgent_workers``
-  more threads, on a model of their own, take only the decodes that commit (``urgent_classes``),
+  more threads, on a model of their own, take only the decodes that commit and (with
+  ``urgent_first_words``, the default) an utterance's first words (``urgent_classes``),
   while the ``workers`` threads and their model's CTranslate2 threads run at
-  ``background_nice``: a commit no longer waits for a running partial call to end, the
-  kernel lets it overtake. The usual workers still take a commit when no urgent thread is
-  free to.
+  ``background_nice``: those no longer wait for a running partial call to end, the kernel
+  lets them overtake. The usual workers still take them when no urgent thread is free to.
 
 Thread-safety: ``submit``/``replace``/``withdraw`` may be called from any thread (the event
 loop, normally); every queue change happens under one lock, and a queued entry's future is

@@ -170,7 +170,7 @@ class Pipeline:
     def __init__(self, options: PipelineOptions, engine: WhisperEngine) -> None:
         self.options = options
         self.engine = engine
-        # the urgent lane's own model (models.asr_lanes): the decodes that commit overtake
+        # the urgent lane's own model (models.asr_lanes): first words and commits overtake
         lane_workers = urgent_lane_workers(options.batching.urgent_workers)  # none off Linux
         self.urgent_engine = lane_engine(engine, lane_workers) if lane_workers else None
         self.whisper = AsrBatcher(engine, options.batching,  # shared, micro-batching
