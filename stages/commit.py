@@ -8,7 +8,10 @@ tail. It is fed each decode's continuation (``update``) and commits words by its
   continuations agree (whisper_streaming's ``HypothesisBuffer``);
 - ``align``: agreement, and also the leading words that one decode's alignment ends at least
   ``align_margin_s`` before the end of its audio (AlignAtt's rule on words: what the model
-  attends to near the end of the audio may still change).
+  attends to near the end of the audio may still change). The edge rule below bounds it
+  too: never the last word, never past the frontier. Not the default: one decode's words
+  are contradicted by the utterance's own final decode far more often (docs/benchmarks.md,
+  "Commit after one decode, under load").
 
 Nothing at a window's edge is final (``settle_margin_s`` > 0, the default): between pauses, an
 agreed word commits only when the audio has *settled* it: by the decode's own alignment
@@ -147,7 +150,7 @@ class CommitPolicy:
         ``frontier_s``: no word ending after it commits (settling only)."""
         words = [w for w in words if w]
         limit = None
-        if self.rule == "agreement" and self.settle_margin_s > 0:
+        if self.settle_margin_s > 0:
             frontier = heard_s - self.settle_margin_s
             if frontier_s is not None:
                 frontier = min(frontier, frontier_s)
@@ -155,6 +158,8 @@ class CommitPolicy:
         newly = self._agreement.update(words, limit)
         if self.rule == "align":
             stable = align_commit_count(word_ends[: len(words)], heard_s, self.align_margin_s)
+            if limit is not None:  # settled too: never the last word, nor past the frontier
+                stable = min(stable, limit)
             if stable > len(newly):
                 newly += self._agreement.commit_tentative(stable - len(newly))
         if newly:

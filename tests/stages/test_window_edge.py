@@ -59,6 +59,26 @@ def test_agreement_alone_commits_the_half_heard_word():
     assert policy.update("the bat is".split(), (0.4, 1.4, 1.5), heard_s=1.6) == ["the", "bat"]
 
 
+def test_one_decodes_alignment_commits_no_word_at_the_edge_either():
+    """``asr.commit_policy=align`` commits after one decode the words its alignment puts
+    ``align_margin_s`` before the end of the audio, and keeps the edge rule: never the last
+    word of the hypothesis (a partial the length cap stopped may end inside a word, however
+    early), never a word past the frontier (the committed captions)."""
+    edge_ruled = CommitPolicy("align", 2, align_margin_s=1.0, settle_margin_s=0.4)
+    # "a" and "bat" both end over 1 s before the 3 s heard: "bat" is the last word
+    assert edge_ruled.update("a bat".split(), (0.5, 1.0), heard_s=3.0) == ["a"]
+    assert edge_ruled.tentative == ["bat"]
+    without = CommitPolicy("align", 2, align_margin_s=1.0, settle_margin_s=0.0)
+    assert without.update("a bat".split(), (0.5, 1.0), heard_s=3.0) == ["a", "bat"]
+    # the frontier: only "we" ends before the captions' end at 1.0 s
+    bounded = CommitPolicy("align", 2, align_margin_s=1.0, settle_margin_s=0.4)
+    assert bounded.update("we found a way".split(), (0.5, 1.5, 1.8, 3.5), heard_s=4.0,
+                          frontier_s=1.0) == ["we"]
+    # two decodes that agree still commit what is settled, as with agreement
+    assert bounded.update("found a way out".split(), (1.5, 1.8, 2.4, 3.9), heard_s=4.5,
+                          frontier_s=3.0) == ["found", "a", "way"]
+
+
 def _decoder(**options) -> UtteranceDecoder:
     decoder = UtteranceDecoder(utterance=0, start_pts=0,
                                options=AsrOptions(settle_margin_s=0.4, **options),
