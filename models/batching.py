@@ -128,9 +128,9 @@ class BatchObserver(Protocol):
     """Hooks for the app layer's metrics (called on the worker thread)."""
 
     def batch_done(self, requests: int, waits: list[float], seconds: float,
-                   urgencies: Sequence[str] = ()) -> None:
+                   urgencies: Sequence[str] = (), lane: str = "usual") -> None:
         """A batch of ``requests`` ran in ``seconds`` after these queue waits (and these
-        ``urgency`` classes, one per wait)."""
+        ``urgency`` classes, one per wait) on a usual worker or the ``urgent`` lane."""
         ...
 
     def dropped(self, reason: str) -> None:
@@ -542,7 +542,8 @@ class AsrBatcher:
                 _resolve(entry.future, dataclasses.replace(outcome, timings=timings))
         if self.observer is not None:
             self.observer.batch_done(len(batch), waits, seconds,
-                                     [urgency(entry.request) for entry in batch])
+                                     [urgency(entry.request) for entry in batch],
+                                     lane="urgent" if urgent else "usual")
 
 
     @staticmethod

@@ -44,6 +44,8 @@ class StartCase:
     # per urgency class (``models.batching.urgency``): (requests, mean ASR queue wait s), from
     # the server's metrics before and after the case (a server started by the bench)
     asr_waits: dict[str, tuple[int, float]] = field(default_factory=dict)
+    # per "urgency lane": requests and the mean time of the engine call that computed them
+    asr_calls: dict[str, tuple[int, float]] = field(default_factory=dict)
     # why: error events by code, the client's own failure, and close codes other than 1000
     causes: dict[str, int] = field(default_factory=dict)
 
@@ -89,6 +91,8 @@ class StartCase:
                                   for k, part in enumerate(("queued", "late", "silence"))},
                 "asr_queue_wait_mean": {k: {"requests": n, "mean_s": round(mean, 3)}
                                         for k, (n, mean) in self.asr_waits.items()},
+                "asr_call_mean": {k: {"requests": n, "mean_s": round(mean, 3)}
+                                  for k, (n, mean) in sorted(self.asr_calls.items())},
                 "together": self.together, "causes": dict(sorted(self.causes.items())),
                 "audio_s": round(self.audio_s, 1),
                 "server_cpu_per_audio_s": (round(self.server_cpu_s / self.audio_s, 3)
@@ -180,6 +184,18 @@ def _queue_waits(url: str) -> WaitSums:
             sums_by_label(text, f"{name}_sum", "urgency"))
 
 
+def _call_times(url: str) -> WaitSums:
+    """The ASR call-time histogram's counts and sums per urgency and lane ("commit urgent",
+    "commit usual", ...), now (empty: unreadable)."""
+    try:
+        text = metrics_text(url)
+    except OSError:
+        return {}, {}
+    name, labels = "speechpipe_asr_call_seconds", ("urgency", "lane")
+    return (sums_by_label(text, f"{name}_count", labels),
+            sums_by_label(text, f"{name}_sum", labels))
+
+
 def queue_wait_means(before: WaitSums, after: WaitSums) -> dict[str, tuple[int, float]]:
     """Per urgency class, the requests computed between two scrapes and their mean queue
     wait (pure); classes with none are left out."""
@@ -190,6 +206,14 @@ def queue_wait_means(before: WaitSums, after: WaitSums) -> dict[str, tuple[int, 
             waited = after[1].get(urgency, 0.0) - before[1].get(urgency, 0.0)
             out[urgency] = (int(round(n)), waited / n)
     return out
+
+
+def call_label(key: str) -> str:
+    """``"commit urgent"`` -> ``"commit on the lane"``; ``"first_words usual"`` -> ``"first
+    words on a worker"`` (the bench's words for ``_call_times``' keys)."""
+    urgency, _, lane = key.partition(" ")
+    where = {"urgent": "on the lane", "usual": "on a worker"}.get(lane, lane)
+    return f"{urgency.replace('_', ' ')} {where}"
 
 
 def print_cases(rows: Sequence[dict[str, Any]]) -> None:
@@ -216,6 +240,11 @@ def print_cases(rows: Sequence[dict[str, Any]]) -> None:
             print(f"  {row['case']}: ASR queue wait, mean (requests): " + ", ".join(
                 f"{k.replace('_', ' ')} {w['mean_s']} s ({w['requests']})"
                 for k, w in waits.items()), flush=True)
+        calls = row.get("asr_call_mean")
+        if calls:
+            print(f"  {row['case']}: ASR call time, mean (requests): " + ", ".join(
+                f"{call_label(k)} {w['mean_s']} s ({w['requests']})"
+                for k, w in calls.items()), flush=True)
     cpu = [f"{row['case']} {row['server_cpu_per_audio_s']}" for row in rows
            if row.get("server_cpu_per_audio_s") is not None]
     if cpu:
@@ -258,6 +287,8 @@ async def run_start_cases(
             cpu0 = server.cpu_seconds() if server is not None else None
             waits0 = await asyncio.to_thread(_queue_waits, target) if server is not None \
                 else None
+            calls0 = await asyncio.to_thread(_call_times, target) if server is not None \
+                else None
             case = await run_start_case(target, clips, n, label=label, mode=mode,
                                         recordings=recordings, gap_s=gap_s,
                                         stagger_s=stagger_s, frame_ms=frame_ms,
@@ -267,6 +298,9 @@ async def run_start_cases(
             if waits0 is not None:
                 case.asr_waits = queue_wait_means(
                     waits0, await asyncio.to_thread(_queue_waits, target))
+            if calls0 is not None:
+                case.asr_calls = queue_wait_means(
+                    calls0, await asyncio.to_thread(_call_times, target))
             rows.append(case.row())
     finally:
         if server is not None:

@@ -216,18 +216,22 @@ def bucket_share(before: dict[float, float], after: dict[float, float],
     return (after[bound] - before.get(bound, 0.0)) / total
 
 
-def sums_by_label(text: str, name: str, label: str) -> dict[str, float]:
+def sums_by_label(text: str, name: str, label: str | tuple[str, ...]) -> dict[str, float]:
     """Per value of ``label``, the sum of metric ``name``'s samples that carry it (Prometheus
-    text; samples without the label are left out)."""
+    text; samples without the label are left out). With several labels the key is their
+    values joined by a space, in the order given (samples missing one are left out)."""
     out: dict[str, float] = {}
-    pattern = re.compile(rf'{re.escape(label)}="([^"]*)"')
+    names = (label,) if isinstance(label, str) else label
+    patterns = [re.compile(rf'[{{,]{re.escape(n)}="([^"]*)"') for n in names]
     for line in text.splitlines():
         if not line.startswith(name + "{"):
             continue
-        found = pattern.search(line.split("}", 1)[0])
-        if found:
+        labels = line.split("}", 1)[0]
+        found = [p.search(labels) for p in patterns]
+        if all(found):
+            key = " ".join(f.group(1) for f in found if f)
             with contextlib.suppress(ValueError):
-                out[found.group(1)] = out.get(found.group(1), 0.0) + float(line.rsplit(" ", 1)[1])
+                out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
     return out
 
 

@@ -177,13 +177,13 @@ class LoadControl:
 
     # -- BatchObserver (the ASR worker's thread) --------------------------------------------
     def batch_done(self, requests: int, waits: list[float], seconds: float,
-                   urgencies: Sequence[str] = ()) -> None:
+                   urgencies: Sequence[str] = (), lane: str = "usual") -> None:
         """The ASR worker finished a batch (feeds the latency signal)."""
         now = time.monotonic()
         for wait in waits:
             self._turnarounds.append((now, wait + seconds))
         if self.metrics is not None:
-            self.metrics.batch_done(requests, waits, seconds, urgencies)
+            self.metrics.batch_done(requests, waits, seconds, urgencies, lane)
 
     def dropped(self, reason: str) -> None:
         """The ASR worker dropped a queued request without computing it."""

@@ -275,6 +275,14 @@ class LoadMetrics:
             "speechpipe_asr_batch_seconds", "Wall-clock seconds per engine call",
             buckets=STAGE_BUCKETS, registry=r,
         )
+        # a commit that a usual worker took while the lane was busy runs at the partials'
+        # priority: on a full machine 2.3x the lane's time (docs/design.md, "The urgent lane")
+        self.asr_call_seconds = Histogram(
+            "speechpipe_asr_call_seconds",
+            "Wall-clock seconds of the engine call that computed an ASR request, by urgency "
+            "and by lane: urgent (the lane, at the process's priority) or usual (the workers)",
+            ["urgency", "lane"], buckets=STAGE_BUCKETS, registry=r,
+        )
         self.asr_dropped = Counter(
             "speechpipe_asr_dropped", "ASR requests dropped before they were computed",
             ["reason"], registry=r,
@@ -314,15 +322,18 @@ class LoadMetrics:
 
     # -- BatchObserver ---------------------------------------------------------------------
     def batch_done(self, requests: int, waits: list[float], seconds: float,
-                   urgencies: Sequence[str] = ()) -> None:
-        """Record an ASR batch: its size, duration and each request's queue wait, labelled
-        with its urgency class (``models.batching.urgency``; ``unknown`` when not given)."""
+                   urgencies: Sequence[str] = (), lane: str = "usual") -> None:
+        """Record an ASR batch: its size, duration and each request's queue wait and call
+        time, labelled with its urgency class (``models.batching.urgency``; ``unknown`` when
+        not given) and the lane that ran it (``urgent`` or ``usual``)."""
         self.asr_batch_size.observe(requests)
         self.asr_batch_seconds.observe(seconds)
         labels = [u if u in URGENCIES else "unknown" for u in urgencies]  # a bounded set
         labels += ["unknown"] * (len(waits) - len(labels))
+        lane = "urgent" if lane == "urgent" else "usual"
         for wait, label in zip(waits, labels, strict=False):
             self.asr_queue_wait.labels(label).observe(wait)
+            self.asr_call_seconds.labels(label, lane).observe(seconds)
 
     def dropped(self, reason: str) -> None:
         """Count an ASR request dropped for ``reason``."""

@@ -214,3 +214,34 @@ def test_the_queue_wait_of_each_urgency_between_two_scrapes() -> None:
     after = waits(text((6.0, 2.0), (5.0, 1.0)))
     means = queue_wait_means(before, after)
     assert means == {"commit": (4, pytest.approx(0.4))}  # no refresh ran in between
+
+
+def test_the_call_time_of_each_urgency_and_lane_between_two_scrapes() -> None:
+    """The call-time histogram has two labels: the bench keys its sums by both, and names
+    the lanes in words."""
+    from speechpipe.bench.load_starts import call_label, queue_wait_means
+    from speechpipe.bench.server_process import sums_by_label
+
+    name = "speechpipe_asr_call_seconds"
+
+    def text(lane_commits: float, worker_commits: float) -> str:
+        return "\n".join([
+            f'{name}_count{{lane="urgent",urgency="commit"}} {lane_commits}',
+            f'{name}_sum{{lane="urgent",urgency="commit"}} {lane_commits * 0.4}',
+            f'{name}_count{{lane="usual",urgency="commit"}} {worker_commits}',
+            f'{name}_sum{{lane="usual",urgency="commit"}} {worker_commits * 1.0}',
+            f'{name}_bucket{{lane="usual",le="0.1",urgency="commit"}} 0.0',
+            f'{name}_count{{urgency="refresh"}} 7.0'])  # no lane label: left out
+
+    def calls(body: str) -> tuple[dict[str, float], dict[str, float]]:
+        labels = ("urgency", "lane")
+        return (sums_by_label(body, f"{name}_count", labels),
+                sums_by_label(body, f"{name}_sum", labels))
+
+    before = calls(text(2.0, 1.0))
+    assert before[0] == {"commit urgent": 2.0, "commit usual": 1.0}
+    means = queue_wait_means(before, calls(text(5.0, 3.0)))
+    assert means == {"commit urgent": (3, pytest.approx(0.4)),
+                     "commit usual": (2, pytest.approx(1.0))}
+    assert call_label("commit urgent") == "commit on the lane"
+    assert call_label("first_words usual") == "first words on a worker"

@@ -274,3 +274,12 @@ def test_asr_queue_waits_are_counted_by_urgency() -> None:
     assert value(metrics, "speechpipe_asr_queue_wait_seconds_sum",
                  urgency="refresh") == pytest.approx(0.3)
     assert value(metrics, "speechpipe_asr_batch_size_count") == 3
+    # the call time of each request, by urgency and lane (no lane said: a usual worker)
+    call_count = "speechpipe_asr_call_seconds_count"
+    assert value(metrics, call_count, urgency="refresh", lane="usual") == 2
+    metrics.load.batch_done(1, [0.1], 0.25, ["commit"], "urgent")
+    metrics.load.batch_done(1, [0.1], 0.5, ["commit"], "sideways")  # bounded: usual
+    assert value(metrics, call_count, urgency="commit", lane="urgent") == 1
+    assert value(metrics, call_count, urgency="commit", lane="usual") == 2
+    assert value(metrics, "speechpipe_asr_call_seconds_sum",
+                 urgency="commit", lane="urgent") == pytest.approx(0.25)

@@ -146,10 +146,12 @@ def test_the_observer_hears_each_requests_wait_and_urgency():
     class Heard:
         def __init__(self) -> None:
             self.batches: list[tuple[int, list[float], list[str]]] = []
+            self.lanes: list[str] = []
 
         def batch_done(self, requests: int, waits: list[float], seconds: float,
-                       urgencies: Sequence[str] = ()) -> None:
+                       urgencies: Sequence[str] = (), lane: str = "usual") -> None:
             self.batches.append((requests, list(waits), list(urgencies)))
+            self.lanes.append(lane)
 
         def dropped(self, reason: str) -> None:
             pass
@@ -178,6 +180,7 @@ def test_the_observer_hears_each_requests_wait_and_urgency():
                                              ["refresh"]]  # the held call was a commit too
     assert all(len(waits) == requests == 1 for requests, waits, _ in heard.batches)
     assert min(b[1][0] for b in heard.batches[1:]) >= 0.04  # they did wait
+    assert heard.lanes == ["usual"] * 4  # no urgent lane here
 
 
 def test_a_batch_is_the_most_urgent_request_and_its_bucket():

@@ -131,6 +131,33 @@ def test_the_lane_never_takes_a_partial_and_the_usual_workers_take_a_commit_it_c
     assert sorted(r.partial for call in usual.calls for r in call) == [False, True, True]
 
 
+def test_the_observer_hears_which_lane_ran_each_call():
+    """The server's metrics label each call with its lane: the partial on a usual worker,
+    the commit that overtook it on the lane (``speechpipe_asr_call_seconds``)."""
+    lanes: list[tuple[str, list[str]]] = []
+
+    class Heard:
+        def batch_done(self, requests, waits, seconds, urgencies=(), lane="usual"):
+            lanes.append((lane, list(urgencies)))
+
+        def dropped(self, reason):
+            pass
+
+    usual, urgent, batcher = lane(workers=1)
+    batcher.observer = Heard()
+    try:
+        usual.gate.clear()
+        partial = batcher.submit(req(2.0))
+        assert usual.entered.wait(5)
+        batcher.submit(req(3.0, partial=False)).result(5)  # on the lane, the partial held
+        usual.gate.set()
+        partial.result(5)
+    finally:
+        usual.gate.set()
+        batcher.close()
+    assert lanes == [("urgent", ["commit"]), ("usual", ["refresh"])]
+
+
 def test_first_words_go_to_the_lane_only_when_asked():
     assert urgent_classes(BatchOptions()) == {"commit", "first_words"}
     assert urgent_classes(BatchOptions(urgent_first_words=False)) == {"commit"}
