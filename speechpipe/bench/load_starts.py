@@ -197,8 +197,8 @@ def _call_times(url: str) -> WaitSums:
 
 
 def queue_wait_means(before: WaitSums, after: WaitSums) -> dict[str, tuple[int, float]]:
-    """Per urgency class, the requests computed between two scrapes and their mean queue
-    wait (pure); classes with none are left out."""
+    """Per urgency class (or "urgency lane", ``_call_times``), the requests computed between
+    two scrapes and their mean queue wait (or call time) (pure); keys with none are left out."""
     out: dict[str, tuple[int, float]] = {}
     for urgency, count in after[0].items():
         n = count - before[0].get(urgency, 0.0)
