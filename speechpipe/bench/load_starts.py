@@ -173,31 +173,24 @@ async def run_start_case(
 WaitSums = tuple[dict[str, float], dict[str, float]]  # per urgency: (count, sum)
 
 
-def _queue_waits(url: str) -> WaitSums:
-    """The ASR queue wait histogram's counts and sums per urgency, now (empty: unreadable)."""
+def _asr_sums(url: str) -> tuple[WaitSums, WaitSums]:
+    """From one scrape, now: the ASR queue wait histogram's counts and sums per urgency, and
+    the call-time histogram's per urgency and lane ("commit urgent", "commit usual", ...);
+    empty when unreadable."""
     try:
         text = metrics_text(url)
     except OSError:
-        return {}, {}
-    name = "speechpipe_asr_queue_wait_seconds"
-    return (sums_by_label(text, f"{name}_count", "urgency"),
-            sums_by_label(text, f"{name}_sum", "urgency"))
+        return ({}, {}), ({}, {})
 
-
-def _call_times(url: str) -> WaitSums:
-    """The ASR call-time histogram's counts and sums per urgency and lane ("commit urgent",
-    "commit usual", ...), now (empty: unreadable)."""
-    try:
-        text = metrics_text(url)
-    except OSError:
-        return {}, {}
-    name, labels = "speechpipe_asr_call_seconds", ("urgency", "lane")
-    return (sums_by_label(text, f"{name}_count", labels),
-            sums_by_label(text, f"{name}_sum", labels))
+    def sums(name: str, labels: str | tuple[str, ...]) -> WaitSums:
+        return (sums_by_label(text, f"{name}_count", labels),
+                sums_by_label(text, f"{name}_sum", labels))
+    return (sums("speechpipe_asr_queue_wait_seconds", "urgency"),
+            sums("speechpipe_asr_call_seconds", ("urgency", "lane")))
 
 
 def queue_wait_means(before: WaitSums, after: WaitSums) -> dict[str, tuple[int, float]]:
-    """Per urgency class (or "urgency lane", ``_call_times``), the requests computed between
+    """Per urgency class (or "urgency lane", ``_asr_sums``), the requests computed between
     two scrapes and their mean queue wait (or call time) (pure); keys with none are left out."""
     out: dict[str, tuple[int, float]] = {}
     for urgency, count in after[0].items():
@@ -210,7 +203,7 @@ def queue_wait_means(before: WaitSums, after: WaitSums) -> dict[str, tuple[int, 
 
 def call_label(key: str) -> str:
     """``"commit urgent"`` -> ``"commit on the lane"``; ``"first_words usual"`` -> ``"first
-    words on a worker"`` (the bench's words for ``_call_times``' keys)."""
+    words on a worker"`` (the bench's words for ``_asr_sums``' keys)."""
     urgency, _, lane = key.partition(" ")
     where = {"urgent": "on the lane", "usual": "on a worker"}.get(lane, lane)
     return f"{urgency.replace('_', ' ')} {where}"
@@ -285,9 +278,7 @@ async def run_start_cases(
                                (f"{sessions} synchronized", "synchronized", sessions),
                                (f"{sessions} staggered {stagger_s} s", "staggered", sessions)):
             cpu0 = server.cpu_seconds() if server is not None else None
-            waits0 = await asyncio.to_thread(_queue_waits, target) if server is not None \
-                else None
-            calls0 = await asyncio.to_thread(_call_times, target) if server is not None \
+            sums0 = await asyncio.to_thread(_asr_sums, target) if server is not None \
                 else None
             case = await run_start_case(target, clips, n, label=label, mode=mode,
                                         recordings=recordings, gap_s=gap_s,
@@ -295,12 +286,10 @@ async def run_start_cases(
                                         target_lang=target_lang)
             if server is not None and cpu0 is not None:
                 case.server_cpu_s = server.cpu_seconds() - cpu0
-            if waits0 is not None:
-                case.asr_waits = queue_wait_means(
-                    waits0, await asyncio.to_thread(_queue_waits, target))
-            if calls0 is not None:
-                case.asr_calls = queue_wait_means(
-                    calls0, await asyncio.to_thread(_call_times, target))
+            if sums0 is not None:
+                waits1, calls1 = await asyncio.to_thread(_asr_sums, target)
+                case.asr_waits = queue_wait_means(sums0[0], waits1)
+                case.asr_calls = queue_wait_means(sums0[1], calls1)
             rows.append(case.row())
     finally:
         if server is not None:
