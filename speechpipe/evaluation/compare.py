@@ -109,10 +109,11 @@ async def compare_variants(
               + "  ".join(f"{label[:24]} {_num(rows[label][-1].get('end_offset'))}"
                           for label, _ in pipelines), file=sys.stderr, flush=True)
     reports = {}
+    target = request.target_lang.strip().lower()
     for label, _ in pipelines:
         cpu, audio, wall = totals[label]
-        reports[label] = {"clips": rows[label],
-                          "aggregate": _aggregate(rows[label], clips, {}, cpu, audio, wall)}
+        reports[label] = {"clips": rows[label], "aggregate": _aggregate(
+            rows[label], clips, {}, cpu, audio, wall, target)}
     return {"variants": reports}
 
 

@@ -1,9 +1,15 @@
 """``speechpipe eval``: run every clip of a manifest through the live pipeline and score it.
 
 Clips: by default those whose language differs from the target and that carry a reference
-translation (the x-to-English set); ``--category`` or ``--all`` widen it. The source language
-is the manifest's ``lang`` (what a user picks in the app); ``--detect-language`` lets Whisper
-detect it instead.
+translation into it (``manifest.reference_for``: ``translations[target]``, or
+``translation_en`` for English); ``--category`` or ``--all`` widen it. Every BLEU, per clip
+and in every aggregate, is taken against that reference. The source language is the
+manifest's ``lang`` (what a user picks in the app); ``--detect-language`` lets Whisper detect
+it instead.
+
+"What the listener got" (``speechpipe.evaluation.listener``): ASR-BLEU of the produced
+speech transcribed in the target language, and the language Whisper detects in it
+(``heard_language`` per clip; ``heard_in_target`` of ``clips_with_speech`` in the aggregate).
 
 "Words during non-speech": words of utterances whose source span holds less than 0.3 s of
 speech according to an independent, strict VAD pass over the clip (webrtcvad mode 3) — so a
@@ -31,7 +37,6 @@ Wrong-language pieces and ``translation_incomplete`` events are counted on every
 from __future__ import annotations
 
 import argparse
-import asyncio
 import resource
 import statistics
 import sys
@@ -43,7 +48,12 @@ from typing import Any
 import numpy as np
 
 from speechpipe.errors import InputError
-from speechpipe.evaluation.manifest import load_manifest
+from speechpipe.evaluation.listener import (
+    listener_aggregate,
+    listener_figures,
+    transcribe_speech,
+)
+from speechpipe.evaluation.manifest import load_manifest, reference_for
 from speechpipe.evaluation.offline import OfflineRun
 from speechpipe.evaluation.regret import (
     commit_aggregate,
@@ -52,7 +62,6 @@ from speechpipe.evaluation.regret import (
 )
 from speechpipe.evaluation.scores import (
     corpus_bleu,
-    end_offset_split,
     latency_scores,
     normalize_text,
     percentiles,
@@ -75,8 +84,10 @@ from speechpipe.transport.file_replay import read_audio
 
 __all__ = ["load_manifest", "check_clips", "evaluate_clips", "words_in_non_speech",
            "transcribe_speech", "listener_figures", "count_unfaithful", "utterance_texts",
-           "repeated_phrase", "count_repeated"]
+           "repeated_phrase", "count_repeated", "reference_for", "select_clips"]
 
+END_SPLIT_KEYS = ("queued_at_end", "unsynthesized_at_end", "silence_after_end",
+                  "synthesis_after_end")
 STAGES = ("vad", "queue.asr", "asr.encode", "asr.langid", "asr.decode", "queue.tts", "tts")
 
 
@@ -93,13 +104,15 @@ def check_clips(clips: list[dict[str, Any]], manifest: str | Path) -> None:
 
 
 def select_clips(clips: list[dict[str, Any]], args: argparse.Namespace, target: str):
-    """The clips to evaluate, by ``--all``, ``--category`` and ``--limit``."""
+    """The clips to evaluate, by ``--all``, ``--category`` and ``--limit``; by default those
+    not in ``target`` that have a reference translation into it."""
+    target = target.strip().lower()
     if args.all:
         chosen = [c for c in clips if c["lang"] != target]
     elif args.category:
         chosen = [c for c in clips if c.get("category") in args.category]
     else:
-        chosen = [c for c in clips if c["lang"] != target and c.get("translation_en")]
+        chosen = [c for c in clips if c["lang"] != target and reference_for(c, target)]
     return chosen[: args.limit] if args.limit else chosen
 
 
@@ -220,6 +233,7 @@ async def evaluate_clips(
     ``offline``: the offline reference (``--offline-reference``): its texts scored beside
     the streamed text, and the spans of a clip's utterances decoded after its run."""
     rows: list[dict[str, Any]] = []
+    target = request.target_lang.strip().lower()
     stage_values: dict[str, list[float]] = {}
     total_cpu = total_audio = total_wall = 0.0
     iterator = clips
@@ -237,7 +251,7 @@ async def evaluate_clips(
         run = await translate_audio(pipeline, audio, clip_request)
         if on_run is not None:
             on_run(clip, run)
-        reference = clip.get("translation_en") or ""
+        reference = reference_for(clip, target)
         reference_words = len(reference.split()) if reference else None
         scores = latency_scores(run.records, run.input_seconds, reference_words)
         row: dict[str, Any] = {
@@ -257,14 +271,13 @@ async def evaluate_clips(
             row["wer"] = wer(clip["transcript"], run.source_text)
         if reference:
             row["bleu"] = round(sentence_bleu(run.target_text, reference), 2)
-        target = request.target_lang.strip().lower()
         if offline is not None:
             row.update(offline_scores(offline.texts[clip["id"]], row["bleu"], reference))
         row.update(commit_fields(
             run.records, run.source_text, run.target_text, target, clip["lang"],
             None if offline is None else offline.source_texts.get(clip["id"]),
             None if offline is None else offline.texts.get(clip["id"])))
-        row.update(await listener_figures(pipeline, run, reference))
+        row.update(await listener_figures(pipeline, run, reference, target))
         if offline is not None:
             row.update(await span_coverage(offline, clip, audio, run.records,
                                            run.input_seconds, target))
@@ -282,7 +295,7 @@ async def evaluate_clips(
     if bar is not None:
         bar.close()
     return {"clips": rows, "aggregate": _aggregate(rows, clips, stage_values, total_cpu,
-                                                   total_audio, total_wall)}
+                                                   total_audio, total_wall, target)}
 
 
 def offline_scores(offline_text: str, bleu: float | None, reference: str) -> dict[str, Any]:
@@ -293,44 +306,17 @@ def offline_scores(offline_text: str, bleu: float | None, reference: str) -> dic
     return {"offline_text": offline_text, "offline_bleu": offline_bleu, "bleu_gap": gap}
 
 
-def transcribe_speech(model: Any, samples: np.ndarray, sample_rate: int) -> str:
-    """English text of produced speech (ASR-BLEU's transcription): Whisper, beam 5, no
-    conditioning on previous text. ``model`` is a loaded ``faster_whisper.WhisperModel``."""
-    import soxr
-
-    audio = samples.astype(np.float32) / 32768.0
-    if sample_rate != STREAM_RATE:
-        audio = soxr.resample(audio, sample_rate, STREAM_RATE).astype(np.float32)
-    if not len(audio) or not np.any(audio):
-        return ""
-    segments, _ = model.transcribe(audio, language="en", task="transcribe", beam_size=5,
-                                   condition_on_previous_text=False)
-    return " ".join(segment.text.strip() for segment in segments).strip()
-
-
-async def listener_figures(pipeline: Pipeline, run: Any, reference: str) -> dict[str, Any]:
-    """What the listener got: ASR-BLEU of the produced speech and the EndOffset split.
-
-    Runs after the clip's streaming run, on the pipeline's already-loaded Whisper (no second
-    copy), so it costs the run no latency or CPU figures."""
-    heard = await asyncio.to_thread(transcribe_speech, pipeline.engine.model, run.output,
-                                    run.output_rate)
-    split = end_offset_split(run.records)
-    return {
-        "asr_text": heard,
-        "asr_bleu": round(sentence_bleu(heard, reference), 2) if reference else None,
-        **{k: (None if v is None else round(v, 4)) for k, v in split.items()},
-    }
-
-
 def _median(rows: list[dict[str, Any]], key: str) -> float | None:
     values = [r[key] for r in rows if r.get(key) is not None]
     return round(statistics.median(values), 4) if values else None
 
 
-def _aggregate(rows, clips, stage_values, total_cpu, total_audio, total_wall) -> dict[str, Any]:
+def _aggregate(rows, clips, stage_values, total_cpu, total_audio, total_wall,
+               target: str = "en") -> dict[str, Any]:
+    """The figures of ``rows`` together; BLEU against each clip's reference into ``target``
+    (``reference_for``). ``stage_values`` None: a category's own aggregate."""
     by_id = {c["id"]: c for c in clips}
-    with_ref = [r for r in rows if by_id[r["id"]].get("translation_en")]
+    with_ref = [r for r in rows if reference_for(by_id[r["id"]], target)]
     wer_rows = [r for r in rows if r["wer"] is not None]
     corpus_wer = None
     if wer_rows:
@@ -351,6 +337,7 @@ def _aggregate(rows, clips, stage_values, total_cpu, total_audio, total_wall) ->
                          "share": round(totals[stage] / grand, 4)}
     return {
         "clips": len(rows),
+        "target_lang": target,
         "median_start_offset": _median(rows, "start_offset"),
         "median_end_offset": _median(rows, "end_offset"),
         "median_text_start_offset": _median(rows, "text_start_offset"),
@@ -360,10 +347,11 @@ def _aggregate(rows, clips, stage_values, total_cpu, total_audio, total_wall) ->
         "median_ne": _median(rows, "ne"),
         "bleu": (None if not with_ref else round(corpus_bleu(
             [r["target_text"] for r in with_ref],
-            [by_id[r["id"]]["translation_en"] for r in with_ref]) or 0.0, 2)),
-        **_offline_aggregate(with_ref, by_id),
+            [reference_for(by_id[r["id"]], target) for r in with_ref]) or 0.0, 2)),
+        **_offline_aggregate(with_ref, by_id, target),
         **commit_aggregate(rows),
-        **_listener_aggregate(rows, by_id),
+        **listener_aggregate(rows, by_id, target),
+        **{f"median_{key}": _median(rows, key) for key in END_SPLIT_KEYS},
         "wer": None if corpus_wer is None else round(corpus_wer, 4),
         "cpu_per_audio_s": round(total_cpu / total_audio, 4) if total_audio else None,
         "rtf": round(total_wall / total_audio, 4) if total_audio else None,
@@ -373,22 +361,24 @@ def _aggregate(rows, clips, stage_values, total_cpu, total_audio, total_wall) ->
         "utterances_repeated": sum(r.get("utterances_repeated", 0) for r in rows),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "stages": stages,
-        "by_category": _by_category(rows, clips) if top else {},
+        "by_category": _by_category(rows, clips, target) if top else {},
     }
 
 
-def _offline_aggregate(with_ref: list[dict[str, Any]], by_id: dict[str, Any]) -> dict[str, Any]:
+def _offline_aggregate(with_ref: list[dict[str, Any]], by_id: dict[str, Any],
+                       target: str) -> dict[str, Any]:
     """Corpus BLEU of the offline reference over the clips the streamed BLEU is taken on, and
     the gap streamed - offline; nothing without ``--offline-reference``."""
     if not with_ref or any("offline_text" not in r for r in with_ref):
         return {}
-    references = [by_id[r["id"]]["translation_en"] for r in with_ref]
+    references = [reference_for(by_id[r["id"]], target) for r in with_ref]
     streamed = corpus_bleu([r["target_text"] for r in with_ref], references) or 0.0
     offline = corpus_bleu([r["offline_text"] for r in with_ref], references) or 0.0
     return {"offline_bleu": round(offline, 2), "bleu_gap": round(streamed - offline, 2)}
 
 
-def _by_category(rows: list[dict[str, Any]], clips: list[dict[str, Any]]) -> dict[str, Any]:
+def _by_category(rows: list[dict[str, Any]], clips: list[dict[str, Any]],
+                 target: str) -> dict[str, Any]:
     """The aggregate of each manifest ``category`` apart (a set that flatters one kind of
     speech hides another's losses)."""
     by_id = {c["id"]: c for c in clips}
@@ -402,13 +392,14 @@ def _by_category(rows: list[dict[str, Any]], clips: list[dict[str, Any]]) -> dic
         audio = sum(r["duration_s"] for r in members)
         cpu = sum(r["cpu_per_audio_s"] * r["duration_s"] for r in members)
         wall = sum(r["rtf"] * r["duration_s"] for r in members)
-        figures = _aggregate(members, clips, None, cpu, audio, wall)
+        figures = _aggregate(members, clips, None, cpu, audio, wall, target)
         out[category] = {k: v for k, v in figures.items() if k not in ("stages", "by_category")}
     return out
 
 
 CATEGORY_COLUMNS = (("clips", "clips"), ("BLEU", "bleu"), ("ASR-BLEU", "asr_bleu"),
-                    ("WER", "wer"), ("StartOff", "median_start_offset"),
+                    ("inTarget", "heard_in_target"), ("WER", "wer"),
+                    ("StartOff", "median_start_offset"),
                     ("EndOff", "median_end_offset"), ("tStart", "median_text_start_offset"),
                     ("NE", "median_ne"), ("CPU/s", "cpu_per_audio_s"),
                     ("invented", "utterances_invented"), ("dropped", "utterances_dropped"),
@@ -433,22 +424,6 @@ def print_categories(aggregate: dict[str, Any], out=None, label: str = "") -> No
                                              for _, key in columns), file=out)
 
 
-def _listener_aggregate(rows: list[dict[str, Any]], by_id: dict[str, Any]) -> dict[str, Any]:
-    """Corpus ASR-BLEU (same normalization as text BLEU) and the EndOffset split's medians."""
-    with_ref = [r for r in rows if by_id[r["id"]].get("translation_en") and "asr_text" in r]
-    asr_bleu = None
-    if with_ref:
-        asr_bleu = round(corpus_bleu([r["asr_text"] for r in with_ref],
-                                     [by_id[r["id"]]["translation_en"] for r in with_ref])
-                         or 0.0, 2)
-    return {
-        "asr_bleu": asr_bleu,
-        **{f"median_{key}": _median(rows, key) for key in (
-            "queued_at_end", "unsynthesized_at_end", "silence_after_end",
-            "synthesis_after_end")},
-    }
-
-
 def _fmt(value: Any, unit: str = "") -> str:
     if value is None:
         return "-"
@@ -461,7 +436,7 @@ def print_report(report: dict[str, Any], out=sys.stdout) -> None:
     """Print an evaluation report: a row per clip, then the aggregate."""
     header = (f"{'clip':<28}{'dur':>6}{'Start':>7}{'End':>7}{'tEnd':>7}{'queue':>7}"
               f"{'unsyn':>7}{'silen':>7}{'synth':>7}{'LAAL':>7}"
-              f"{'NE':>6}{'WER':>6}{'BLEU':>7}{'aBLEU':>7}{'CPU/s':>7}")
+              f"{'NE':>6}{'WER':>6}{'BLEU':>7}{'aBLEU':>7}{'heard':>6}{'CPU/s':>7}")
     with_offline = any("offline_bleu" in r for r in report["clips"])
     print(header + (f"{'oBLEU':>7}" if with_offline else ""), file=out)
     for r in report["clips"]:
@@ -471,9 +446,11 @@ def print_report(report: dict[str, Any], out=sys.stdout) -> None:
               f"{_fmt(r.get('silence_after_end')):>7}{_fmt(r.get('synthesis_after_end')):>7}"
               f"{_fmt(r['laal']):>7}"
               f"{_fmt(r['ne']):>6}{_fmt(r['wer']):>6}{_fmt(r['bleu']):>7}"
-              f"{_fmt(r.get('asr_bleu')):>7}{_fmt(r['cpu_per_audio_s']):>7}"
+              f"{_fmt(r.get('asr_bleu')):>7}{_fmt(r.get('heard_language')):>6}"
+              f"{_fmt(r['cpu_per_audio_s']):>7}"
               + (f"{_fmt(r.get('offline_bleu')):>7}" if with_offline else ""), file=out)
     a = report["aggregate"]
+    target = a.get("target_lang") or ""
     print(f"\n{a['clips']} clips: median StartOffset {_fmt(a['median_start_offset'], ' s')}, "
           f"EndOffset {_fmt(a['median_end_offset'], ' s')}, text StartOffset "
           f"{_fmt(a['median_text_start_offset'], ' s')}, text EndOffset "
@@ -485,7 +462,9 @@ def print_report(report: dict[str, Any], out=sys.stdout) -> None:
           f"{_fmt(a.get('median_silence_after_end'), ' s')}, synthesis time after "
           f"{_fmt(a.get('median_synthesis_after_end'), ' s')}", file=out)
     wer_text = "-" if a["wer"] is None else f"{a['wer'] * 100:.1f} %"
-    print(f"BLEU {_fmt(a['bleu'])}, ASR-BLEU {_fmt(a.get('asr_bleu'))}, WER {wer_text}, "
+    print(f"BLEU {_fmt(a['bleu'])}, ASR-BLEU {_fmt(a.get('asr_bleu'))}, "
+          f"heard in {target or 'the target language'} {_fmt(a.get('heard_in_target'))} of "
+          f"{a.get('clips_with_speech', 0)} clips with speech, WER {wer_text}, "
           f"CPU {_fmt(a['cpu_per_audio_s'])} s per "
           f"audio s, RTF {_fmt(a['rtf'])}, peak RSS {_fmt(a['peak_rss_mb'])} MB, words during "
           f"non-speech {a['words_in_non_speech']}", file=out)

@@ -1,7 +1,10 @@
 """A clip manifest (JSONL: one clip an object a line, ``file`` and ``lang`` at least), read
 and checked line by line: the one reader of ``eval``, ``eval --compare`` and the benches
 (``bench load``, ``cost``, ``soak``, ``drill``). Pure: the standard library and the
-language table only, no audio and no model."""
+language table only, no audio and no model.
+
+Reference translations: ``translations`` (``{lang: text}``) and, older, ``translation_en``;
+``reference_for(clip, target)`` is the one place they are read."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from typing import Any
 
 from speechpipe.errors import InputError
 
-__all__ = ["load_manifest", "MAX_MANIFEST_LINE"]
+__all__ = ["load_manifest", "reference_for", "MAX_MANIFEST_LINE"]
 
 _TEXT_FIELDS = ("file", "lang", "id", "transcript", "translation_en", "transcript_kind",
                 "category")
@@ -21,7 +24,8 @@ MAX_MANIFEST_LINE = 1 << 20  # one clip's line: references are sentences, not me
 def load_manifest(path: str | Path) -> list[dict[str, Any]]:
     """The clips of a JSONL manifest; ``InputError`` naming the line for anything a run would
     trip on later: bad UTF-8 or JSON (deep nesting included), a clip that is not an object,
-    a missing ``file``/``lang``, a field that is not a string, an unknown language."""
+    a missing ``file``/``lang``, a field that is not a string, an unknown language,
+    ``translations`` that is not an object of language -> text."""
     from speechpipe.models.ct2_folder import WHISPER_LANGUAGES
 
     path = Path(path)
@@ -63,8 +67,41 @@ def load_manifest(path: str | Path) -> list[dict[str, Any]]:
             if clip["lang"].strip().lower() not in WHISPER_LANGUAGES:
                 raise InputError(f"{where}: unknown language {clip['lang']!r}")
             clip["lang"] = clip["lang"].strip().lower()
+            if "translations" in clip:
+                clip["translations"] = _translations(clip["translations"], where,
+                                                     WHISPER_LANGUAGES)
             clip["path"] = str(path.parent / clip["file"])
             clip.setdefault("id", Path(clip["file"]).stem)
             clip["line"] = number
             clips.append(clip)
     return clips
+
+
+def _translations(value: Any, where: str, languages: frozenset[str]) -> dict[str, str | None]:
+    """A clip's ``translations`` (``{lang: text}``, null: none) with its languages normalized;
+    ``InputError`` for anything else. Its size is bounded by the line's, like every text."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: 'translations' must be an object of language -> text, "
+                         f"not {type(value).__name__}")
+    out: dict[str, str | None] = {}
+    for lang, text in value.items():
+        code = lang.strip().lower()
+        if code not in languages:
+            raise InputError(f"{where}: 'translations' has an unknown language {lang!r}")
+        if text is not None and not isinstance(text, str):
+            raise InputError(f"{where}: 'translations.{code}' must be a string, not "
+                             f"{type(text).__name__}")
+        out[code] = text
+    return out
+
+
+def reference_for(clip: dict[str, Any], target: str) -> str:
+    """The clip's reference translation into ``target``: ``translations[target]``, else
+    ``translation_en`` for English; "" when it has none."""
+    target = target.strip().lower()
+    text = (clip.get("translations") or {}).get(target)
+    if not (text and text.strip()) and target == "en":
+        text = clip.get("translation_en")
+    return text if text and text.strip() else ""

@@ -14,8 +14,9 @@ audio is the same 16 kHz mono samples the streamed run is fed
 streaming policy's, not the resampler's.
 
 x-to-English with Whisper's own translation only (``--mt whisper``, ``--target-lang en``):
-the eval scores translations against the manifest's ``translation_en`` only, so an en-to-x
-offline figure would have no reference to be scored against.
+Whisper's ``translate`` task speaks English only, so for another target the offline decode
+would not be the same system's output (the streamed figures of any target are scored
+against the manifest's ``translations``; ``manifest.reference_for``).
 
 Results are cached under ``$SPEECHPIPE_HOME/eval-offline/`` (one JSON file per key) keyed by
 the clip file's SHA-256, the model's identity (the SHA-256 of its ``model.bin`` as pinned
