@@ -3,13 +3,22 @@
 The choice reads only ``$SPEECHPIPE_HOME/registry.json`` (no model loads), in this order:
 
 1. an installed text-MT pair for (source, target): ``text``;
-2. the target is English: Whisper's own ``translate`` task, ``whisper``;
-3. two installed pairs source->en and en->target: ``text+text`` (the captions are translated
+2. the target is English: Whisper's own ``translate`` task, ``whisper`` (so the X -> English
+   default never changes with what else is installed);
+3. an installed Apertium pair for (source, target) (``models.apertium``, rule-based): ``text``
+   with the hop ``apertium:MODE`` -- direct, never through English when a direct pair is there;
+4. two installed pairs source->en and en->target: ``text+text`` (the captions are translated
    twice; Whisper then runs one decode per step instead of two, and captions commit sooner
    than Whisper's English);
-4. an installed en->target pair: ``whisper+text`` (Whisper's English is the pivot, so any of
-   Whisper's languages, and ``auto``, reach the target);
-5. else ``LanguageError`` naming the ``speechpipe models pull`` command that makes it work.
+5. an installed en->target pair, a neural one first, else Apertium's: ``whisper+text``
+   (Whisper's English is the pivot, so any of Whisper's languages, and ``auto``, reach the
+   target); with ``auto``, an utterance detected as English, or as a language with a direct
+   Apertium pair to the target, is translated from its own captions instead (``direct``);
+6. else ``LanguageError`` naming the exact command that makes it work (an ``apt install`` of
+   the Apertium pair Debian has, else ``speechpipe models pull``).
+
+Apertium pairs come in as ``apertium``: (source, target) -> hop name, so the choice stays a
+pure function of what is installed.
 
 With ``source="auto"`` step 1 only takes models that translate from many languages (NLLB,
 M2M-100, multi-source Marian): the detected language is known per utterance only.
@@ -24,7 +33,8 @@ from typing import Any, Literal
 
 from speechpipe.errors import LanguageError
 
-__all__ = ["MtRoute", "choose_route", "pull_hint", "PAIR_CATALOGUE", "installed_pairs"]
+__all__ = ["MtRoute", "choose_route", "install_hint", "pull_hint", "PAIR_CATALOGUE",
+           "installed_pairs"]
 
 RouteKind = Literal["whisper", "text", "text+text", "whisper+text"]
 
@@ -48,6 +58,10 @@ class MtRoute:
 
     kind: RouteKind
     hops: tuple[str, ...] = ()
+    # ``whisper+text`` with ``auto``: spoken languages whose captions a direct pair translates
+    # instead of Whisper's English (language -> hop), chosen per utterance by the language
+    # detected; English speech is translated from its own captions, never re-said by Whisper
+    direct: tuple[tuple[str, str], ...] = ()
 
     @property
     def whisper_translates(self) -> bool:
@@ -63,7 +77,10 @@ class MtRoute:
         if self.kind == "text+text":
             return (f"{source} -> en -> {target} with MT models {self.hops[0]} and "
                     f"{self.hops[1]}")
-        return f"{source} -> en with Whisper, en -> {target} with MT model {self.hops[0]}"
+        line = f"{source} -> en with Whisper, en -> {target} with MT model {self.hops[0]}"
+        if self.direct:
+            line += "; direct from " + ", ".join(f"{lang} ({hop})" for lang, hop in self.direct)
+        return line
 
 
 def _langs(entry: Mapping[str, Any], key: str) -> frozenset[str] | None:
@@ -98,9 +115,12 @@ def _pick(entries: Mapping[str, Mapping[str, Any]], source: str, target: str) ->
 
 
 def choose_route(
-    source: str, target: str, entries: Mapping[str, Mapping[str, Any]]
+    source: str, target: str, entries: Mapping[str, Mapping[str, Any]],
+    apertium: Mapping[tuple[str, str], str] | None = None,
 ) -> MtRoute:
-    """The route for ``source`` (a Whisper code or ``auto``) to ``target`` (see module)."""
+    """The route for ``source`` (a Whisper code or ``auto``) to ``target`` (see module);
+    ``apertium``: the installed Apertium pairs, (source, target) -> hop name."""
+    apertium = apertium or {}
     if target == "en" and source in ("auto", "en"):
         return MtRoute("whisper")
     direct = _pick(entries, source, target)
@@ -108,15 +128,40 @@ def choose_route(
         return MtRoute("text", (direct,))
     if target == "en":
         return MtRoute("whisper")
+    if (source, target) in apertium:
+        return MtRoute("text", (apertium[(source, target)],))
     second = _pick(entries, "en", target)
     if second is not None and source not in ("auto", "en"):
         first = _pick(entries, source, "en")
         if first is not None:
             return MtRoute("text+text", (first, second))
+    if second is None and ("en", target) in apertium:
+        second = apertium[("en", target)]
     if second is not None:
-        return MtRoute("whisper+text", (second,))
+        direct: tuple[tuple[str, str], ...] = ()
+        if source == "auto":  # per utterance: the detected language's own pair first
+            pairs = {"en": second}
+            if second.startswith("apertium:"):  # one backend, one policy, per session
+                pairs |= {src: hop for (src, tgt), hop in apertium.items()
+                          if tgt == target and src != "en"}
+            direct = tuple(sorted(pairs.items()))
+        return MtRoute("whisper+text", (second,), direct)
     raise LanguageError(f"target language {target!r} needs a text MT model and none is "
-                        f"installed for {source} -> {target}: {pull_hint(target)}")
+                        f"installed for {source} -> {target}: {install_hint(source, target)}")
+
+
+def install_hint(source: str, target: str) -> str:
+    """The command that makes ``source`` reach ``target``: the Debian package of a direct
+    Apertium pair, else of an English one (Whisper's English as the pivot), else a pull."""
+    from speechpipe.models.apertium import install_hint as apt_hint
+
+    for pair in ((source, target), ("en", target)):
+        line = apt_hint(*pair) if pair[0] != "auto" else None
+        if line:
+            via = "" if pair == (source, target) else f" (any spoken language reaches {target} " \
+                "through Whisper's English)"
+            return (f"install rule-based MT with `{line}`{via}, or {pull_hint(target)}")
+    return pull_hint(target)
 
 
 def pull_hint(target: str) -> str:

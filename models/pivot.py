@@ -7,10 +7,13 @@ to the second hop only, so committed target words are still never contradicted.
 
 from __future__ import annotations
 
+from typing import Any
+
 from speechpipe.models.ct2_worker import Ct2TranslationWorker
 from speechpipe.stages.model_api import TextMtRequest, TextMtResult
+from speechpipe.stages.text_mt_options import TextMtOptions
 
-__all__ = ["PivotTranslation"]
+__all__ = ["ByLanguage", "PivotTranslation"]
 
 PIVOT_LANGUAGE = "en"
 
@@ -40,3 +43,34 @@ class PivotTranslation:
             prefix_tokens=result.prefix_tokens,
             generated_tokens=english.generated_tokens + result.generated_tokens,
         )
+
+
+class ByLanguage:
+    """``translate(request)`` by the request's source language: its own translator where one is
+    given (``direct``: a detected language's direct pair, English's own captions), else
+    ``pivot`` (Whisper's English to the target). A session with ``--source-lang auto``."""
+
+    def __init__(self, pivot: Any, direct: dict[str, Any]) -> None:
+        self.pivot = pivot
+        self.direct = direct
+
+    @property
+    def model_id(self) -> str:
+        """The pivot's id: the translation memory keys on it with the source language."""
+        return str(self.pivot.model_id)
+
+    @property
+    def languages(self) -> frozenset[str]:
+        """The spoken languages translated from their own captions."""
+        return frozenset(self.direct)
+
+    def policy(self, base: TextMtOptions) -> TextMtOptions:
+        """The pivot backend's policy (all hops of one route are one backend's)."""
+        own = getattr(self.pivot, "policy", None)
+        return own(base) if callable(own) else base
+
+    async def translate(self, request: TextMtRequest) -> TextMtResult:
+        """The request through its language's translator."""
+        translator = self.direct.get(request.source_lang, self.pivot)
+        result: TextMtResult = await translator.translate(request)
+        return result

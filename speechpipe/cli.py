@@ -236,6 +236,18 @@ def _load_pipeline(args: argparse.Namespace) -> Pipeline:
     return pipeline
 
 
+def _print_engines(pipeline: Pipeline, args: argparse.Namespace) -> None:
+    """At start: what translates and what speaks, labelled honestly ("rule-based MT",
+    "robotic voice"), so a listener knows what they will hear."""
+    from speechpipe.session import describe_engines
+
+    engines = describe_engines(pipeline.resolve(_request(args)))
+    print(f"translation: {engines['mt']}")
+    if "voice" in engines:
+        print(f"voice:       {engines['voice']}")
+    sys.stdout.flush()
+
+
 def _subtitle_paths(args: argparse.Namespace) -> list[tuple[Side, str]]:
     """``--subtitles`` / ``--source-subtitles``, each checked (suffix, folder) before any audio
     is processed."""
@@ -274,6 +286,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
     writer = SpeechFileWriter(out, args.output_rate)  # opens (a temporary file) already
     try:
         with _load_pipeline(args) as pipeline:  # leaving joins the workers, releases models
+            _print_engines(pipeline, args)
             run = translate_file(source, writer, _request(args), pipeline=pipeline,
                                  trace_path=args.trace)
     finally:

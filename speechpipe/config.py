@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from speechpipe.cluster.options import ClusterSettings
 from speechpipe.errors import InputError
+from speechpipe.models.apertium_options import ApertiumOptions
 from speechpipe.models.batch_options import BatchOptions
 from speechpipe.server.options import LoadOptions
 from speechpipe.stages.asr_options import AsrOptions
@@ -89,6 +90,8 @@ class PipelineOptions:
     batching: BatchOptions = field(default_factory=BatchOptions)  # the shared ASR worker
     faithful: FaithfulnessOptions = field(default_factory=FaithfulnessOptions)  # guards
     text_mt: TextMtOptions = field(default_factory=TextMtOptions)  # --mt ct2:MODEL sessions
+    # the Apertium rule-based MT backend (models/apertium.py): its hold and deadline
+    apertium: ApertiumOptions = field(default_factory=ApertiumOptions)
     # the Piper engine's voices (voices/engines.py: an engine's options are the group of its
     # name); speaking rate 0.9: a little faster than the voices' own (< 1 is faster)
     piper: PiperOptions = field(default_factory=lambda: PiperOptions(length_scale=0.9))
@@ -420,7 +423,9 @@ RANGES: dict[str, Range] = {
     "pipeline.mt_threads": AT_LEAST_ONE,
     "pipeline.blas_threads": AT_LEAST_ONE,
     "asr.vocabulary_words": NON_NEGATIVE,  # 0: the full vocabulary
-    "text_mt.open_new_tokens": NON_NEGATIVE,  # 0: open updates run to the length cap
+    "text_mt.open_new_tokens": NON_NEGATIVE,
+    "apertium.hold_words": Range(1, 12),
+    "apertium.deadline_s": Range(0.05, 60),  # 0: open updates run to the length cap
     "degrade.busy_load_ratio": NON_NEGATIVE,  # 0: no level ahead of the queue
     "degrade.busy_level": NON_NEGATIVE,
     "vad.aggressiveness": Range(0, 3),  # webrtcvad's modes

@@ -28,13 +28,14 @@ import numpy as np
 from speechpipe.config import PipelineOptions
 from speechpipe.errors import InputError, LanguageError, SessionError, WorkerError
 from speechpipe.machine import cpu_info
+from speechpipe.models.apertium import ApertiumPair, ApertiumTranslator
 from speechpipe.models.asr_lanes import lane_engine, urgent_lane_workers
 from speechpipe.models.batching import PRIORITY_LIVE, PRIORITY_REPLAY, AsrBatcher, SessionAsr
 from speechpipe.models.ct2_folder import WHISPER_LANGUAGES
 from speechpipe.models.ct2_translator import Ct2TextTranslator
 from speechpipe.models.ct2_worker import Ct2TranslationWorker
 from speechpipe.models.mt_routes import MtRoute, choose_route, pull_hint
-from speechpipe.models.pivot import PivotTranslation
+from speechpipe.models.pivot import ByLanguage, PivotTranslation
 from speechpipe.models.prefill import rows_step_choice
 from speechpipe.models.whisper_engine import WhisperEngine
 from speechpipe.models.whisper_weights import resolve_whisper_model
@@ -52,6 +53,7 @@ from speechpipe.stages.model_api import WhisperRequest, WhisperResult
 from speechpipe.stages.mt import SpeechTranslationPassthrough
 from speechpipe.stages.request import SessionRequest
 from speechpipe.stages.text_mt import TextMtStage
+from speechpipe.stages.text_mt_options import TextMtOptions
 from speechpipe.stages.translation_memory import TranslationMemory
 from speechpipe.stages.tts import TtsStage
 from speechpipe.stages.vad import LabeledAudio, VadStage, merge_labeled
@@ -65,6 +67,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("speechpipe.session")
+
+# what a session's text MT is: one backend's shared worker, or two CT2 models through English
+TextTranslator = Ct2TranslationWorker | ApertiumTranslator | PivotTranslation | ByLanguage
 
 MIN_OUTPUT_RATE = 8_000
 MAX_OUTPUT_RATE = 48_000
@@ -100,8 +105,11 @@ def check_request(request: SessionRequest) -> tuple[str, str]:
             )
     elif request.mt == "auto":
         mt_route(source, target)  # one clear line naming `models pull` when no route exists
+    elif request.mt.startswith("apertium:"):
+        apertium_pair(request.mt)
     elif not request.mt.startswith("ct2:"):
-        raise InputError(f"unknown MT backend {request.mt!r} (use auto, whisper or ct2:MODEL)")
+        raise InputError(f"unknown MT backend {request.mt!r} "
+                         "(use auto, whisper, ct2:MODEL or apertium:PAIR)")
     check_output_rate(request.output_sample_rate)
     return source, target
 
@@ -109,18 +117,70 @@ def check_request(request: SessionRequest) -> tuple[str, str]:
 def mt_route(source: str, target: str) -> MtRoute:
     """``--mt auto``'s route for a normalized pair, from the installed models
     (``speechpipe.models.mt_routes``)."""
+    from speechpipe.models.apertium import installed_pairs
     from speechpipe.models.mt_registry import registered_mt_models
 
-    return choose_route(source, target, registered_mt_models())
+    apertium = {pair: found.name for pair, found in installed_pairs().items()}
+    return choose_route(source, target, registered_mt_models(), apertium)
+
+
+def apertium_pair(spec: str) -> ApertiumPair:
+    """The installed Apertium pair ``apertium:MODE`` (``apertium:eng-spa``) names."""
+    from speechpipe.models.apertium import installed_pairs
+
+    mode = spec.removeprefix("apertium:")
+    for pair in installed_pairs().values():
+        if pair.mode == mode:
+            return pair
+    names = ", ".join(sorted(p.mode for p in installed_pairs().values())) or "none"
+    raise LanguageError(f"no Apertium pair {mode[:64]!r} is installed (installed: {names}); "
+                        "Debian's apertium-* packages install them")
 
 
 def request_route(request: SessionRequest, source: str, target: str) -> MtRoute:
-    """The route a checked request runs: ``--mt whisper`` and ``--mt ct2:X`` name theirs."""
+    """The route a checked request runs: ``--mt whisper``, ``--mt ct2:X`` and
+    ``--mt apertium:PAIR`` name theirs."""
     if request.mt == "whisper":
         return MtRoute("whisper")
     if request.mt.startswith("ct2:"):
         return MtRoute("text", (request.mt.removeprefix("ct2:"),))
+    if request.mt.startswith("apertium:"):
+        return MtRoute("text", (request.mt,))
     return mt_route(source, target)
+
+
+def mt_policy(translator: TextTranslator, base: TextMtOptions) -> TextMtOptions:
+    """The incremental policy a session's text MT runs under: the backend's own where it
+    has one (Apertium: hold-N, no forced prefix to agree on), else ``text_mt.*``."""
+    own = getattr(translator, "policy", None)
+    return own(base) if callable(own) else base
+
+
+_VOICE_LABELS = {"piper": "Piper neural voice", "espeak-ng": "robotic voice (espeak-ng)"}
+
+
+def describe_engines(resolved: ResolvedRequest) -> dict[str, str]:
+    """What translates and what speaks a session, labelled honestly (the CLI's ``engines:``
+    line and the server's ``started`` event); names only, nothing spoken."""
+    route = resolved.route
+
+    def hop(name: str) -> str:
+        if name.startswith("apertium:"):
+            return f"rule-based MT (Apertium {name.removeprefix('apertium:')})"
+        return f"neural MT (CTranslate2 {name.rsplit('/', 1)[-1]})"
+
+    if route.kind == "whisper":
+        mt = "Whisper translate (neural, speech to English)"
+    elif route.kind == "whisper+text":
+        mt = f"Whisper translate to English, then {hop(route.hops[0])}"
+    else:
+        mt = " then ".join(hop(name) for name in route.hops)
+    engines = {"mt": mt}
+    voice = resolved.voice
+    if voice is not None:
+        label = _VOICE_LABELS.get(voice.engine, f"{voice.engine} voice")
+        engines["voice"] = f"{label} {voice.name}"
+    return engines
 
 
 def _merge_frames(first: AudioFrame, second: AudioFrame) -> AudioFrame:
@@ -134,7 +194,7 @@ class ResolvedRequest:
     source_lang: str | None  # None: detect per utterance
     voice: VoiceInfo | None  # None: captions only (``SessionRequest.speech`` off)
     asr: AsrOptions
-    text_mt: Ct2TranslationWorker | PivotTranslation | None = None  # None: Whisper's only
+    text_mt: TextTranslator | None = None  # None: Whisper's only
     route: MtRoute = MtRoute("whisper")
 
 
@@ -180,7 +240,7 @@ class Pipeline:
         self._tts: dict[str, TtsWorker] = {}
         self._phrase_caches: dict[str, LruCache[tuple[str, str, int, float], np.ndarray]] = {}
         self._tts_lock = threading.Lock()
-        self._text_mt: dict[str, Ct2TranslationWorker] = {}
+        self._text_mt: dict[str, Ct2TranslationWorker | ApertiumTranslator] = {}
         self._text_mt_lock = threading.Lock()
         self.mt_memory = TranslationMemory(options.translation_memory_items)
         # the commit guard's speech check (stages.faithfulness), shared by all sessions
@@ -207,6 +267,21 @@ class Pipeline:
         self.whisper.warm_up()  # and one through the shared worker's thread
         voice = resolve_voice(None, "en", self.options.voice_dirs)
         self.tts_worker(voice).warm_up()
+        self.warm_apertium()
+
+    def warm_apertium(self) -> None:
+        """Start the Apertium pairs named in ``apertium.warm`` (``en-es``) now (blocking); an
+        unknown or uninstalled pair is refused with ``LanguageError``."""
+        from speechpipe.models.apertium import installed_pairs
+
+        installed = installed_pairs()
+        for name in self.options.apertium.warm:
+            source, _, target = name.partition("-")
+            pair = installed.get((source, target))
+            if pair is None:
+                raise LanguageError(f"apertium.warm: no Apertium pair {name[:32]!r} is "
+                                    "installed")
+            self._apertium_worker(pair)
 
     def stop_workers(self) -> None:
         """Stop accepting work and join every worker thread (ASR, TTS, text MT); calls in
@@ -283,15 +358,19 @@ class Pipeline:
             self.engine.check_language(source)  # the loaded model's own languages
         self.whisper.guard.refuse_if_down()  # WorkerUnavailable: close 1013, retry later
         route = request_route(request, source, target)
-        text_mt: Ct2TranslationWorker | PivotTranslation | None = None
+        text_mt: TextTranslator | None = None
         if route.kind == "text":
             text_mt = self.text_mt_worker(route.hops[0])
             text_mt.check_languages(source, target)
         elif route.kind == "whisper+text":
-            text_mt = self.text_mt_worker(route.hops[0])
-            text_mt.check_languages("en", target)
+            pivot_mt = self.text_mt_worker(route.hops[0])
+            pivot_mt.check_languages("en", target)
+            text_mt = pivot_mt
+            if route.direct:  # auto: a detected language's own captions where a pair is
+                text_mt = ByLanguage(pivot_mt, {lang: self.text_mt_worker(hop)
+                                                for lang, hop in route.direct})
         elif route.kind == "text+text":
-            first, second = (self.text_mt_worker(hop) for hop in route.hops)
+            first, second = (self._ct2_worker(hop) for hop in route.hops)
             first.check_languages(source, "en")
             second.check_languages("en", target)
             text_mt = PivotTranslation(first, second)
@@ -317,7 +396,25 @@ class Pipeline:
         return [self.whisper.guard.health(), *(w.guard.health() for w in tts),
                 *(w.guard.health() for w in mt)]
 
-    def text_mt_worker(self, spec: str) -> Ct2TranslationWorker:
+    def text_mt_worker(self, spec: str) -> Ct2TranslationWorker | ApertiumTranslator:
+        """The shared worker for a route's hop: an Apertium pair (``apertium:MODE``) or a
+        CTranslate2 MT model (loaded or started once; blocking)."""
+        if spec.startswith("apertium:"):
+            return self._apertium_worker(apertium_pair(spec))
+        return self._ct2_worker(spec)
+
+    def _apertium_worker(self, pair: ApertiumPair) -> ApertiumTranslator:
+        with self._text_mt_lock:
+            worker = self._text_mt.get(pair.name)
+            if worker is None:
+                self._check_open()
+                worker = ApertiumTranslator(pair, self.options.apertium)
+                worker.warm_up()  # started on first use: the first session waits ~0.1 s once
+                self._text_mt[pair.name] = worker
+        assert isinstance(worker, ApertiumTranslator)
+        return worker
+
+    def _ct2_worker(self, spec: str) -> Ct2TranslationWorker:
         """The shared worker for a CTranslate2 MT model (loaded once; blocking)."""
         from speechpipe.models.mt_registry import resolve_mt_model
 
@@ -331,6 +428,7 @@ class Pipeline:
                                                prefill=self.options.mt_prefill)
                 worker = Ct2TranslationWorker(translator)
                 self._text_mt[str(path)] = worker
+            assert isinstance(worker, Ct2TranslationWorker)
             return worker
 
     def tts_worker(self, voice: VoiceInfo) -> TtsWorker:
@@ -458,10 +556,12 @@ class PipelineSession:
         self.asr: AsrStage | None = None
         self.ladder: SessionLadder | None = None  # set on entry; the degrade ladder reads it
         self._detections = LanguageVote()  # every language detection (language_candidates)
+        self.engines: dict[str, str] | None = None  # describe_engines, once resolved
 
     async def __aenter__(self) -> PipelineSession:
         pipeline = self.pipeline
         self.resolved = resolved = await asyncio.to_thread(pipeline.resolve, self.request)
+        self.engines = describe_engines(resolved)
         options = pipeline.options
         rate = self.request.output_sample_rate
         namespace = pipeline.phrase_namespace(self.request)
@@ -537,9 +637,10 @@ class PipelineSession:
                 clock=self.clock,
                 memory=pipeline.mt_memory,
                 forward_source=True,
-                options=options.text_mt,
+                options=mt_policy(resolved.text_mt, options.text_mt),
                 events=self._events,
                 translate_side="target" if pivot else "source",
+                direct_languages=getattr(resolved.text_mt, "languages", frozenset()),
             )
         # The pipeline, in order: every stage runs ``run(inbox, outbox)`` and closes its
         # outbox when its inbox is drained, so closing the input drains the whole chain. The

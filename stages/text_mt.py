@@ -149,8 +149,8 @@ class IncrementalTextTranslation:
 
     @property
     def tentative(self) -> str:
-        """The tentative target text."""
-        return self._agreement.tentative_text
+        """The tentative target text (none shown without ``show_tentative``)."""
+        return self._agreement.tentative_text if self.options.show_tentative else ""
 
     @property
     def final(self) -> bool:
@@ -244,9 +244,11 @@ class IncrementalTextTranslation:
                 self._seg_start = job.end
             else:
                 ahead = next(outcomes).continuation.split() if job.lookahead else None
-                self._agreement.update(continuation)
                 hold = self.options.hold_words
-                if hold > 0:  # hold-N: all but the last N words commit now
+                # hold-N replaces the agreement (limit 0: no words commit by agreeing):
+                # all but the last N words commit now
+                self._agreement.update(continuation, limit=0 if hold > 0 else None)
+                if hold > 0:
                     self._agreement.commit_tentative(len(self._agreement.tentative) - hold)
                 if ahead is not None:  # look-ahead: the head the next words do not change
                     agreed = common_prefix_length([continuation, ahead])
@@ -343,6 +345,7 @@ class TextMtStage:
         forward_source: bool = False,
         events: Channel[OutputEvent] | None = None,
         translate_side: Literal["source", "target"] = "source",
+        direct_languages: frozenset[str] = frozenset(),
     ) -> None:
         if model_id is None:
             model_id = str(getattr(getattr(translate, "__self__", None), "model_id", ""))
@@ -354,6 +357,10 @@ class TextMtStage:
         self.forward_source = forward_source
         self.events = events
         self.translate_side = translate_side
+        # with the pivot: an utterance detected in one of these languages is translated from
+        # its own captions (the source side), not from Whisper's English
+        self.direct_languages = direct_languages
+        self._sides: dict[int, str] = {}  # utterance -> the side translated, once chosen
         self.policy = IncrementalTextTranslation(
             source_lang, target_lang, memory=memory, model_id=model_id, options=options
         )
@@ -381,12 +388,39 @@ class TextMtStage:
                     for hyp in batch:
                         if hyp.side == "source":
                             await outbox.put(hyp)
-                for hyp in _newest_per_utterance(batch, self.translate_side):
+                for hyp in _newest_per_utterance(self._chosen(batch)):
                     await self._handle(hyp, outbox)
             if self._last_source is not None and not self.policy.final:
                 await self._step(_as_final(self._last_source), outbox)
         finally:
             outbox.close()
+
+    def _chosen(self, batch: list[TextHypothesis]) -> list[TextHypothesis]:
+        """The hypotheses of the side each utterance is translated from: ``translate_side``,
+        or, with ``direct_languages``, the source side of an utterance whose first source
+        hypothesis with a language names one of them (chosen once per utterance: committed
+        target words are never taken back)."""
+        chosen = []
+        for hyp in batch:
+            side = self._sides.get(hyp.utterance)
+            if self.direct_languages and hyp.side == "source":
+                if not hyp.language:
+                    continue  # no language yet: not decided
+                wanted = ("source" if hyp.language in self.direct_languages
+                          else self.translate_side)
+                if side is None or (wanted != side and self._undecided(hyp.utterance)):
+                    if side is not None:  # the detection changed before any word committed
+                        self.policy.reset()
+                    side = wanted
+            side = side or self.translate_side
+            self._sides = {hyp.utterance: side}  # only the current utterance matters
+            if hyp.side == side:
+                chosen.append(hyp)
+        return chosen
+
+    def _undecided(self, utterance: int) -> bool:
+        """Whether no target word of ``utterance`` is committed yet (its side may change)."""
+        return utterance != self._utterance or not self.policy.committed
 
     async def _handle(self, hyp: TextHypothesis, outbox: Channel[TextHypothesis]) -> None:
         if hyp.utterance != self._utterance:
@@ -452,14 +486,10 @@ class TextMtStage:
             raise exc
 
 
-def _newest_per_utterance(
-    batch: list[TextHypothesis], side: str = "source"
-) -> list[TextHypothesis]:
-    """Hypotheses of ``side`` worth translating: the newest of each utterance, in order."""
+def _newest_per_utterance(batch: list[TextHypothesis]) -> list[TextHypothesis]:
+    """The hypotheses worth translating: the newest of each utterance, in order."""
     out: list[TextHypothesis] = []
     for hyp in batch:
-        if hyp.side != side:
-            continue
         if out and out[-1].utterance == hyp.utterance and not out[-1].final:
             out[-1] = hyp
         else:

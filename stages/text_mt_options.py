@@ -33,6 +33,10 @@ class TextMtOptions:
     captions commit everything at a pause; the segment stays open, so what follows is still
     translated with it. False: such words wait for the next update to agree (after the
     pause, or the utterance's end)."""
+    show_tentative: bool = True
+    """Show the words not yet committed as tentative text. A backend whose held words churn
+    (Apertium re-translates the whole sentence: 23-29 % of shown held words were taken back
+    on the shared sentences) shows only committed words (docs/benchmarks.md)."""
     beam_size: int = 1
     min_segment_words: int = 3
     """A sentence end closes a segment only after this many words (keeps "Dr." attached)."""

@@ -330,13 +330,16 @@ def validate_audio(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> NDArra
 
 
 def encode_started(session: str, start: Start, *, output_sample_rate: int,
-                   room: str | None = None, invite: str | None = None) -> dict[str, Any]:
+                   room: str | None = None, invite: str | None = None,
+                   engines: dict[str, str] | None = None) -> dict[str, Any]:
     """The ``started`` event for a session (``room``: the room it is in; ``invite``: the
-    right to speak there, for a speaking member)."""
+    right to speak there, for a speaking member; ``engines``: what translates and speaks,
+    labelled honestly, e.g. ``{"mt": "rule-based MT (Apertium eng-spa)", "voice": "robotic
+    voice (espeak-ng es)"}``)."""
     req = start.request
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"engines": dict(engines)} if engines else {}
     if room is not None:
-        extra = {"room": room, "role": start.role}
+        extra |= {"room": room, "role": start.role}
         if invite is not None:
             extra["invite"] = invite
     return {

@@ -109,7 +109,8 @@ class SpeakerPath:
         await conn.ws.send(dumps(encode_started(
             conn.id, start, output_sample_rate=out_rate,
             room=presence.room.id if presence is not None else None,
-            invite=presence.room.invite if presence is not None else None)))
+            invite=presence.room.invite if presence is not None else None,
+            engines=getattr(session, "engines", None))))
         log.info(
             "session %s started: rate=%d out_rate=%d mode=%s",
             conn.id, start.sample_rate, out_rate, start.request.mode,

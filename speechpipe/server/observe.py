@@ -135,6 +135,11 @@ class ObservedSession:
         finally:
             self._end_trace(exc)
 
+    @property
+    def engines(self) -> dict[str, str] | None:
+        """The inner session's engines (``PipelineSession.engines``), for the started event."""
+        return getattr(self._session, "engines", None)
+
     # -- LiveSession -----------------------------------------------------------------------
     async def push(self, frame: AudioFrame) -> None:
         """Push an audio frame into the session."""

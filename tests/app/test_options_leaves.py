@@ -24,6 +24,7 @@ OPTION_MODULES = frozenset({
     "speechpipe.cluster",
     "speechpipe.cluster.options",
     "speechpipe.models",
+    "speechpipe.models.apertium_options",
     "speechpipe.models.batch_options",
     "speechpipe.server",
     "speechpipe.server.options",

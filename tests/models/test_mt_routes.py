@@ -39,7 +39,9 @@ def test_pivot_through_whisper_english(entries) -> None:
     reg = entries(en_es=(["en"], ["es"]))
     route = choose_route("fr", "es", reg)
     assert route == MtRoute("whisper+text", ("en_es",)) and route.whisper_translates
-    assert choose_route("auto", "es", reg) == MtRoute("whisper+text", ("en_es",))
+    # auto: an utterance detected as English is translated from its own captions
+    assert choose_route("auto", "es", reg) == MtRoute("whisper+text", ("en_es",),
+                                                      (("en", "en_es"),))
 
 
 def test_two_text_pairs_beat_whisper_english(entries) -> None:
@@ -79,3 +81,44 @@ def test_no_route_names_the_pull_command(entries, target: str, command: str) -> 
 def test_installed_pairs_by_target(entries) -> None:
     reg = entries(en_es=(["en"], ["es"]), multi=(None, ["es", "fr"]))
     assert installed_pairs(reg) == {"es": ["*", "en"], "fr": ["*"]}
+
+
+APERTIUM = {("en", "es"): "apertium:eng-spa", ("es", "en"): "apertium:spa-eng",
+            ("fr", "es"): "apertium:fr-es", ("es", "fr"): "apertium:es-fr"}
+
+
+def test_apertium_direct_pair_never_through_english(entries) -> None:
+    assert choose_route("fr", "es", entries(), APERTIUM) == MtRoute("text", ("apertium:fr-es",))
+    assert choose_route("en", "es", entries(), APERTIUM) == MtRoute("text", ("apertium:eng-spa",))
+
+
+def test_apertium_pivot_with_per_language_direct_pairs(entries) -> None:
+    route = choose_route("de", "es", entries(), APERTIUM)
+    assert route == MtRoute("whisper+text", ("apertium:eng-spa",))
+    auto = choose_route("auto", "es", entries(), APERTIUM)
+    assert auto.kind == "whisper+text" and auto.hops == ("apertium:eng-spa",)
+    assert dict(auto.direct) == {"en": "apertium:eng-spa", "fr": "apertium:fr-es"}
+
+
+def test_english_target_stays_whisper_with_apertium(entries) -> None:
+    """The X -> English default does not change with Apertium installed (es-en exists)."""
+    assert choose_route("es", "en", entries(), APERTIUM) == MtRoute("whisper")
+    assert choose_route("auto", "en", entries(), APERTIUM) == MtRoute("whisper")
+
+
+def test_a_neural_pair_beats_apertium(entries) -> None:
+    reg = entries(en_es=(["en"], ["es"]))
+    assert choose_route("en", "es", reg, APERTIUM) == MtRoute("text", ("en_es",))
+    # a neural pivot: no Apertium direct pairs under its policy
+    assert dict(choose_route("auto", "es", reg, APERTIUM).direct) == {"en": "en_es"}
+
+
+def test_no_route_names_the_apt_package(entries) -> None:
+    with pytest.raises(LanguageError) as info:
+        choose_route("fr", "pt", entries(), {})
+    message = str(info.value)
+    assert "apt install apertium apertium-eng-spa" not in message
+    with pytest.raises(LanguageError) as info:
+        choose_route("en", "ca", entries(), {})
+    assert "apt install apertium apertium-eng-cat" in str(info.value)
+    assert "\n" not in str(info.value)

@@ -1,0 +1,27 @@
+"""How the Apertium text-MT backend runs (``--set apertium.*``): a leaf module, so the options
+tree (``speechpipe.config``) imports it without the backend or any process."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ApertiumOptions"]
+
+
+@dataclass(frozen=True, slots=True)
+class ApertiumOptions:
+    """The rule-based MT backend's options (``--set apertium.FIELD=VALUE``)."""
+
+    hold_words: int = 3
+    """An open sentence's re-translation commits all but its last N words at once (hold-N);
+    the held words commit at the sentence end or a pause. Apertium cannot continue a forced
+    prefix, so what it said last is kept and only the held tail may still change. Chosen on
+    the tuning half of the shared sentences (docs/benchmarks.md, "Rule-based MT: the hold")."""
+    deadline_s: float = 1.0
+    """A translation not back within this many seconds means a hung pipeline: it is killed,
+    started again and the text retried once (a call takes 2-4 ms; the first one after a start
+    up to ~0.3 s while the programs read their data), so a hung chain costs a session about
+    this long once."""
+    warm: tuple[str, ...] = ()
+    """Pairs started when the server starts (``en-es``, ``fr-es``), so their first session
+    does not wait for the programs to read their data (~0.1 s); others start on first use."""
