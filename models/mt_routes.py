@@ -138,14 +138,14 @@ def choose_route(
     if second is None and ("en", target) in apertium:
         second = apertium[("en", target)]
     if second is not None:
-        direct: tuple[tuple[str, str], ...] = ()
+        own: tuple[tuple[str, str], ...] = ()
         if source == "auto":  # per utterance: the detected language's own pair first
             pairs = {"en": second}
             if second.startswith("apertium:"):  # one backend, one policy, per session
                 pairs |= {src: hop for (src, tgt), hop in apertium.items()
                           if tgt == target and src != "en"}
-            direct = tuple(sorted(pairs.items()))
-        return MtRoute("whisper+text", (second,), direct)
+            own = tuple(sorted(pairs.items()))
+        return MtRoute("whisper+text", (second,), own)
     raise LanguageError(f"target language {target!r} needs a text MT model and none is "
                         f"installed for {source} -> {target}: {install_hint(source, target)}")
 
