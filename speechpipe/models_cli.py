@@ -252,6 +252,12 @@ def _add_voice(path: Path, name: str | None, replace: bool) -> int:
     return 0
 
 
+_VOICE_LICENCES = {
+    "piper": "piper-tts GPL-3.0-or-later; the voice's own licence is on its model card",
+    "espeak-ng": "espeak-ng GPL-3.0-or-later",
+}
+
+
 @_handles_errors
 def cmd_models_list(args: argparse.Namespace) -> int:
     """``speechpipe models list``: the ASR model, MT models and voices."""
@@ -261,14 +267,22 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     mt = []
     for name, entry in sorted(registered_mt_models().items()):
         path = Path(str(entry.get("path", "")))
-        mt.append({"name": name, **entry, "present": path.is_dir()})
+        mt.append({"name": name, **entry, "present": path.is_dir(),
+                   "licence": entry.get("licence") or "see the model's card"})
     voices: list[dict[str, Any]] = [
         {
             "name": v.name, "locale": v.locale, "lang": v.lang, "sample_rate": v.sample_rate,
             "size_bytes": _size(v.model_path), "source": v.source, "path": str(v.model_path),
+            "engine": v.engine, "licence": _VOICE_LICENCES.get(v.engine, "see the voice's card"),
         }
         for v in list_voices(getattr(args, "voices_dir", None) or ())
     ]
+    from speechpipe.models.apertium import LICENCE as APERTIUM_LICENCE
+    from speechpipe.models.apertium import installed_pairs
+
+    apertium = [{"name": p.name, "source_lang": p.source, "target_lang": p.target,
+                 "package": p.package, "mode_file": str(p.path), "licence": APERTIUM_LICENCE}
+                for _, p in sorted(installed_pairs().items())]
     from speechpipe.models.cache import cache_entries
 
     home = speechpipe_home()
@@ -276,11 +290,13 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     cache = [{"path": str(e.path), "kind": e.kind, "size_bytes": e.size_bytes,
               "removable": e.removable, "note": e.note} for e in entries]
     if getattr(args, "json", False):
-        print(json.dumps({"asr": asr, "mt": mt, "voices": voices, "cache": cache}, indent=2))
+        print(json.dumps({"asr": asr, "mt": mt, "apertium": apertium, "voices": voices,
+                          "cache": cache}, indent=2))
         return 0
     print("ASR models:")
     for m in asr:
-        print(f"  {m['name']:<24} {m['status']:<28} {_human(m['size_bytes'])}")
+        print(f"  {m['name']:<24} {m['status']:<28} {_human(m['size_bytes'])}  "
+              f"({m['licence']})")
     print(f"MT models (registry: {registry_path()}):")
     if not mt:
         print("  none - Whisper translates to English; for other targets `speechpipe models "
@@ -289,10 +305,25 @@ def cmd_models_list(args: argparse.Namespace) -> int:
         state = "" if m["present"] else "  [folder missing]"
         print(f"  {m['name']:<24} {m['family']:<7} {_langs(m['source_langs'])} -> "
               f"{_langs(m['target_langs'])}  {_human(m['size_bytes'])}  {m['path']}{state}")
+    print("Rule-based MT (Apertium, Debian packages; " + APERTIUM_LICENCE + "):")
+    if not apertium:
+        print("  none - e.g. `apt install apertium apertium-eng-spa apertium-fr-es "
+              "apertium-es-pt` (en<->es, fr<->es, es<->pt)")
+    for a in apertium:
+        print(f"  {a['name']:<24} {a['source_lang']} -> {a['target_lang']:<4} {a['package']}")
     print("Voices:")
+    robotic = [v for v in voices if v["engine"] == "espeak-ng"]
     for v in voices:
-        print(f"  {v['name']:<24} {v['locale']:<7} {v['sample_rate']} Hz  "
-              f"{_human(v['size_bytes'])}  {v['source']}")
+        if v["engine"] != "espeak-ng":
+            print(f"  {v['name']:<24} {v['locale']:<7} {v['sample_rate']} Hz  "
+                  f"{_human(v['size_bytes'])}  {v['source']}  ({v['engine']}; {v['licence']})")
+    if robotic:  # one line: a voice per language, all the same engine
+        print(f"  espeak-ng-LANG           robotic voice (espeak-ng formant synthesis), "
+              f"{len(robotic)} languages: {' '.join(v['lang'] for v in robotic)}  "
+              f"({robotic[0]['licence']})")
+    else:
+        print("  no espeak-ng voices (robotic voices for 100+ languages): "
+              "pip install 'speechpipe[languages]'")
     print(f"Cache ({home}): {_human(sum(e.size_bytes for e in entries))}")
     for e in entries:
         mark = "  [removable: speechpipe models clean]" if e.removable else ""
@@ -326,6 +357,7 @@ def _asr_models() -> list[dict[str, Any]]:
         "status": "ready" if ready else "bundled, assembled on first use",
         "size_bytes": sum(_size(p) for p in folder.iterdir()) if ready else None,
         "path": str(folder) if ready else None,
+        "licence": "MIT (OpenAI Whisper weights; faster-whisper and CTranslate2 MIT)",
     }]
 
 

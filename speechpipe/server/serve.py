@@ -141,9 +141,22 @@ class ServerApp:
                 pivot = "*" in sources or "en" in sources  # Whisper's English, then the pair
                 targets[target] = {"sources": ["*"] if pivot else sources,
                                    "route": "pivot" if pivot else "text"}
+            from speechpipe.models.apertium import installed_pairs as apertium_pairs
+
+            rule_based = apertium_pairs()
+            for (source, target) in sorted(rule_based):
+                if target == "en" or target in targets and targets[target]["sources"] == ["*"]:
+                    continue
+                if ("en", target) in rule_based:  # Whisper's English, then Apertium
+                    targets[target] = {"sources": ["*"], "route": "pivot"}
+                else:
+                    entry = targets.setdefault(target, {"sources": [], "route": "text"})
+                    entry["sources"] = sorted({*entry["sources"], source})
             pairs = [{"name": name, "family": e.get("family"),
                       "source_langs": e.get("source_langs"), "target_langs": e.get("target_langs")}
                      for name, e in sorted(entries.items())]
+            pairs += [{"name": p.name, "family": "apertium", "source_langs": [p.source],
+                       "target_langs": [p.target]} for _, p in sorted(rule_based.items())]
             self._models = (now, {"targets": targets, "pairs": pairs})
         return self._models[1]
 

@@ -22,6 +22,7 @@ def test_models_lists_reachable_targets_and_pairs(
     from speechpipe.server.serve import ServerApp
 
     monkeypatch.setenv("SPEECHPIPE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SPEECHPIPE_APERTIUM_MODES", str(tmp_path / "no-apertium"))
     app = ServerApp("127.0.0.1", 0)
     assert app.models() == {"targets": {"en": {"sources": ["*"], "route": "whisper"}},
                             "pairs": []}
@@ -42,3 +43,27 @@ def test_models_lists_reachable_targets_and_pairs(
     }
     assert [p["name"] for p in body["pairs"]] == ["de-fr", "en-es"]
     assert str(tmp_path) not in response.body.decode()
+
+
+def test_models_lists_apertium_pairs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Installed Apertium pairs (mode files) are reachable targets: es from any language
+    through Whisper's English (en->es is there), pt from es only."""
+    from speechpipe.server.serve import ServerApp
+
+    modes = tmp_path / "modes"
+    modes.mkdir()
+    for name in ("eng-spa", "spa-eng", "es-pt", "fr-es"):
+        (modes / f"{name}.mode").write_text("lt-proc x\n")
+    monkeypatch.setenv("SPEECHPIPE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SPEECHPIPE_APERTIUM_MODES", str(modes))
+    monkeypatch.setattr("shutil.which", lambda name: "/usr/bin/" + name)
+    body = ServerApp("127.0.0.1", 0).models()
+    assert body["targets"] == {
+        "en": {"sources": ["*"], "route": "whisper"},
+        "es": {"sources": ["*"], "route": "pivot"},
+        "pt": {"sources": ["es"], "route": "text"},
+    }
+    assert {p["name"]: p["family"] for p in body["pairs"]} == {
+        "apertium:eng-spa": "apertium", "apertium:es-pt": "apertium",
+        "apertium:fr-es": "apertium", "apertium:spa-eng": "apertium"}
+    assert str(modes) not in json.dumps(body)
