@@ -48,12 +48,12 @@ class DrillRow:
     breaker_opened: bool = False
 
 
-def _audio(seconds: float) -> np.ndarray:
+def _audio(seconds: float, lang: str = "es") -> np.ndarray:
     from speechpipe.evaluation.manifest import load_manifest
     from speechpipe.transport.file_replay import read_audio
 
     rows = load_manifest(SAMPLES / "manifest.jsonl")
-    clips = [read_audio(row["path"]) for row in rows if row["lang"] == "es"]
+    clips = [read_audio(row["path"]) for row in rows if row["lang"] == lang]
     audio = np.concatenate(clips)
     return audio[: int(seconds * 16_000)]
 
@@ -121,6 +121,52 @@ async def _one_fault(app: Any, label: str, point: str, kind: str, times: int,
                     dict(saw), breaker)
 
 
+APERTIUM_KILLED = "Apertium pipeline killed (en -> es)"
+
+
+async def _apertium_killed(app: Any, sessions: int, seconds: float) -> DrillRow | None:
+    """English sessions into Spanish on the shared Apertium en->es chain; mid-talk the whole
+    chain is killed (SIGKILL to its process group, a real fault, not the seam). Detect: the
+    kill -> the worker starting the chain again; recover: -> its next successful call. None
+    where the pair is not installed."""
+    import os
+    import signal
+
+    from speechpipe.models.apertium import installed_pairs
+    from speechpipe.transport.client import stream_session
+
+    pair = installed_pairs().get(("en", "es"))
+    if pair is None:
+        return None
+    worker = await asyncio.to_thread(app.pipeline.text_mt_worker, pair.name)
+    url = f"ws://127.0.0.1:{app.server.port}/ws"
+    audio = _audio(seconds, "en")
+    clients = [asyncio.ensure_future(stream_session(url, audio, tail_s=1.5, index=i, start={
+        "source_lang": "en", "target_lang": "es"})) for i in range(sessions)]
+    await asyncio.sleep(2.0)
+    restarts, calls = worker.restarts, worker.calls
+    killed = time.monotonic()
+    os.killpg(worker.process.pids[0], signal.SIGKILL)
+    detected = await _poll(lambda: worker.restarts > restarts, 30.0)
+    recovered = await _poll(lambda: worker.calls > calls and worker.process.running, 30.0)
+    runs = await asyncio.gather(*clients, return_exceptions=True)
+    saw: Counter[str] = Counter()
+    completed = failed = refused = 0
+    for run in runs:
+        if isinstance(run, BaseException) or not run.started:
+            refused += 1
+            continue
+        saw.update(e["code"] for e in run.of("error"))
+        if run.close_code == 1000 and run.of("end"):
+            completed += 1
+        else:
+            failed += 1
+    return DrillRow(APERTIUM_KILLED, completed, failed, refused,
+                    None if detected is None else detected - killed,
+                    None if detected is None or recovered is None else recovered - detected,
+                    dict(saw))
+
+
 async def run_drill(sessions: int = 4, seconds: float = 8.0) -> list[DrillRow]:
     """Run the plan against a server started here; returns (and prints) a row per fault."""
     from speechpipe.config import PipelineOptions
@@ -144,6 +190,13 @@ async def run_drill(sessions: int = 4, seconds: float = 8.0) -> list[DrillRow]:
             await asyncio.to_thread(pipeline.whisper.warm_up)
             await asyncio.to_thread(
                 pipeline.tts_worker(resolve_voice(None, "en", options.voice_dirs)).warm_up)
+        killed = await _apertium_killed(app, sessions, seconds)
+        if killed is None:
+            print(f"| {APERTIUM_KILLED} | skipped: `apt install apertium apertium-eng-spa` "
+                  "| | | | |", flush=True)
+        else:
+            rows.append(killed)
+            print(_format(killed), flush=True)
     return rows
 
 

@@ -77,3 +77,33 @@ def test_french_speech_reaches_spanish_through_the_direct_pair(tmp_path: Path) -
     assert "playa" in said.lower()
     language, _ = _heard(out)
     assert language == "es"
+
+
+async def test_a_killed_apertium_chain_mid_talk_costs_one_update(pipeline) -> None:
+    """The shared en->es chain is killed while an English speaker talks at real pace: the
+    session goes on, the chain is started again, and the rest of the talk is translated."""
+    import asyncio
+    import os
+    import signal
+
+    from speechpipe.file_translation import translate_audio
+    from speechpipe.stages.request import SessionRequest
+    from speechpipe.transport.file_replay import read_audio
+
+    worker = await asyncio.to_thread(pipeline.text_mt_worker, "apertium:eng-spa")
+    audio = np.concatenate([read_audio(SAMPLES / f"en_{name}.wav") for name in ("river",
+                                                                                  "meeting")])
+    request = SessionRequest(source_lang="en", target_lang="es", pace="realtime")
+    restarts = worker.restarts
+
+    async def kill_mid_talk() -> None:
+        await asyncio.sleep(3.0)
+        os.killpg(worker.process.pids[0], signal.SIGKILL)
+
+    killer = asyncio.ensure_future(kill_mid_talk())
+    run = await translate_audio(pipeline, audio, request)
+    await killer
+    assert worker.restarts == restarts + 1
+    target = run.target_text.lower()
+    assert "perros" in target and "reunión" in target, target  # both sentences translated
+    assert run.output is not None and np.abs(run.output).max() > 1000
