@@ -59,7 +59,8 @@ __all__ = [
 log = logging.getLogger("speechpipe.apertium")
 
 BACKEND = "apertium"
-LICENCE = "GPL-2.0-or-later (engine), GPL-2.0 or GPL-3.0 (pair data); runs as separate processes"
+LICENCE = ("GPL-2.0-or-later (engine), GPL-2.0 (pair data), GPL-3.0 (apertium-lex-tools); "
+           "runs as separate processes")
 LABEL = "rule-based MT (Apertium)"
 
 # Apertium names languages by ISO 639-3 (eng-spa) or 639-1 (fr-es): both to Whisper's codes
