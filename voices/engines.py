@@ -5,7 +5,9 @@ the suffix of its voice files and the loggers that may carry text. Adding an eng
 module (a loader returning a ``Synthesizer``) and one ``register_engine`` call — pipecat's
 ``TTSService.run_tts`` with ``services/piper/tts.py`` is the model. The loader is named as
 ``"module:function"`` and imported on a voice's first load, so an engine's libraries load
-only when one of its voices speaks (and this table imports no engine).
+only when one of its voices speaks (and this table imports no engine). An engine may also
+name a catalogue: voices it speaks with no file (espeak-ng's languages), offered after every
+file voice and built-in voice of the same language.
 
 An engine's options are the pipeline group named after it (``--set piper.length_scale=0.9``):
 the loader gets that group, or None when the tree has none for it.
@@ -52,6 +54,11 @@ class TtsEngine:
     loader: str  # "module:function", called as function(voice, options) -> Synthesizer
     model_suffix: str  # its voices are NAME{model_suffix} + NAME{model_suffix}.json pairs
     text_loggers: tuple[str, ...] = ()  # loggers that may log spoken text (at DEBUG)
+    catalogue: str = ""
+    """``"module:function"`` returning the ``VoiceInfo``s it speaks with no voice file (empty
+    when it is not installed); they are the registry's last choice for a language."""
+    description: str = ""  # what a listener hears, e.g. "Piper neural voice"
+    licence: str = ""  # the engine's licence (SPDX), for ``describe_voice``
 
     def load(self, voice: Any, options: Any) -> Synthesizer:
         """Import the loader and load ``voice`` with ``options``."""
@@ -59,10 +66,23 @@ class TtsEngine:
         loader: Loader = getattr(importlib.import_module(module), function)
         return loader(voice, options)
 
+    def catalogue_voices(self) -> list[Any]:
+        """The voices it speaks without files (``VoiceInfo``s); [] without a catalogue."""
+        if not self.catalogue:
+            return []
+        module, _, function = self.catalogue.partition(":")
+        voices: list[Any] = getattr(importlib.import_module(module), function)()
+        return voices
+
 
 ENGINES: dict[str, TtsEngine] = {
     "piper": TtsEngine("piper", "speechpipe.voices.piper_engine:load_piper", ".onnx",
-                       text_loggers=("piper",)),
+                       text_loggers=("piper",), description="Piper neural voice",
+                       licence="the voice's own; piper-tts GPL-3.0-or-later"),
+    "espeak-ng": TtsEngine("espeak-ng", "speechpipe.voices.espeak_engine:load_espeak", ".espeak",
+                           catalogue="speechpipe.voices.espeak_engine:espeak_voices",
+                           description="robotic voice (espeak-ng formant synthesis)",
+                           licence="GPL-3.0-or-later"),
 }
 
 

