@@ -122,6 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
                                "whose language differs from the target)")
     evaluate.add_argument("--all", action="store_true",
                           help="every clip whose language differs from the target")
+    evaluate.add_argument("--lang", action="append", default=None,
+                          help="only clips spoken in this language (repeatable)")
+    evaluate.add_argument("--split", choices=("tune", "report"), default=None,
+                          help="only the tuning or the report half of ../shared/samples, "
+                               "split by recording source (speechpipe/evaluation/split.py)")
     evaluate.add_argument("--detect-language", action="store_true",
                           help="let Whisper detect each clip's language instead of the "
                                "manifest's 'lang'")

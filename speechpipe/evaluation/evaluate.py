@@ -104,8 +104,9 @@ def check_clips(clips: list[dict[str, Any]], manifest: str | Path) -> None:
 
 
 def select_clips(clips: list[dict[str, Any]], args: argparse.Namespace, target: str):
-    """The clips to evaluate, by ``--all``, ``--category`` and ``--limit``; by default those
-    not in ``target`` that have a reference translation into it."""
+    """The clips to evaluate, by ``--all``, ``--category``, ``--lang``, ``--split`` and
+    ``--limit``; by default those not in ``target`` that have a reference translation into
+    it."""
     target = target.strip().lower()
     if args.all:
         chosen = [c for c in clips if c["lang"] != target]
@@ -113,6 +114,14 @@ def select_clips(clips: list[dict[str, Any]], args: argparse.Namespace, target: 
         chosen = [c for c in clips if c.get("category") in args.category]
     else:
         chosen = [c for c in clips if c["lang"] != target and reference_for(c, target)]
+    languages = getattr(args, "lang", None)
+    if languages:
+        chosen = [c for c in chosen if c["lang"] in languages]
+    half = getattr(args, "split", None)
+    if half:
+        from speechpipe.evaluation.split import split_of
+
+        chosen = [c for c in chosen if split_of(c) == half]
     return chosen[: args.limit] if args.limit else chosen
 
 
