@@ -554,3 +554,18 @@ def native_or_skip(*, needs: str = "PrefillDecoder") -> Any:
             pytest.fail("the native prefill decoder was not built (see setup.py)")
         pytest.skip("the native prefill decoder is not built here (no C++ compiler?)")
     return module
+
+
+def english_only(monkeypatch: Any, tmp_path: Path) -> None:
+    """This process as a machine with no engine for other languages: no Apertium pair
+    (``SPEECHPIPE_APERTIUM_MODES`` an empty folder) and no voice without files (espeak-ng's
+    catalogue off). For tests of what a server does for a direction it cannot serve."""
+    import dataclasses
+
+    from speechpipe.voices.engines import ENGINES
+
+    empty = tmp_path / "no-apertium-modes"
+    empty.mkdir(exist_ok=True)
+    monkeypatch.setenv("SPEECHPIPE_APERTIUM_MODES", str(empty))
+    for name, engine in list(ENGINES.items()):
+        monkeypatch.setitem(ENGINES, name, dataclasses.replace(engine, catalogue=""))

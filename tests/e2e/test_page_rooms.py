@@ -57,17 +57,20 @@ async def test_a_talk_reaches_two_listener_pages(live_server: Any, fake_mic_wav:
 
 
 async def test_a_two_party_conversation_in_two_browsers(
-    live_server: Any, fake_mic_wav: Path, tmp_path: Path,
+    live_server: Any, fake_mic_wav: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A Spanish speaker (fake mic: a real Spanish recording) opens a conversation; an English
     speaker (another browser, a real English recording) joins by its link. Each page shows its
     own words on the left and the other's on the right; the English side hears the Spanish
-    side in English. (No en->es model here: the Spanish side reads the English captions.)"""
+    side in English. (A server with no en->es engine: the Spanish side reads the English
+    captions; with Apertium and espeak-ng: tests/e2e/test_conversation_real_engines.py.)"""
     import numpy as np
     import soundfile as sf
 
     from speechpipe.transport.file_replay import read_audio
-    from tests.helpers import manifest_clip
+    from tests.helpers import english_only, manifest_clip
+
+    english_only(monkeypatch, tmp_path)
 
     executable = shutil.which("chromium") or shutil.which("chromium-browser")
     if executable is None:
