@@ -125,13 +125,10 @@ class SpeakerFeeds:
         return (self.member, target)
 
     def engines(self, target: str) -> dict[str, str] | None:
-        """What translates this speaker into ``target`` and speaks it (the pipeline's own
-        ``engines``, e.g. rule-based MT and a robotic voice), None when it does not say."""
+        """What translates this speaker into ``target`` and speaks it, or None."""
         extra = self.extras.get(target)
-        session = extra.session if extra is not None else (
-            self.base if target == self.base_target else None)
-        engines = getattr(session, "engines", None)
-        return dict(engines) if engines else None
+        return getattr(extra.session if extra else self.base if target == self.base_target
+                       else None, "engines", None)
 
     async def ensure(self, target: str, rate: int) -> tuple[FeedKey, bool]:
         """The feed for ``target``: (its key, True), or (the base feed, False) when the
@@ -409,10 +406,9 @@ class RoomHub:
                 feeds.member, target_lang=member.target_lang))
         engines = feeds.engines(member.target_lang) if available else None
         if engines:  # what the listener hears is labelled honestly, as in a session's started
-            heard = f"translated by {engines['mt']}" + (
-                f", spoken by {engines['voice']}" if "voice" in engines else "")
-            sub.outbox.offer(status_outgoing("engines", heard, feeds.member,
-                                             target_lang=member.target_lang, engines=engines))
+            sub.outbox.offer(status_outgoing("engines", f"translated by {engines['mt']}, spoken by "
+                f"{engines.get('voice', 'none')}", feeds.member, target_lang=member.target_lang,
+                engines=engines))
         feed = presence.room.feed(key)
         history = member.role is not Role.LISTENER or presence.room.listener_history
         for item in feed.join(sub, FULL if available else SOURCE_ONLY, self.clock(),
