@@ -36,6 +36,7 @@ from speechpipe.stages.phrase_options import PhraseOptions
 from speechpipe.stages.text_mt_options import TextMtOptions
 from speechpipe.stages.vad_options import VadOptions
 from speechpipe.transport.limits import ServerLimits
+from speechpipe.voices.espeak_options import EspeakOptions
 from speechpipe.voices.piper_options import PiperOptions
 
 __all__ = [
@@ -95,6 +96,8 @@ class PipelineOptions:
     # the Piper engine's voices (voices/engines.py: an engine's options are the group of its
     # name); speaking rate 0.9: a little faster than the voices' own (< 1 is faster)
     piper: PiperOptions = field(default_factory=lambda: PiperOptions(length_scale=0.9))
+    # espeak-ng's voices (voices/engines.py names the group): words per minute at speed 1
+    espeak: EspeakOptions = field(default_factory=EspeakOptions)
     # numpy BLAS threads for the whole process, set by the CLI and server entry points before
     # they load the models (``apply_process_limits``); None leaves the process as it is.
     # ``Pipeline.load`` itself never changes process-wide settings.
@@ -425,6 +428,7 @@ RANGES: dict[str, Range] = {
     "asr.vocabulary_words": NON_NEGATIVE,  # 0: the full vocabulary
     "text_mt.open_new_tokens": NON_NEGATIVE,
     "apertium.hold_words": Range(1, 12),
+    "espeak.rate_wpm": Range(80, 450),  # espeak-ng's own bounds
     "apertium.deadline_s": Range(0.05, 60),  # 0: open updates run to the length cap
     "degrade.busy_load_ratio": NON_NEGATIVE,  # 0: no level ahead of the queue
     "degrade.busy_level": NON_NEGATIVE,

@@ -57,7 +57,7 @@ from speechpipe.stages.text_mt_options import TextMtOptions
 from speechpipe.stages.translation_memory import TranslationMemory
 from speechpipe.stages.tts import TtsStage
 from speechpipe.stages.vad import LabeledAudio, VadStage, merge_labeled
-from speechpipe.voices.engines import load_synthesizer
+from speechpipe.voices.engines import ENGINES, load_synthesizer
 from speechpipe.voices.registry import VoiceInfo, resolve_voice
 from speechpipe.voices.tts_worker import TtsWorker
 
@@ -437,8 +437,11 @@ class Pipeline:
             worker = self._tts.get(voice.name)
             if worker is None:
                 self._check_open()
-                # an engine's options are the pipeline group of its name (options.piper)
-                engine_options = getattr(self.options, voice.engine, None)
+                # an engine's options are the pipeline group its registry entry names
+                # (options.piper, options.espeak)
+                entry = ENGINES.get(voice.engine)
+                group = (entry.options_group if entry is not None else "") or voice.engine
+                engine_options = getattr(self.options, group, None)
                 worker = TtsWorker(load_synthesizer(voice, engine_options), voice.name)
                 self._tts[voice.name] = worker
                 self._phrase_caches[voice.name] = LruCache(self.options.phrase_cache_items)

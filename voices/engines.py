@@ -59,6 +59,7 @@ class TtsEngine:
     when it is not installed); they are the registry's last choice for a language."""
     description: str = ""  # what a listener hears, e.g. "Piper neural voice"
     licence: str = ""  # the engine's licence (SPDX), for ``describe_voice``
+    options_group: str = ""  # its options' group in the pipeline's tree (default: ``name``)
 
     def load(self, voice: Any, options: Any) -> Synthesizer:
         """Import the loader and load ``voice`` with ``options``."""
@@ -82,7 +83,7 @@ ENGINES: dict[str, TtsEngine] = {
     "espeak-ng": TtsEngine("espeak-ng", "speechpipe.voices.espeak_engine:load_espeak", ".espeak",
                            catalogue="speechpipe.voices.espeak_engine:espeak_voices",
                            description="robotic voice (espeak-ng formant synthesis)",
-                           licence="GPL-3.0-or-later"),
+                           licence="GPL-3.0-or-later", options_group="espeak"),
 }
 
 

@@ -164,8 +164,10 @@ class EspeakSynthesizer:
     """One espeak-ng voice: text in, int16 mono samples at ``sample_rate`` out. Thread-safe
     (the library's lock); the voice is set again before each synthesis if another spoke."""
 
-    def __init__(self, voice: str, library: EspeakLibrary) -> None:
+    def __init__(self, voice: str, library: EspeakLibrary,
+                 rate_wpm: int = DEFAULT_RATE_WPM) -> None:
         self.voice = voice  # espeak-ng's voice file id, e.g. "roa/pt-BR"
+        self.rate_wpm = rate_wpm  # at speed 1.0
         self._library = library
         library.check_voice(voice)
 
@@ -180,7 +182,7 @@ class EspeakSynthesizer:
         if not any(c.isalnum() for c in text):
             return np.zeros(0, dtype=np.int16)
         speed = speed if math.isfinite(speed) and speed > 0 else 1.0
-        samples = self._library.speak(self.voice, text, round(DEFAULT_RATE_WPM * speed))
+        samples = self._library.speak(self.voice, text, round(self.rate_wpm * speed))
         return samples if samples.any() else samples[:0]
 
 
@@ -194,4 +196,9 @@ def load_espeak(voice: VoiceInfo, options: object = None) -> EspeakSynthesizer:
     except ValueError:
         raise VoiceError(f"voice {voice.name!r} is not one of espeak-ng's voices "
                          "(its voices come from its catalogue, not voice files)") from None
-    return EspeakSynthesizer(voice_id, library)
+    rate = getattr(options, "rate_wpm", DEFAULT_RATE_WPM)  # EspeakOptions, the espeak group
+    variant = getattr(options, "variant", "")
+    if variant and not (library.install.data / "voices" / "!v" / variant).is_file():
+        raise VoiceError(f"espeak-ng has no voice variant {variant!r} (espeak.variant: "
+                         "m1-m7, f1-f5, klatt, ...; empty for none)")
+    return EspeakSynthesizer(f"{voice_id}+{variant}" if variant else voice_id, library, rate)

@@ -25,6 +25,7 @@ OPTION_MODULES = frozenset({
     "speechpipe.cluster.options",
     "speechpipe.models",
     "speechpipe.models.apertium_options",
+    "speechpipe.voices.espeak_options",
     "speechpipe.models.batch_options",
     "speechpipe.server",
     "speechpipe.server.options",

@@ -194,6 +194,23 @@ def test_a_spanish_sentence_is_spoken_and_speed_shortens_it() -> None:
     assert len(slower) > 1.1 * len(speech)
 
 
+def test_the_espeak_group_sets_rate_and_variant() -> None:
+    """``--set espeak.*`` reaches the voice through its registry entry (``options_group``)."""
+    from speechpipe.config import PipelineOptions, with_overrides
+    from speechpipe.voices.espeak_options import EspeakOptions
+
+    assert ENGINES["espeak-ng"].options_group == "espeak"
+    options = with_overrides(PipelineOptions(), ["espeak.rate_wpm=250", "espeak.variant=klatt"])
+    assert options.espeak == EspeakOptions(rate_wpm=250, variant="klatt")
+    voice = next(v for v in espeak_voices() if v.lang == "es")
+    fast = load_espeak(voice, options.espeak)
+    plain = load_espeak(voice, EspeakOptions(variant=""))
+    assert fast.voice.endswith("+klatt") and "+" not in plain.voice
+    assert len(fast.synthesize(SPANISH)) < 0.85 * len(plain.synthesize(SPANISH))
+    with pytest.raises(VoiceError):
+        load_espeak(voice, EspeakOptions(variant="zz9"))
+
+
 @pytest.mark.parametrize("text", ["", "   ", "...", "?!", "\x01\x02\n", "\ud800"])
 def test_nothing_speakable_is_empty(text: str) -> None:
     speech = speaker("es").synthesize(text)

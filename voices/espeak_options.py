@@ -1,0 +1,29 @@
+"""How an espeak-ng voice speaks (``--set espeak.*``): a leaf module, so the options tree
+(``speechpipe.config``) imports it without the library or the voice registry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["EspeakOptions"]
+
+
+@dataclass(frozen=True, slots=True)
+class EspeakOptions:
+    """The espeak-ng engine's options (``--set espeak.FIELD=VALUE``)."""
+
+    rate_wpm: int = 175
+    """Words per minute at speed 1.0 (espeak-ng's own default is 175); the catch-up rate
+    (``catch_up.*``) multiplies it."""
+    variant: str = "m3"
+    """espeak-ng's voice variant (``espeak-ng --voices=variant``: m1-m7, f1-f5, klatt, ...;
+    empty: the language voice's own). ``m3``: Whisper heard the Spanish translations of the
+    shared sentences as Spanish 12 of 12 (tuning half) and 14 of 14 (report half) against 11
+    and 13 of 14 with none, and transcribed them closer (BLEU 44.4 / 50.9 against 36.3 / 39.6);
+    French 5/6 and 6/8 against 4/6 and 5/8 (docs/benchmarks.md)."""
+
+    def __post_init__(self) -> None:
+        if self.variant and not (len(self.variant) <= 16 and self.variant.isascii()
+                                 and self.variant.isalnum()):
+            raise ValueError(f"espeak.variant must be a variant name such as m3 or klatt, "
+                             f"not {self.variant[:20]!r}")
