@@ -12,11 +12,15 @@ __all__ = ["ApertiumOptions"]
 class ApertiumOptions:
     """The rule-based MT backend's options (``--set apertium.FIELD=VALUE``)."""
 
-    hold_words: int = 3
+    hold_words: int = 2
     """An open sentence's re-translation commits all but its last N words at once (hold-N);
     the held words commit at the sentence end or a pause. Apertium cannot continue a forced
-    prefix, so what it said last is kept and only the held tail may still change. Chosen on
-    the tuning half of the shared sentences (docs/benchmarks.md, "Rule-based MT: the hold")."""
+    prefix, so what it said last is kept and only the held tail may still change. On text
+    alone (``benchmarks/apertium_hold.py``) hold 3 keeps the whole sentence's translation on
+    the tuning half (BLEU 100 against it; hold 2: 97.6); on real speech at real time hold 2
+    brings the first translated speech 0.33 s (tuning half) to 1.0 s (report half) sooner,
+    for 0.6 and 7.5 BLEU, and only hold 2 meets StartOffset <= 2.5 s (docs/benchmarks.md,
+    "Other languages on real engines")."""
     deadline_s: float = 1.0
     """A translation not back within this many seconds means a hung pipeline: it is killed,
     started again and the text retried once (a call takes 2-4 ms; the first one after a start

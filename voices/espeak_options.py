@@ -12,9 +12,11 @@ __all__ = ["EspeakOptions"]
 class EspeakOptions:
     """The espeak-ng engine's options (``--set espeak.FIELD=VALUE``)."""
 
-    rate_wpm: int = 175
+    rate_wpm: int = 225
     """Words per minute at speed 1.0 (espeak-ng's own default is 175); the catch-up rate
-    (``catch_up.*``) multiplies it."""
+    (``catch_up.*``) multiplies it. 225: a Spanish translation is longer than its English
+    source, and at 175 its speech ended 2.37 s after the speaker (225: 1.98 s) with Whisper
+    hearing it no worse (docs/benchmarks.md, "Other languages on real engines")."""
     variant: str = "m3"
     """espeak-ng's voice variant (``espeak-ng --voices=variant``: m1-m7, f1-f5, klatt, ...;
     empty: the language voice's own). ``m3``: Whisper heard the Spanish translations of the
