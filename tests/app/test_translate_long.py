@@ -89,7 +89,11 @@ def test_long_input_streams_in_bounded_memory_and_keeps_logs_quiet(tmp_path):
         # language (and, when the detection is unsure, a hint under it), one line per
         # utterance (its time, then source -> translation), the offsets, the audio figures,
         # wrote
+        # (after the engines, printed at the start)
         lines = [line for line in out.splitlines() if not line.lstrip().startswith("unsure")]
+        assert lines[:2] == ["translation: Whisper translate (neural, speech to English)",
+                             "voice:       Piper neural voice en_US-joe-medium"], out
+        lines = lines[2:]
         assert len(lines) == 4 + sentences and lines[-1] == f"wrote {name}_out.wav", out
         assert lines[0].startswith("language:"), out  # the summary names the language
         assert all(re.match(r"\d+:\d\d\.\d  \S.*  ->  ", line)

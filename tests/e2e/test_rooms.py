@@ -141,7 +141,10 @@ async def test_listeners_get_identical_captions_and_speech_and_a_late_joiner_cat
 
     # the late joiner: the current utterance's state first, then live from a phrase boundary
     # (the captions first: the last minute's committed ones and the current utterance's)
-    first = late_run.events[0][1]
+    # (after the engines status: what translates this speaker and speaks it)
+    told = [e for _, e in late_run.events if e.get("status") != "engines"]
+    assert told and len(told) < len(late_run.events), "the engines status came"
+    first = told[0]
     assert first["type"] in ("source", "target"), first
     assert late_run.audio, "the late joiner got live speech"
     late_pcm = [chunk for _, _, chunk in late_run.audio]
