@@ -24,7 +24,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from speechpipe.evaluation.scores import corpus_bleu, normalize_text
+from speechpipe.evaluation.scores import corpus_bleu, normalized_erasure
 from speechpipe.evaluation.split import split_of
 from speechpipe.models.apertium import ApertiumTranslator, installed_pairs
 from speechpipe.stages.text_mt import IncrementalTextTranslation
@@ -46,34 +46,30 @@ def sentences(manifest: Path) -> list[tuple[str, str, str]]:
     return out
 
 
-async def stream(translator: ApertiumTranslator, text: str, hold: int) -> tuple[str, int, int]:
-    """The streamed translation, shown words taken back, words committed before the end."""
+async def stream(translator: ApertiumTranslator, text: str, hold: int,
+                 utterance: int) -> tuple[str, list[dict[str, object]], int]:
+    """The streamed translation, what was shown at each update (as trace records, for
+    ``normalized_erasure``) and the words committed before the end."""
     translator.options = replace(translator.options, hold_words=hold)
     policy = IncrementalTextTranslation(translator.pair.source, translator.pair.target,
                                         options=translator.policy(TextMtOptions()))
     words = text.split()
-    shown: list[str] = []
-    erased = early = 0
+    shown: list[dict[str, object]] = []
+    early = 0
     for n in range(1, len(words) + 1):
         final = n == len(words)
         requests = policy.update(" ".join(words[:n]), final=final)
         update = policy.apply([await translator.translate(r) for r in requests])
-        now = (update.committed + " " + update.tentative).split()  # what is shown
-        common = 0
-        for a, b in zip(shown, now, strict=False):
-            if normalize_text(a) != normalize_text(b):
-                break
-            common += 1
-        erased += len(shown) - common
-        shown = now
+        shown.append({"event": "mt.update", "utterance": utterance,
+                      "committed": update.committed, "tentative": update.tentative})
         if not final:
             early = len(update.committed.split())
-    return policy.committed, erased, early
+    return policy.committed, shown, early
 
 
 async def main(manifest: Path) -> None:
     installed = installed_pairs()
-    rows: dict[tuple[str, int], list[tuple[str, str, int, int]]] = {}
+    rows: dict[tuple[str, int], list[tuple[str, str, list[dict[str, object]], int]]] = {}
     for source, target in PAIRS:
         if (source, target) not in installed:
             print(f"skipping {source}-{target}: not installed")
@@ -85,14 +81,15 @@ async def main(manifest: Path) -> None:
                     continue
                 whole = translator.translate_text(text)
                 for hold in (1, 2, 3, 4):
-                    streamed, erased, early = await stream(translator, text, hold)
-                    rows.setdefault((half, hold), []).append((streamed, whole, erased, early))
+                    items = rows.setdefault((half, hold), [])
+                    streamed, shown, early = await stream(translator, text, hold, len(items))
+                    items.append((streamed, whole, shown, early))
         finally:
             translator.close()
     print(f"{'half':<8}{'hold':>5}{'sents':>7}{'NE':>8}{'BLEU vs whole':>15}{'early':>8}")
     for (half, hold), items in sorted(rows.items()):
         final_words = sum(len(s.split()) for s, *_ in items) or 1
-        ne = sum(e for _, _, e, _ in items) / final_words
+        ne = normalized_erasure([r for _, _, shown, _ in items for r in shown]) or 0.0
         early = sum(x for *_, x in items) / final_words
         bleu = corpus_bleu([s for s, *_ in items], [w for _, w, *_ in items]) or 0.0
         print(f"{half:<8}{hold:>5}{len(items):>7}{ne:>8.3f}{bleu:>15.2f}{early:>8.2f}")

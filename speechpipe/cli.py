@@ -232,25 +232,22 @@ def _load_pipeline(args: argparse.Namespace) -> Pipeline:
     options = _options(args)
     apply_process_limits(options)
     pipeline = Pipeline.load(options)
+    from speechpipe.session import describe_engines
+
     try:
-        pipeline.resolve(_request(args))  # fail fast on a bad language / voice, before work
+        resolved = pipeline.resolve(_request(args))  # fail fast on a bad language / voice
         pipeline.warm_up()  # as a server does before it says ready: no cold first decode
     except BaseException:
         pipeline.close()
         raise
-    return pipeline
-
-
-def _print_engines(pipeline: Pipeline, args: argparse.Namespace) -> None:
-    """At start: what translates and what speaks, labelled honestly ("rule-based MT",
-    "robotic voice"), so a listener knows what they will hear."""
-    from speechpipe.session import describe_engines
-
-    engines = describe_engines(pipeline.resolve(_request(args)))
+    # at start: what translates and what speaks, labelled honestly ("rule-based MT",
+    # "robotic voice"), so a listener knows what they will hear
+    engines = describe_engines(resolved)
     print(f"translation: {engines['mt']}")
     if "voice" in engines:
         print(f"voice:       {engines['voice']}")
     sys.stdout.flush()
+    return pipeline
 
 
 def _subtitle_paths(args: argparse.Namespace) -> list[tuple[Side, str]]:
@@ -291,7 +288,6 @@ def cmd_translate(args: argparse.Namespace) -> int:
     writer = SpeechFileWriter(out, args.output_rate)  # opens (a temporary file) already
     try:
         with _load_pipeline(args) as pipeline:  # leaving joins the workers, releases models
-            _print_engines(pipeline, args)
             run = translate_file(source, writer, _request(args), pipeline=pipeline,
                                  trace_path=args.trace)
     finally:

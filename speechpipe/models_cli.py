@@ -252,15 +252,10 @@ def _add_voice(path: Path, name: str | None, replace: bool) -> int:
     return 0
 
 
-_VOICE_LICENCES = {
-    "piper": "piper-tts GPL-3.0-or-later; the voice's own licence is on its model card",
-    "espeak-ng": "espeak-ng GPL-3.0-or-later",
-}
-
-
 @_handles_errors
 def cmd_models_list(args: argparse.Namespace) -> int:
     """``speechpipe models list``: the ASR model, MT models and voices."""
+    from speechpipe.voices.engines import ENGINES
     from speechpipe.voices.registry import list_voices
 
     asr = _asr_models()
@@ -273,7 +268,8 @@ def cmd_models_list(args: argparse.Namespace) -> int:
         {
             "name": v.name, "locale": v.locale, "lang": v.lang, "sample_rate": v.sample_rate,
             "size_bytes": _size(v.model_path), "source": v.source, "path": str(v.model_path),
-            "engine": v.engine, "licence": _VOICE_LICENCES.get(v.engine, "see the voice's card"),
+            "engine": v.engine,
+            "licence": getattr(ENGINES.get(v.engine), "licence", "") or "see the voice's card",
         }
         for v in list_voices(getattr(args, "voices_dir", None) or ())
     ]

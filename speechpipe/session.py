@@ -20,40 +20,45 @@ import itertools
 import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
 
 from speechpipe.config import PipelineOptions
-from speechpipe.errors import InputError, LanguageError, SessionError, WorkerError
+from speechpipe.errors import LanguageError, SessionError, WorkerError
 from speechpipe.machine import cpu_info
 from speechpipe.models.apertium import ApertiumPair, ApertiumTranslator
 from speechpipe.models.asr_lanes import lane_engine, urgent_lane_workers
 from speechpipe.models.batching import PRIORITY_LIVE, PRIORITY_REPLAY, AsrBatcher, SessionAsr
-from speechpipe.models.ct2_folder import WHISPER_LANGUAGES
 from speechpipe.models.ct2_translator import Ct2TextTranslator
 from speechpipe.models.ct2_worker import Ct2TranslationWorker
-from speechpipe.models.mt_routes import MtRoute, choose_route, pull_hint
 from speechpipe.models.pivot import ByLanguage, PivotTranslation
 from speechpipe.models.prefill import rows_step_choice
 from speechpipe.models.whisper_engine import WhisperEngine
 from speechpipe.models.whisper_weights import resolve_whisper_model
 from speechpipe.models.worker_guard import WorkerHealth
-from speechpipe.stages.asr import AsrOptions, AsrStage
+from speechpipe.routing import (
+    ResolvedRequest,
+    TextTranslator,
+    apertium_pair,
+    check_output_rate,
+    check_request,
+    describe_engines,
+    mt_policy,
+    request_route,
+)
+from speechpipe.stages.asr import AsrStage
 from speechpipe.stages.cache import LruCache
 from speechpipe.stages.channels import Channel, ChannelClosed, Overflow
 from speechpipe.stages.clock import BasisStreamClock, StreamClock, WallStreamClock
 from speechpipe.stages.faithfulness import SileroSpeech
 from speechpipe.stages.frames import STREAM_RATE, AudioFrame, OutputEvent, TextHypothesis
 from speechpipe.stages.ladder import MODE_FLOOR, DegradeState, SessionLadder
-from speechpipe.stages.language_names import language_hint
 from speechpipe.stages.language_vote import LanguageVote
 from speechpipe.stages.model_api import WhisperRequest, WhisperResult
 from speechpipe.stages.mt import SpeechTranslationPassthrough
 from speechpipe.stages.request import SessionRequest
 from speechpipe.stages.text_mt import TextMtStage
-from speechpipe.stages.text_mt_options import TextMtOptions
 from speechpipe.stages.translation_memory import TranslationMemory
 from speechpipe.stages.tts import TtsStage
 from speechpipe.stages.vad import LabeledAudio, VadStage, merge_labeled
@@ -63,139 +68,13 @@ from speechpipe.voices.tts_worker import TtsWorker
 
 __all__ = [
     "Pipeline", "PipelineSession", "ResolvedRequest", "apply_process_limits", "check_output_rate",
-    "limit_blas_threads",
-]
+    "check_request", "describe_engines", "limit_blas_threads",
+]  # ResolvedRequest, check_*, describe_engines: re-exported from ``speechpipe.routing``
 
 log = logging.getLogger("speechpipe.session")
 
-# what a session's text MT is: one backend's shared worker, or two CT2 models through English
-TextTranslator = Ct2TranslationWorker | ApertiumTranslator | PivotTranslation | ByLanguage
-
-MIN_OUTPUT_RATE = 8_000
-MAX_OUTPUT_RATE = 48_000
-
-
-def check_output_rate(rate: int) -> None:
-    """Raise ``InputError`` if ``rate`` is outside the supported output rates."""
-    if not MIN_OUTPUT_RATE <= rate <= MAX_OUTPUT_RATE:
-        raise InputError(f"output sample rate {rate} outside "
-                         f"{MIN_OUTPUT_RATE}..{MAX_OUTPUT_RATE} Hz")
-
-
-def check_request(request: SessionRequest) -> tuple[str, str]:
-    """What a request can be checked for without models: language codes (Whisper's), the MT
-    backend and the output rate. Returns (source, target), normalized. The CLI calls it
-    (and ``resolve_voice``) before loading models; ``Pipeline.resolve`` calls it first."""
-    source = request.source_lang.strip().lower()
-    if source != "auto" and source not in WHISPER_LANGUAGES:
-        hint = language_hint(source)
-        raise LanguageError(f"unknown source language {source!r}: " + (
-            f"{hint}; or auto to detect it" if hint
-            else "Whisper knows " + " ".join(sorted(WHISPER_LANGUAGES)) + ", or auto"))
-    target = request.target_lang.strip().lower()
-    if target not in WHISPER_LANGUAGES:
-        hint = language_hint(target)
-        raise LanguageError(f"unknown target language {target!r}: "
-                            + (hint or "use an ISO 639-1 code such as en, de or fr"))
-    if request.mt == "whisper":
-        if target != "en":
-            raise LanguageError(
-                f"target language {target!r} needs a text MT model: --mt whisper translates "
-                f"to English only; {pull_hint(target)}, then use --mt auto"
-            )
-    elif request.mt == "auto":
-        mt_route(source, target)  # one clear line naming `models pull` when no route exists
-    elif request.mt.startswith("apertium:"):
-        apertium_pair(request.mt)
-    elif not request.mt.startswith("ct2:"):
-        raise InputError(f"unknown MT backend {request.mt!r} "
-                         "(use auto, whisper, ct2:MODEL or apertium:PAIR)")
-    check_output_rate(request.output_sample_rate)
-    return source, target
-
-
-def mt_route(source: str, target: str) -> MtRoute:
-    """``--mt auto``'s route for a normalized pair, from the installed models
-    (``speechpipe.models.mt_routes``)."""
-    from speechpipe.models.apertium import installed_pairs
-    from speechpipe.models.mt_registry import registered_mt_models
-
-    apertium = {pair: found.name for pair, found in installed_pairs().items()}
-    return choose_route(source, target, registered_mt_models(), apertium)
-
-
-def apertium_pair(spec: str) -> ApertiumPair:
-    """The installed Apertium pair ``apertium:MODE`` (``apertium:eng-spa``) names."""
-    from speechpipe.models.apertium import installed_pairs
-
-    mode = spec.removeprefix("apertium:")
-    for pair in installed_pairs().values():
-        if pair.mode == mode:
-            return pair
-    names = ", ".join(sorted(p.mode for p in installed_pairs().values())) or "none"
-    raise LanguageError(f"no Apertium pair {mode[:64]!r} is installed (installed: {names}); "
-                        "Debian's apertium-* packages install them")
-
-
-def request_route(request: SessionRequest, source: str, target: str) -> MtRoute:
-    """The route a checked request runs: ``--mt whisper``, ``--mt ct2:X`` and
-    ``--mt apertium:PAIR`` name theirs."""
-    if request.mt == "whisper":
-        return MtRoute("whisper")
-    if request.mt.startswith("ct2:"):
-        return MtRoute("text", (request.mt.removeprefix("ct2:"),))
-    if request.mt.startswith("apertium:"):
-        return MtRoute("text", (request.mt,))
-    return mt_route(source, target)
-
-
-def mt_policy(translator: TextTranslator, base: TextMtOptions) -> TextMtOptions:
-    """The incremental policy a session's text MT runs under: the backend's own where it
-    has one (Apertium: hold-N, no forced prefix to agree on), else ``text_mt.*``."""
-    own = getattr(translator, "policy", None)
-    return own(base) if callable(own) else base
-
-
-_VOICE_LABELS = {"piper": "Piper neural voice", "espeak-ng": "robotic voice (espeak-ng)"}
-
-
-def describe_engines(resolved: ResolvedRequest) -> dict[str, str]:
-    """What translates and what speaks a session, labelled honestly (the CLI's ``engines:``
-    line and the server's ``started`` event); names only, nothing spoken."""
-    route = resolved.route
-
-    def hop(name: str) -> str:
-        if name.startswith("apertium:"):
-            return f"rule-based MT (Apertium {name.removeprefix('apertium:')})"
-        return f"neural MT (CTranslate2 {name.rsplit('/', 1)[-1]})"
-
-    if route.kind == "whisper":
-        mt = "Whisper translate (neural, speech to English)"
-    elif route.kind == "whisper+text":
-        mt = f"Whisper translate to English, then {hop(route.hops[0])}"
-    else:
-        mt = " then ".join(hop(name) for name in route.hops)
-    engines = {"mt": mt}
-    voice = resolved.voice
-    if voice is not None:
-        label = _VOICE_LABELS.get(voice.engine, f"{voice.engine} voice")
-        engines["voice"] = f"{label} {voice.name}"
-    return engines
-
-
 def _merge_frames(first: AudioFrame, second: AudioFrame) -> AudioFrame:
     return AudioFrame(np.concatenate([first.samples, second.samples]), first.pts)
-
-
-@dataclass(frozen=True, slots=True)
-class ResolvedRequest:
-    """A validated request: languages, voice, ASR options and the text-MT worker."""
-    request: SessionRequest
-    source_lang: str | None  # None: detect per utterance
-    voice: VoiceInfo | None  # None: captions only (``SessionRequest.speech`` off)
-    asr: AsrOptions
-    text_mt: TextTranslator | None = None  # None: Whisper's only
-    route: MtRoute = MtRoute("whisper")
 
 
 def limit_blas_threads(threads: int = 1) -> None:
