@@ -22,6 +22,11 @@ functions over a trace and the offline reference's texts).
   ("replace it" against "replace it.") is no sentence end the speaker did not make.
 - **Pieces in the wrong language**: utterances whose committed translation (4 words or more)
   reads as the source language rather than the target (``stages.target_language``).
+- **Content words kept**: the share of the offline translation's content words (words not
+  in the target language's stop-word list, ``stopwordsiso``; counted with repeats) that
+  the streamed translation also says. Commit regret above counts words said that the
+  offline decode lacks; this counts the meaning the offline decode has that the stream lost
+  ("The old woman in the house" for "The cat is sleeping in the house": cat, sleeping).
 - **Utterance coverage** on speech of several utterances: utterances whose committed
   translation has fewer than half the words of the offline translation of their own audio
   span, and the ``translation_incomplete`` error events of the run.
@@ -32,14 +37,17 @@ from __future__ import annotations
 import difflib
 import re
 import sys
+from collections import Counter
 from collections.abc import Iterable, Sequence
+from functools import cache
 from typing import Any, TextIO
 
 from speechpipe.evaluation.hindsight import NOISE_PADDINGS_S
 from speechpipe.evaluation.scores import normalize_text
 from speechpipe.stages.target_language import in_language
 
-__all__ = ["regret_counts", "regret", "sentence_ends", "extra_sentence_ends",
+__all__ = ["regret_counts", "regret", "content_words", "content_kept", "sentence_ends",
+           "extra_sentence_ends",
            "mid_sentence_ends", "extra_mid_sentence_ends",
            "wrong_language_utterances", "utterance_spans", "short_of_offline",
            "incomplete_events", "utterance_regret_fields", "commit_fields",
@@ -76,6 +84,29 @@ def regret(committed: str, offline: str) -> float | None:
     nothing was committed)."""
     unmatched, total = regret_counts(committed, offline)
     return None if not total else unmatched / total
+
+
+@cache
+def _stop_words(language: str) -> frozenset[str]:
+    import stopwordsiso
+
+    if not stopwordsiso.has_lang(language):
+        return frozenset()
+    return frozenset(normalize_text(w) for w in stopwordsiso.stopwords(language))
+
+
+def content_words(text: str, language: str) -> Counter[str]:
+    """The normalized words of ``text`` that are not stop words of ``language`` (all words
+    when ``stopwordsiso`` has no list for it), with their counts."""
+    stop = _stop_words(language)
+    return Counter(w for w in normalize_text(text).split() if w not in stop)
+
+
+def content_kept(streamed: str, offline: str, language: str) -> tuple[int, int]:
+    """(kept, total): how many of ``offline``'s content words ``streamed`` says too."""
+    wanted = content_words(offline, language)
+    said = content_words(streamed, language)
+    return sum((wanted & said).values()), sum(wanted.values())
 
 
 def sentence_ends(text: str) -> int:
@@ -191,6 +222,9 @@ def commit_fields(
         row[f"unmatched_words_{side}"] = unmatched
         row[f"committed_words_{side}"] = total
     if offline_target is not None:
+        kept, wanted = content_kept(target_text, offline_target, target)
+        row["content_kept"] = kept
+        row["content_offline"] = wanted
         row["extra_sentence_ends"] = extra_sentence_ends(target_text, offline_target)
         utterances = [text for text, _ in texts] or [target_text]
         row["extra_mid_sentence_ends"] = extra_mid_sentence_ends(utterances, offline_target)
@@ -228,6 +262,13 @@ def commit_aggregate(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         out["clips_wrong_language"] = sum(1 for r in rows
                                           if r.get("wrong_language_utterances", 0))
         out["translation_incomplete"] = sum(r.get("translation_incomplete", 0) for r in rows)
+    contents = [r for r in rows if "content_offline" in r]
+    if contents:
+        wanted = sum(r["content_offline"] for r in contents)
+        out["content_kept"] = (round(sum(r["content_kept"] for r in contents) / wanted, 4)
+                               if wanted else None)
+        out["clips_losing_content"] = sum(1 for r in contents
+                                          if r["content_kept"] < r["content_offline"])
     spanned = [r for r in rows if "utterances_spanned" in r]
     if spanned:
         out["utterances_spanned"] = sum(r["utterances_spanned"] for r in spanned)
@@ -326,6 +367,12 @@ def print_commit_figures(report: dict[str, Any], out: TextIO | None = None) -> N
                   f"{_pct(r.get('hindsight_noise_regret_target')):>9}"
                   f"{_num(r.get('bleu_gap')):>10}"
                   f"{_num(r.get('extra_sentence_ends')):>9}", file=out)
+    contents = [r for r in rows if "content_offline" in r]
+    if contents:
+        print(f"content words of the offline translation the stream says too: "
+              f"{_pct(a.get('content_kept'))}; per clip: "
+              + ", ".join(f"{r['id']} {r['content_kept']}/{r['content_offline']}"
+                          for r in contents), file=out)
     spanned = [r for r in rows if r.get("utterances_spanned")]
     if spanned:
         print(f"utterances under {SPAN_COVERAGE:.0%} of the offline translation of their span: "

@@ -14,7 +14,9 @@ import soundfile as sf
 from speechpipe.evaluation.evaluate import _aggregate, span_coverage, utterance_regret
 from speechpipe.evaluation.offline import OfflineCache, cache_key, offline_references
 from speechpipe.evaluation.regret import (
+    commit_aggregate,
     commit_fields,
+    content_kept,
     extra_mid_sentence_ends,
     extra_sentence_ends,
     mid_sentence_ends,
@@ -47,6 +49,29 @@ def test_regret_is_the_share_of_committed_words_offline_lacks():
 
 
 # --- sentence ends ---------------------------------------------------------------------------
+
+
+def test_content_kept_counts_the_offline_meaning_the_stream_lost():
+    # issue 72: the README's own sample, committed "The" from two hypotheses that shared
+    # nothing else, then forced "old woman" through every later decode
+    offline = "The cat is sleeping in the house because it is very cold."
+    assert content_kept("The old woman in the house because it makes a lot of cold.",
+                        offline, "en") == (2, 4)  # house, cold; not cat, sleeping
+    assert content_kept("The cat is sleeping in the house, because it's very cold.",
+                        offline, "en") == (4, 4)
+    assert content_kept("cat cat", "cat cat cat", "en") == (2, 3)  # counted with repeats
+    assert content_kept("anything", "", "en") == (0, 0)
+    # a language without a stop-word list counts every word
+    assert content_kept("a b", "a b c", "xx") == (2, 3)
+    rows = [{"id": "ok", "content_kept": 4, "content_offline": 4, "category": "c",
+             "committed_words_target": 4, "unmatched_words_target": 0},
+            {"id": "lost", "content_kept": 2, "content_offline": 4, "category": "c",
+             "committed_words_target": 4, "unmatched_words_target": 2}]
+    aggregate = commit_aggregate(rows)
+    assert aggregate["content_kept"] == 0.75 and aggregate["clips_losing_content"] == 1
+    out = io.StringIO()
+    print_commit_figures({"aggregate": aggregate, "clips": rows}, out)
+    assert "75.0 %" in out.getvalue() and "lost 2/4" in out.getvalue()
 
 
 def test_sentence_ends_skip_abbreviations_initials_and_numbers():
@@ -175,7 +200,7 @@ def test_commit_figures_from_a_scripted_trace_per_clip_and_category():
                                   "100.0", "%", "0.0", "%", "0"]
     assert categories["phone"] == ["0.0", "%", "69.2", "%", "-", "-", "-", "-", "-", "-",
                                    "0.0", "%", "0.0", "%", "1"]
-    worst = text[text.index("worst clips"):].splitlines()[2:]
+    worst = text[text.index("worst clips"):text.index("content words")].splitlines()[2:]
     assert [line.split()[0] for line in worst] == ["good", "bad"]  # worst first
     assert "-12.50" in worst[1]  # its streamed - offline BLEU beside it
 
