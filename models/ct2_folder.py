@@ -31,7 +31,7 @@ from typing import Any
 
 from speechpipe.errors import ModelError, UnknownModelError
 
-__all__ = ["ModelFamily", "MtModelInfo", "inspect_mt_model", "WHISPER_LANGUAGES"]
+__all__ = ["ModelFamily", "MtModelInfo", "inspect_mt_model", "WHISPER_LANGUAGES", "whisper_code"]
 
 
 class ModelFamily(enum.StrEnum):
@@ -126,6 +126,11 @@ def _whisper_code(code: str) -> str | None:
         if base in aliases:
             return whisper
     return None
+
+
+def whisper_code(code: str) -> str | None:
+    """The Whisper code for a language code a model or package declares, None if unknown."""
+    return _whisper_code(code)
 
 
 def _candidates(lang: str) -> list[str]:

@@ -10,7 +10,10 @@
     │   ├── UnknownModelError       the model asked for (a name, a path) is not there
     │   │                           (also an InputError)
     │   └── VoiceError              no usable Piper voice (lists the available ones)
-    │       └── UnknownVoiceError   the voice asked for is not there (also an InputError)
+    │       ├── UnknownVoiceError   the voice asked for is not there (also an InputError)
+    │       └── UnsafeVoiceError    a voice file with a value no engine may be given: an
+    │                               espeak-ng voice that is a path, a sample rate out of
+    │                               range (also an InputError)
     ├── SessionError                a session cannot start or must end (carries a code)
     │   └── AdmissionError          over capacity (carries a retry hint)
     │       └── SessionRedirect     cluster: admitted on another node (URL + ticket)
@@ -38,6 +41,7 @@ __all__ = [
     "UnknownModelError",
     "VoiceError",
     "UnknownVoiceError",
+    "UnsafeVoiceError",
     "SessionError",
     "AdmissionError",
     "SessionRedirect",
@@ -90,6 +94,13 @@ class VoiceError(ModelError):
 class UnknownVoiceError(VoiceError, InputError):
     """The voice asked for (a name, or any voice for a language) is not installed: bad input
     (exit code 2), where a broken installed voice is a ``VoiceError`` (exit code 1)."""
+    code = "no_voice"
+
+
+class UnsafeVoiceError(VoiceError, InputError):
+    """A voice file names what must never reach its engine (an espeak-ng voice that is a path,
+    a sample rate or scale out of range): refused where the file is read, bad input (exit
+    code 2), never loaded."""
     code = "no_voice"
 
 

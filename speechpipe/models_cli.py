@@ -47,7 +47,9 @@ __all__ = [
     "cmd_models_convert",
 ]
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+# \Z, not $: "$" also matches before a final newline, and "name\n" became a folder and a
+# registry key with a newline (issue 74); `.match` with \Z checks the whole name.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 # Tokenizer files the translator reads, copied by ``models convert`` when present.
 _TOKENIZER_FILES = (
     "source.spm", "target.spm", "sentencepiece.bpe.model", "spm.model", "sentencepiece.model",
@@ -126,7 +128,8 @@ def cmd_models_add(args: argparse.Namespace) -> int:
     """``speechpipe models add``: register an MT folder or install a Piper voice."""
     path = Path(args.path).expanduser()
     if args.name is not None and not _NAME.match(args.name):
-        raise InputError(f"bad name {args.name!r}: use letters, digits, '.', '_' and '-'")
+        raise InputError(f"bad name {args.name[:80]!r}: use letters, digits, '.', '_' and '-' "
+                         "(at most 64)")
     if path.name.endswith((".onnx", ".onnx.json")):
         return _add_voice(path, args.name, args.replace)
     if not path.exists():

@@ -11,7 +11,6 @@ shared by threads; onnxruntime's ``run`` is thread-safe and piper locks its phon
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +20,7 @@ from numpy.typing import NDArray
 
 from speechpipe.errors import ModelError, VoiceError
 from speechpipe.voices.piper_options import PiperOptions
-from speechpipe.voices.registry import VoiceInfo, load_voice_info
+from speechpipe.voices.registry import VoiceInfo, load_voice_info, read_voice_config
 
 if TYPE_CHECKING:
     from piper import PiperVoice
@@ -89,11 +88,10 @@ def _import_piper() -> Any:
 
 def _load(voice: VoiceInfo, options: PiperOptions) -> PiperVoice:
     piper, piper_config, onnxruntime = _import_piper()
+    checked = read_voice_config(voice)  # bounded, and no path or wild number reaches Piper
     try:
-        config = piper_config.PiperConfig.from_dict(
-            json.loads(voice.config_path.read_text(encoding="utf-8"))
-        )
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        config = piper_config.PiperConfig.from_dict(checked)
+    except (ValueError, KeyError, TypeError) as exc:
         raise VoiceError(
             f"voice {voice.name!r}: unusable config {voice.config_path}: {exc!r}"
         ) from None

@@ -19,15 +19,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from speechpipe.errors import UnknownVoiceError, VoiceError
+from speechpipe.errors import UnknownVoiceError, UnsafeVoiceError, VoiceError
 from speechpipe.models.home import speechpipe_home
 from speechpipe.voices.engines import ENGINES, voice_suffixes
+from speechpipe.voices.voice_config_checks import check_piper_config, check_sample_rate
 
 __all__ = [
     "BUILTIN_VOICE",
     "VoiceInfo",
     "voices_home",
     "load_voice_info",
+    "read_voice_config",
     "list_voices",
     "resolve_voice",
     "is_voice_name",
@@ -92,32 +94,16 @@ def load_voice_info(config_path: Path, *, name: str | None = None, source: str =
     The config is checked for what Piper needs before anything loads it: at most
     ``MAX_CONFIG_BYTES``, a JSON object with ``audio.sample_rate``, ``num_symbols``,
     ``num_speakers``, a ``phoneme_id_map`` of phonemes to id lists, and a language (another
-    engine's config: the sample rate and the language)."""
+    engine's config: the sample rate and the language); names and numbers the engine would
+    be given (``espeak.voice``, the sample rate, the scales) are held to what real voices
+    hold, else ``UnsafeVoiceError`` (bad input, exit code 2)."""
     config_path = Path(config_path)
     model_path = config_path.with_name(config_path.name.removesuffix(".json"))
     suffix = ENGINES[engine].model_suffix if engine in ENGINES else ""
     name = name or model_path.name.removesuffix(suffix)
     if not model_path.is_file():
         raise VoiceError(f"voice {name!r}: model file {model_path} is missing")
-    config = _read_config(config_path, name)
-    audio = config.get("audio")
-    sample_rate = audio.get("sample_rate") if isinstance(audio, dict) else None
-    if not _positive_int(sample_rate):
-        raise VoiceError(f"voice {name!r}: {config_path} has no valid audio.sample_rate")
-    assert isinstance(sample_rate, int)
-    piper = engine == "piper"
-    for key in ("num_symbols", "num_speakers") if piper else ():
-        if not _positive_int(config.get(key)):
-            raise VoiceError(f"voice {name!r}: {config_path} has no valid {key}")
-    ids = config.get("phoneme_id_map")
-    if piper and (not isinstance(ids, dict) or not ids or not all(
-        isinstance(phoneme, str) and isinstance(values, list)
-        and all(_positive_int(v) or v == 0 for v in values)
-        for phoneme, values in ids.items()
-    )):
-        raise VoiceError(
-            f"voice {name!r}: {config_path} has no valid phoneme_id_map (phoneme -> id list)"
-        )
+    config, sample_rate = _checked_config(config_path, name, engine)
     locale = _locale_of(config, name)
     if not locale:
         raise VoiceError(f"voice {name!r}: {config_path} does not say its language")
@@ -131,6 +117,39 @@ def load_voice_info(config_path: Path, *, name: str | None = None, source: str =
         source=source or str(config_path.parent),
         engine=engine,
     )
+
+
+def read_voice_config(voice: VoiceInfo) -> dict[str, object]:
+    """``voice``'s config as its engine is to get it: read and checked again, as
+    ``load_voice_info`` does (the file may have changed since it was listed)."""
+    return _checked_config(voice.config_path, voice.name, voice.engine)[0]
+
+
+def _checked_config(config_path: Path, name: str, engine: str) -> tuple[dict[str, object], int]:
+    """The config and its sample rate; ``VoiceError`` if it is broken, ``UnsafeVoiceError``
+    if it holds a value its engine must never get (``voices/voice_config_checks.py``)."""
+    config = _read_config(config_path, name)
+    audio = config.get("audio")
+    sample_rate = audio.get("sample_rate") if isinstance(audio, dict) else None
+    if sample_rate is None:
+        raise VoiceError(f"voice {name!r}: {config_path} has no valid audio.sample_rate")
+    sample_rate = check_sample_rate(sample_rate, name, config_path)
+    piper = engine == "piper"
+    for key in ("num_symbols", "num_speakers") if piper else ():
+        if not _positive_int(config.get(key)):
+            raise VoiceError(f"voice {name!r}: {config_path} has no valid {key}")
+    ids = config.get("phoneme_id_map")
+    if piper and (not isinstance(ids, dict) or not ids or not all(
+        isinstance(phoneme, str) and isinstance(values, list)
+        and all(_positive_int(v) or v == 0 for v in values)
+        for phoneme, values in ids.items()
+    )):
+        raise VoiceError(
+            f"voice {name!r}: {config_path} has no valid phoneme_id_map (phoneme -> id list)"
+        )
+    if piper:
+        check_piper_config(config, name, config_path)  # espeak.voice, ranges: hostile values
+    return config, sample_rate
 
 
 def _read_config(config_path: Path, name: str) -> dict[str, object]:
@@ -248,11 +267,22 @@ def _by_name(name: str, voices: list[VoiceInfo], broken: dict[str, str]) -> Voic
     for voice in voices:
         if voice.name == name:
             return voice
+    if isinstance(broken.get(name), _Refused):  # bad input, like the file refused at add
+        raise UnsafeVoiceError(
+            f"voice {name!r} is installed but refused (a value its engine must not be given): "
+            "`speechpipe models list` says why"
+        )
     if name in broken:  # why is in the log and in `models list`: it names server paths
         raise VoiceError(
             f"voice {name!r} is installed but broken: `speechpipe models list` says why"
         )
     raise UnknownVoiceError(f"no Piper voice named {name!r}; available: {_available(voices)}")
+
+
+class _Refused(str):
+    """Why a voice is broken, when it is an ``UnsafeVoiceError`` (refused, exit code 2)."""
+
+    __slots__ = ()
 
 
 _Stat = tuple[int, int, int] | None
@@ -286,6 +316,8 @@ def _cached_info(folder: Path, name: str, engine: str = "piper") -> VoiceInfo | 
     else:
         try:
             result = load_voice_info(config, name=name, engine=engine)
+        except UnsafeVoiceError as exc:
+            result = _Refused(str(exc))
         except VoiceError as exc:
             result = str(exc)
     if isinstance(result, str):
