@@ -10,6 +10,9 @@ bar are the hub client's own. What speechpipe adds:
   layout ``es/es_ES/davefx/medium/...``) or any ``owner/repo``;
 - a content check: a file stored under its SHA-256 (the hub's ETag for large files) must hash
   to it, else it is deleted and the pull fails (the next pull fetches it again);
+- a hostile hub's answers refused before the hub client builds paths from them (an ETag or a
+  commit id that is a path), every file pulled resolving inside the cache, and a failing hub
+  said in one line with what it answered, after one retry (``hub_guard``);
 - the layout: a repo holding a CTranslate2 model (``model.bin``) is registered as it is; a
   Hugging Face Marian / M2M-100 / NLLB repo is converted (int8) into ``$SPEECHPIPE_HOME/mt``
   (needs ``speechpipe[convert]``); anything else is refused in one line.
@@ -28,7 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from speechpipe.errors import InputError, ModelError
+from speechpipe.errors import InputError, ModelError, SpeechpipeError
+from speechpipe.models.hub_guard import (
+    COMMIT,
+    UnsafeHubAnswer,
+    answered,
+    contained,
+    guard_hub_client,
+    shown,
+)
 from speechpipe.models.mt_routes import MULTILINGUAL, PAIR_CATALOGUE
 
 __all__ = ["PullItem", "resolve_pull", "download_repo", "download_voice", "catalogue_lines",
@@ -46,6 +57,7 @@ _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _MT_PATTERNS = ["*.json", "*.spm", "*.model", "model.bin", "*.txt", "*.safetensors",
                 "pytorch_model.bin"]
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_CONFIG_BYTES = 16 << 20  # a model's config.json is a few kB
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +75,7 @@ def voice_path(name: str) -> str:
     """A Piper voice's ``.onnx`` path in the ``rhasspy/piper-voices`` layout."""
     match = _VOICE_NAME.match(name)
     if match is None:
-        raise InputError(f"{name!r} is not a Piper voice name (like es_ES-davefx-medium)")
+        raise InputError(f"{shown(name)} is not a Piper voice name (like es_ES-davefx-medium)")
     lang, region, speaker, quality = match.groups()
     return f"{lang}/{lang}_{region}/{speaker}/{quality}/{name}.onnx"
 
@@ -85,7 +97,7 @@ def resolve_pull(name: str, *, with_voice: bool = True) -> list[PullItem]:
     if _REPO.match(name):
         return [PullItem("mt", name.split("/")[1], name)]
     raise InputError(
-        f"don't know what to pull for {name!r}: use a pair (en-es), {MULTILINGUAL}, a Piper "
+        f"don't know what to pull for {shown(name)}: use a pair (en-es), {MULTILINGUAL}, a Piper "
         "voice (es_ES-davefx-medium) or a Hugging Face repo (owner/name); "
         "`speechpipe models pull --list` shows the short names"
     )
@@ -106,7 +118,14 @@ def _hub() -> Any:
         import huggingface_hub
     except ImportError:
         raise ModelError("models pull needs huggingface_hub: pip install huggingface_hub") from None
+    guard_hub_client(huggingface_hub)
+    # its retry warnings would be many lines for one failure; the failure is said in one
+    huggingface_hub.utils.logging.set_verbosity_error()
     return huggingface_hub
+
+
+def _cache() -> Path:
+    return Path(_hub().constants.HF_HUB_CACHE)
 
 
 def _endpoint() -> str:
@@ -118,18 +137,41 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:300]
 
 
-def _hub_error(repo: str, exc: BaseException) -> ModelError:
+def _causes(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain and len(chain) < 16:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def _hub_error(repo: str, exc: BaseException) -> SpeechpipeError:
     hub = _hub()
     errors = hub.errors if hasattr(hub, "errors") else hub.utils
+    repo = shown(repo, quote=False)
+    chain = _causes(exc)
+    for cause in chain:  # the checks of hub_guard, raised inside the hub client
+        if isinstance(cause, UnsafeHubAnswer):
+            return UnsafeHubAnswer(f"cannot pull {repo} from {_endpoint()}: {cause}")
+    answer = next((r for r in (getattr(c, "response", None) for c in chain)
+                   if r is not None and r.status_code >= 400), None)
+    if isinstance(exc, RecursionError):
+        return UnsafeHubAnswer(f"cannot pull {repo} from {_endpoint()}: it answered JSON "
+                               "nested too deeply")
     if isinstance(exc, errors.RepositoryNotFoundError):
         return ModelError(f"no repository {repo!r} on {_endpoint()}")
     if isinstance(exc, errors.LocalEntryNotFoundError):
         offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
         why = ("HF_HUB_OFFLINE is set and it is not in the cache" if offline
                else "the hub is unreachable and it is not in the cache")
+        if not offline and answer is not None:  # it answered: say what, not "unreachable"
+            why = f"{answered(answer)} and it is not in the cache"
         return ModelError(f"cannot pull {repo} from {_endpoint()}: {why}")
     if isinstance(exc, errors.EntryNotFoundError):
         return ModelError(f"{repo} on {_endpoint()} has no such file ({_first_line(exc)})")
+    if answer is not None:
+        return ModelError(f"cannot pull {repo} from {_endpoint()}: {answered(answer)}")
     return ModelError(f"cannot pull {repo} from {_endpoint()}: {_first_line(exc)}")
 
 
@@ -159,7 +201,12 @@ def download_repo(repo: str) -> Path:
         folder = Path(hub.snapshot_download(repo, allow_patterns=_MT_PATTERNS))
     except Exception as exc:  # the hub client raises requests', its own and OS errors
         raise _hub_error(repo, exc) from None
-    _verify([p for p in folder.rglob("*") if p.is_file()])
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    if not COMMIT.fullmatch(folder.name):  # a ref that an unchecked client once wrote
+        raise UnsafeHubAnswer(f"cannot use {repo}: its cached commit id {shown(folder.name)} "
+                              "is not 40 hex digits")
+    contained([folder, *files], _cache())
+    _verify(files)
     return folder
 
 
@@ -171,6 +218,7 @@ def download_voice(name: str) -> Path:
         paths = [Path(hub.hf_hub_download(VOICE_REPO, f)) for f in (onnx, onnx + ".json")]
     except Exception as exc:
         raise _hub_error(f"{VOICE_REPO}/{onnx}", exc) from None
+    contained(paths, _cache())
     _verify(paths)
     return paths[0]
 
@@ -182,8 +230,15 @@ def prepare_mt_folder(folder: Path, dest: Path, pair: tuple[str, str] | None,
     if (folder / "model.bin").is_file():
         return folder
     config: dict[str, Any] = {}
+    path = folder / "config.json"
     try:
-        config = json.loads((folder / "config.json").read_text("utf-8"))
+        if path.stat().st_size > _CONFIG_BYTES:
+            raise ModelError(f"this repo's config.json is over {_CONFIG_BYTES >> 20} MiB: "
+                             "not a model config")
+        config = json.loads(path.read_text("utf-8"))
+    except RecursionError:
+        raise ModelError("this repo's config.json is nested too deeply to be a model "
+                         "config") from None
     except (OSError, ValueError):
         pass
     model_type = str(config.get("model_type", "")) if isinstance(config, dict) else ""

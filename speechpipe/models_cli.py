@@ -364,6 +364,7 @@ def _asr_models() -> list[dict[str, Any]]:
 def cmd_models_pull(args: argparse.Namespace) -> int:
     """``speechpipe models pull``: MT pairs and voices through huggingface_hub."""
     from speechpipe.models import hub_pull
+    from speechpipe.models.hub_guard import shown
 
     if args.list:
         print("speechpipe models pull NAME, where NAME is:")
@@ -372,7 +373,7 @@ def cmd_models_pull(args: argparse.Namespace) -> int:
     if not args.names:
         raise InputError("models pull needs a NAME (see `speechpipe models pull --list`)")
     if args.name is not None and not _NAME.match(args.name):
-        raise InputError(f"bad name {args.name!r}: use letters, digits, '.', '_' and '-'")
+        raise InputError(f"bad name {shown(args.name)}: use letters, digits, '.', '_' and '-'")
     items = [item for name in args.names
              for item in hub_pull.resolve_pull(name, with_voice=not args.no_voice)]
     if args.name is not None and sum(1 for i in items if i.kind == "mt") != 1:
@@ -398,9 +399,10 @@ def _pull_voice(item: Any, replace: bool) -> None:
 def _pull_mt(item: Any, name: str, replace: bool) -> None:
     from speechpipe.models import hub_pull
     from speechpipe.models.ct2_translator import Ct2TextTranslator
+    from speechpipe.models.hub_guard import shown
 
     if not _NAME.match(name):
-        raise InputError(f"cannot use {name!r} as a model name; pass --name")
+        raise InputError(f"cannot use {shown(name)} as a model name; pass --name")
     existing = registered_mt_models().get(name)
     if existing is not None and not replace and str(existing.get("origin", "")).split("@")[0] \
             != f"hf:{item.repo}":

@@ -436,7 +436,9 @@ class WavTrack(MediaStreamTrack):
 # file's SHA-256 as for large files, ``Content-Length``, ``Range`` resumes).
 #
 # Faults for the tests: ``cut_once`` (the first GET of a file sends half of it, then the
-# connection drops), ``corrupt`` (the bytes differ from the SHA-256 announced).
+# connection drops), ``corrupt`` (the bytes differ from the SHA-256 announced), and a hostile
+# hub's answers: ``etags`` (a file's ``ETag`` replaced), ``commit`` (the commit id it names),
+# ``status`` (every request answered with this HTTP status).
 
 HUB_COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -446,6 +448,9 @@ class FakeHub:
         self.repos: dict[str, dict[str, bytes]] = {}
         self.cut_once: set[str] = set()
         self.corrupt: set[str] = set()
+        self.etags: dict[str, str] = {}
+        self.commit = HUB_COMMIT
+        self.status: int | None = None
         self.requests: list[tuple[str, str, str | None]] = []  # method, path, Range
         self._server: ThreadingHTTPServer | None = None
 
@@ -490,12 +495,14 @@ class FakeHub:
             def _serve(self, body: bool) -> None:
                 path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
                 hub.requests.append((self.command, path, self.headers.get("Range")))
+                if hub.status is not None:
+                    return self._json(hub.status, {"error": "the hub is failing"})
                 if path.startswith("/api/models/"):
                     repo = path[len("/api/models/"):].split("/revision/")[0]
                     if repo not in hub.repos:
                         return self._json(404, {"error": "Repository not found"}, "RepoNotFound")
                     return self._json(200, {
-                        "id": repo, "modelId": repo, "sha": HUB_COMMIT, "private": False,
+                        "id": repo, "modelId": repo, "sha": hub.commit, "private": False,
                         "siblings": [{"rfilename": f} for f in sorted(hub.repos[repo])]})
                 parts = path.lstrip("/").split("/")
                 if len(parts) < 5 or parts[2] != "resolve":
@@ -506,7 +513,7 @@ class FakeHub:
                 if name not in hub.repos[repo]:
                     return self._json(404, {"error": "Entry not found"}, "EntryNotFound")
                 data = hub.repos[repo][name]
-                etag = hashlib.sha256(data).hexdigest()
+                etag = hub.etags.get(name, hashlib.sha256(data).hexdigest())
                 if name in hub.corrupt:
                     data = bytes(b ^ 0xFF for b in data[:64]) + data[64:]
                 start = 0
@@ -514,7 +521,7 @@ class FakeHub:
                 if body and ranged and ranged.startswith("bytes="):
                     start = int(ranged[6:].split("-")[0] or 0)
                 self.send_response(206 if start else 200)
-                self.send_header("X-Repo-Commit", HUB_COMMIT)
+                self.send_header("X-Repo-Commit", hub.commit)
                 self.send_header("ETag", f'"{etag}"')
                 self.send_header("Content-Length", str(len(data) - start))
                 if start:

