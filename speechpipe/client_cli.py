@@ -234,6 +234,12 @@ class Receiver:
             else:
                 _note(f"notice: {event.get('code')}: {event.get('message', '')}")
 
+    def waiting(self, _refused: object, delay: float) -> None:
+        """A refusal that names a retry is followed (``transport.client.follow_retries``):
+        "waiting to join", not an error."""
+        self.fatal = None
+        _note(f"waiting to join: the server asked to try again; trying in {delay:.1f} s")
+
     def _line(self, event: dict[str, Any]) -> None:
         who = ""
         if event.get("speaker"):  # rooms: number the speakers in order of appearance
@@ -461,7 +467,12 @@ def _put_nowait(blocks: asyncio.Queue[NDArray[np.int16]], block: NDArray[np.int1
 
 async def _stream(args: argparse.Namespace, address: ServerAddress,
                   audio: NDArray[np.int16] | None) -> int:
-    from speechpipe.transport.client import stream_session
+    from speechpipe.transport.client import (
+        RETRIES,
+        follow_retries,
+        retry_start,
+        stream_session,
+    )
 
     writer, player = _open_outputs(args)
     receiver = Receiver(args.output_rate, writer, player)
@@ -481,11 +492,15 @@ async def _stream(args: argparse.Namespace, address: ServerAddress,
     try:
         with Interrupts(receiver, outcome) as interrupts:
             live = _microphone(interrupts.stop) if audio is None else None
-            session = stream_session(
-                address.url, audio if audio is not None else np.zeros(0, np.int16),
-                start=start, rate=RATE, tail_s=0.0 if audio is None else 2.0,
-                on_message=receiver, open_timeout_s=OPEN_TIMEOUT_S,
-                drain_timeout_s=None, stop=interrupts.stop, live=live)
+            session = follow_retries(
+                lambda refused: stream_session(
+                    address.url, audio if audio is not None else np.zeros(0, np.int16),
+                    start=retry_start(start, refused), rate=RATE,
+                    tail_s=0.0 if audio is None else 2.0, on_message=receiver,
+                    open_timeout_s=OPEN_TIMEOUT_S, drain_timeout_s=None, stop=interrupts.stop,
+                    live=live),
+                lambda run: run.refused_with_retry(), retries=RETRIES,
+                on_wait=receiver.waiting, stop=interrupts.stop)
             try:
                 run = await _guarded(_bounded_drain(session, interrupts.stop), interrupts)
             except (OSError, TimeoutError) as exc:
@@ -526,7 +541,7 @@ async def _bounded_drain(session: Any, stop: asyncio.Event) -> Any:
 
 
 async def _listen(args: argparse.Namespace, address: ServerAddress, room: str) -> int:
-    from speechpipe.transport.client import listen_room
+    from speechpipe.transport.client import RETRIES, follow_retries, listen_room, retry_start
 
     writer, player = _open_outputs(args)
     receiver = Receiver(args.output_rate, writer, player)
@@ -539,8 +554,12 @@ async def _listen(args: argparse.Namespace, address: ServerAddress, room: str) -
         start["token"] = token
     try:
         with Interrupts(receiver, outcome) as interrupts:
-            session = listen_room(address.url, room, start=start, stop=interrupts.stop,
-                                  open_timeout_s=OPEN_TIMEOUT_S, on_message=receiver)
+            session = follow_retries(
+                lambda refused: listen_room(address.url, room, start=retry_start(start, refused),
+                                            stop=interrupts.stop, open_timeout_s=OPEN_TIMEOUT_S,
+                                            on_message=receiver),
+                lambda run: run.refused_with_retry(), retries=RETRIES,
+                on_wait=receiver.waiting, stop=interrupts.stop)
             try:
                 run = await _guarded(_bounded_drain(session, interrupts.stop), interrupts)
             except (OSError, TimeoutError) as exc:

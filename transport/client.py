@@ -6,6 +6,11 @@ server's codec, ``transport.protocol``, writes what this client reads). It waits
 admission (``status`` events) for ``started`` or a refusal, streams int16 PCM in frames at
 real time, ends with ``stop`` (or, for robustness benches, an abort or a bare close) and
 records every event and speech chunk with its arrival time on the client's stream clock.
+
+A refusal that names a retry (a fatal ``error`` before ``started`` carrying ``retry_after_s``:
+``too_many_joins``, ``over_capacity``, ...) is followed when asked (``retries``; ``speechpipe
+stream`` and ``listen`` do): the same ``start`` again after ``retry_delay`` -- the rule of
+``docs/protocol.md`` ("Retrying a refusal") that the demo page follows too.
 """
 
 from __future__ import annotations
@@ -13,15 +18,75 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
+import random
 import time
-from collections.abc import AsyncIterable, Callable, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["ClientRun", "stream_session", "ListenerRun", "listen_room"]
+__all__ = ["ClientRun", "stream_session", "ListenerRun", "listen_room", "retry_delay",
+           "retry_start", "follow_retries", "RETRIES"]
+
+RETRIES = 5  # refusals naming a retry that ``speechpipe stream``/``listen`` follow, at most
+RETRY_SPREAD_S = 0.1  # the retry rule's random extra: up to this ...
+RETRY_SPREAD_SHARE = 0.05  # ... plus this share of the wait
+
+Run = TypeVar("Run")
+
+
+def retry_delay(retry_after_s: float, rand: Callable[[], float] = random.random) -> float:
+    """How long to wait before trying again after a refusal carrying ``retry_after_s``: never
+    earlier than the server said (a turn booked for this client is due then), plus a small
+    random extra, up to 0.1 s + 5 % of the wait, so clients refused at the same moment do
+    not come back at the same moment (docs/protocol.md, "Retrying a refusal")."""
+    wait = max(0.0, float(retry_after_s))
+    return wait + rand() * (RETRY_SPREAD_S + RETRY_SPREAD_SHARE * wait)
+
+
+def _retry_after(value: Any) -> float | None:
+    """A refusal's ``retry_after_s`` when it is a usable number, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
+
+
+def retry_start(start: dict[str, Any], refused: Any) -> dict[str, Any]:
+    """``start`` again, with the ``turn`` the refused run was given (when it was)."""
+    turn = getattr(refused, "turn", None)
+    return {**start, "turn": turn} if isinstance(turn, str) and turn else dict(start)
+
+
+async def follow_retries(attempt: Callable[[Run | None], Awaitable[Run]],
+                         retry_after: Callable[[Run], float | None], *, retries: int,
+                         on_wait: Callable[[Run, float], None] | None = None,
+                         stop: asyncio.Event | None = None) -> Run:
+    """Run ``attempt`` (given the refused run before it, None the first time: its ``turn``
+    goes into the next ``start``, ``retry_start``) until it is not refused with a retry
+    (``retry_after`` of its result is None), at most ``retries`` times more, waiting
+    ``retry_delay`` between (``on_wait`` is told the refused run and the wait: "waiting to
+    join"). ``stop`` ends the waiting."""
+    run = await attempt(None)
+    for _ in range(max(0, retries)):
+        after = retry_after(run)
+        if after is None or (stop is not None and stop.is_set()):
+            break
+        delay = retry_delay(after)
+        if on_wait is not None:
+            on_wait(run, delay)
+        if stop is None:
+            await asyncio.sleep(delay)
+        else:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await stop.wait()
+            if stop.is_set():
+                break
+        run = await attempt(run)
+    return run
 
 
 @dataclass
@@ -38,9 +103,14 @@ class ClientRun:
     queued: bool = False
     refused: bool = False  # over capacity (``retry_after_s`` says when to try again)
     retry_after_s: float | None = None
+    turn: str | None = None  # a ``too_many_joins`` refusal's turn, for the next ``start``
     close_code: int | None = None
     waited_s: float = 0.0  # from asking to ``started`` (admission)
     error: str = ""  # the fatal error code before ``started``, or what ended the client
+
+    def refused_with_retry(self) -> float | None:
+        """The ``retry_after_s`` of a refusal before ``started``, None otherwise."""
+        return None if self.started or not self.error else _retry_after(self.retry_after_s)
 
     def of(self, kind: str) -> list[dict[str, Any]]:
         """The events of one type, in arrival order."""
@@ -130,6 +200,7 @@ async def stream_session(
             if message["type"] == "error" and message.get("fatal"):
                 run.refused = message.get("code") == "over_capacity"
                 run.retry_after_s = message.get("retry_after_s")
+                run.turn = message.get("turn") if isinstance(message.get("turn"), str) else None
                 run.error = message.get("code", "")
                 with contextlib.suppress(ConnectionClosed):
                     await ws.recv()
@@ -220,6 +291,8 @@ class ListenerRun:
     audio: list[tuple[float, dict[str, Any], bytes]] = field(default_factory=list)
     close_code: int | None = None
     error: str = ""
+    retry_after_s: float | None = None  # a refusal's, when it named one
+    turn: str | None = None  # ... and the turn it booked, for the next ``start``
     arrived: list[float] = field(default_factory=list)
     audio_arrived: list[float] = field(default_factory=list)
 
@@ -230,6 +303,10 @@ class ListenerRun:
         """The final committed text per (speaker, utterance) of ``side``."""
         return {(e.get("speaker", ""), e["utterance"]): e["committed"]
                 for e in self.of(side) if e.get("final")}
+
+    def refused_with_retry(self) -> float | None:
+        """The ``retry_after_s`` of a refusal before ``started``, None otherwise."""
+        return None if self.started or not self.error else _retry_after(self.retry_after_s)
 
 
 async def listen_room(
@@ -273,6 +350,8 @@ async def listen_room(
         first = json.loads(raw)
         if first.get("type") != "started":
             run.error = first.get("code", first.get("type", ""))
+            run.retry_after_s = first.get("retry_after_s") if first.get("fatal") else None
+            run.turn = first.get("turn") if isinstance(first.get("turn"), str) else None
             with contextlib.suppress(ConnectionClosed):
                 await ws.recv()
             run.close_code = ws.close_code

@@ -180,6 +180,14 @@ class AccessGate:
         admission.identity = identity
         admission.token_counted = True
 
+    def seat_listener(self, admission: Admission | None) -> None:
+        """A connection became a room listener: it stops counting against
+        ``max_sessions_per_ip`` (an audience behind one address -- a venue's NAT -- is bounded
+        by the rooms' listener limits and join rate instead; issue 74)."""
+        if admission is not None and admission.ip_counted:
+            self.per_ip.release(admission.ip)
+            admission.ip_counted = False
+
     def release(self, admission: Admission | None) -> None:
         """Give back what an admitted connection held."""
         if admission is None:

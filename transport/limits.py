@@ -37,8 +37,9 @@ class RoomOptions:
     mt: str = ""  # "ct2:MODEL": room pipelines into languages other than English use it
     captions_kept: int = 600  # utterances of captions per feed for captions.vtt; 0: none kept
     # listener joins (transport.room_access.JoinLimiter; over them: too_many_joins, 4016, with
-    # retry_after_s); a room of 1000 joining within 5 s, or 200 behind one address within
-    # 16 s, never trips them; a rate of 0 switches one off
+    # retry_after_s and the turn booked for that listener); a room of 1000 joining within
+    # 5 s, or 200 behind one address within 16 s, never trips them, and 200 behind one
+    # address at once are seated by their turns within 17 s; a rate of 0 switches one off
     join_per_ip_s: float = 10.0  # listener joins per second from one client address
     join_ip_burst: int = 40  # listener joins at once from one address (> max_sessions_per_ip)
     join_per_room_s: float = 100.0  # listener joins per second into one room

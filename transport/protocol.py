@@ -104,6 +104,7 @@ class Start:
     role: str | None = None  # rooms: ``speaker``, ``listener`` or ``participant``; None: solo
     invite: str | None = None  # rooms: the right to speak in ``room`` (``started.invite``)
     history: bool = False  # rooms: a conversation's opener lets its listeners get history
+    turn: str | None = None  # rooms: the ``turn`` a ``too_many_joins`` refusal booked for it
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +203,7 @@ _SYNTAX: dict[str, tuple[re.Pattern[str], str]] = {
     "room": (_ID, "a room id (letters, digits, '-' and '_', at most 64)"),
     "ticket": (_ID, "a ticket from a redirect"),
     "resume": (_ID, "the session id of a lost session"),
+    "turn": (_ID, "the turn of a too_many_joins refusal"),
     "invite": (_ID, "the invite of a room (from a conversation link)"),
     "token": (_TOKEN, "a token (visible ASCII, at most 4096 characters)"),
 }
@@ -286,6 +288,7 @@ def parse_start(data: dict[str, Any]) -> Start:
     token = _text(data, "token", None, limit=4096) or None
     ticket = _opt_str(data, "ticket", None) or None
     resume = _opt_str(data, "resume", None) or None
+    turn = _opt_str(data, "turn", None) or None
     room = _opt_str(data, "room", None) or None
     role = _opt_str(data, "role", None) or None
     if role is not None and role not in ROLES:
@@ -308,7 +311,8 @@ def parse_start(data: dict[str, Any]) -> Start:
         pace="realtime",
     )
     return Start(request=request, sample_rate=rate, format=fmt, token=token, ticket=ticket,
-                 resume=resume, room=room, role=role, invite=invite, history=history)
+                 resume=resume, room=room, role=role, invite=invite, history=history,
+                 turn=turn)
 
 
 def validate_audio(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> NDArray[np.int16]:

@@ -93,6 +93,11 @@ class TokenBucket:
         self._tokens -= cost
         return True
 
+    def borrow(self, now: float, cost: float = 1.0) -> None:
+        """Take ``cost`` tokens at ``now`` even when there are not enough: the bucket goes
+        into debt and refills from there (a turn booked ahead, ``room_access.JoinLimiter``)."""
+        self._tokens = self.available(now) - cost
+
 
 class Deadline(enum.Enum):
     """Which session timer is due."""

@@ -53,12 +53,14 @@ def room_redirect(url: str) -> Fail:
         "same start", fatal=True, url=url, ticket=None, expires_in_s=None))
 
 
-def too_many_joins(retry_s: float) -> Fail:
+def too_many_joins(retry_s: float, turn: str | None = None) -> Fail:
     """Listeners join this room (or from this address) too fast: retry after ``retry_s``,
     rounded up to a hundredth, so a wait of a few milliseconds is never told as 0 (a client
-    that retried at once would be refused again)."""
-    return room_refusal(ErrorCode.TOO_MANY_JOINS, "listeners join too fast: retry in a moment",
-                        retry_after_s=math.ceil(round(retry_s * 100, 6)) / 100)
+    that retried at once would be refused again), with ``turn`` (the turn booked for this
+    listener, for its next ``start``; None: none booked, the line is full)."""
+    return room_refusal(ErrorCode.TOO_MANY_JOINS, "many listeners are joining: waiting to "
+                        "join; try again after retry_after_s with this turn",
+                        retry_after_s=math.ceil(round(retry_s * 100, 6)) / 100, turn=turn)
 
 
 def listener_too_slow() -> Fail:

@@ -17,12 +17,14 @@ that does not. A listener link never grants speaking.
 
 ``decide`` is a pure function of the request, what the client's token claims and the room's
 state; ``JoinLimiter`` rate-limits joins per client address and per room (token buckets, time
-a parameter). The asyncio shell is ``transport.ws_connection``.
+a parameter) and tells each refused join its own turn. The asyncio shell is
+``transport.ws_connection``.
 """
 
 from __future__ import annotations
 
 import hmac
+import secrets
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -31,7 +33,7 @@ from speechpipe.transport.quotas import TokenBucket
 from speechpipe.transport.room import Role, Room
 
 __all__ = ["EntryRequest", "Open", "Join", "Refuse", "Entry", "decide", "may_speak",
-           "JoinLimiter"]
+           "JoinLimiter", "JoinTurn"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,19 +108,47 @@ def decide(ask: EntryRequest, room: Room | None) -> Entry:
     return Refuse(ErrorCode.NOT_A_SPEAKER, message)
 
 
+@dataclass(frozen=True, slots=True)
+class JoinTurn:
+    """A join refused for now: try again after ``wait_s``, with ``turn`` (the turn booked for
+    it; None when none was: the line is booked ``book_ahead_s`` ahead already)."""
+
+    wait_s: float
+    turn: str | None = None
+
+
 class JoinLimiter:
     """Joins per client address and per room, each a token bucket (``rate`` per second,
-    ``burst`` at once; a rate of 0 switches that one off). ``admit`` returns None, or the
-    seconds after which a join from there would pass. At most ``max_keys`` buckets of each
-    kind are kept: the least recently used (a full one, by then) is forgotten."""
+    ``burst`` at once; a rate of 0 switches that one off). ``join`` returns None (it passes)
+    or a ``JoinTurn``; ``admit`` the same as the wait alone.
+
+    A refused join is **booked a turn** (issue 74): the buckets lend it the next token they
+    will have (they go into debt), so the next refused join is told one turn later, the one
+    after that later still -- 200 listeners behind one address are each told when *their*
+    turn comes instead of all coming back at once. The turn is a random id the refusal
+    carries (``turn``) and the listener's next ``start`` brings back: from the same address
+    into the same room, at or after its time, it passes (its token is paid); earlier, it is
+    told the rest of its wait again. While turns are booked the buckets are in debt, so a
+    join without one cannot jump the line. A turn not taken within ``turn_grace_s`` lapses
+    (its token spent, as by a join that left). Turns are booked at most ``book_ahead_s``
+    ahead: past that nothing is booked and the wait is until the line ends (a longer one).
+    At most ``max_keys`` buckets of each kind, and lines, are kept (the least recently used
+    go), and at most ``max_turns`` turns."""
 
     def __init__(self, *, per_ip_s: float, ip_burst: int, per_room_s: float, room_burst: int,
-                 max_keys: int = 10_000) -> None:
+                 book_ahead_s: float = 30.0, turn_grace_s: float = 10.0,
+                 max_keys: int = 10_000, max_turns: int = 100_000) -> None:
         self.per_ip = (per_ip_s, ip_burst)
         self.per_room = (per_room_s, room_burst)
+        self.book_ahead_s = book_ahead_s
+        self.turn_grace_s = turn_grace_s
         self.max_keys = max_keys
+        self.max_turns = max_turns
         self._ips: OrderedDict[str, TokenBucket] = OrderedDict()
         self._rooms: OrderedDict[str, TokenBucket] = OrderedDict()
+        # (address, room) -> its booked turns (id -> when it is due), earliest first
+        self._turns: OrderedDict[tuple[str | None, str], dict[str, float]] = OrderedDict()
+        self._booked = 0
 
     def _bucket(self, table: OrderedDict[str, TokenBucket], key: str,
                 rule: tuple[float, int]) -> TokenBucket:
@@ -130,23 +160,66 @@ class JoinLimiter:
         table.move_to_end(key)
         return bucket
 
-    def admit(self, ip: str | None, room_id: str, now: float) -> float | None:
-        """Take one join from ``ip`` into ``room_id`` at ``now``; the retry delay when
-        refused (nothing is taken then)."""
+    def _line(self, key: tuple[str | None, str], now: float) -> dict[str, float]:
+        """The turns booked for ``key``, lapsed ones dropped."""
+        line = self._turns.get(key)
+        if line is None:
+            line = self._turns[key] = {}
+            while len(self._turns) > self.max_keys:
+                self._booked -= len(self._turns.popitem(last=False)[1])
+        self._turns.move_to_end(key)
+        for turn, due in list(line.items()):  # booked in order: the earliest first
+            if due + self.turn_grace_s >= now:
+                break
+            del line[turn]
+            self._booked -= 1
+        return line
+
+    def join(self, ip: str | None, room_id: str, now: float,
+             turn: str | None = None) -> JoinTurn | None:
+        """One join from ``ip`` into ``room_id`` at ``now``, bringing ``turn`` (from an
+        earlier refusal) or None: None when it passes, else when to try again and with
+        which turn (see the class docs)."""
         checks: list[tuple[TokenBucket, float]] = []
         if ip is not None and self.per_ip[0] > 0:
             checks.append((self._bucket(self._ips, ip, self.per_ip), self.per_ip[0]))
         if self.per_room[0] > 0:
             checks.append((self._bucket(self._rooms, room_id, self.per_room),
                            self.per_room[0]))
+        if not checks:
+            return None
+        line = self._line((ip, room_id), now)
+        due = line.get(turn) if turn is not None else None
+        if due is not None:  # its own turn: paid for already
+            if now < due:
+                return JoinTurn(due - now, turn)
+            del line[turn]  # type: ignore[arg-type]
+            self._booked -= 1
+            return None
         waits = [(1.0 - tokens) / rate for bucket, rate in checks
                  if (tokens := bucket.available(now)) < 1.0]
-        if waits:
-            return max(waits)
+        if not waits:
+            for bucket, _ in checks:
+                bucket.take(now)
+            return None
+        wait = max(waits)
+        if wait > self.book_ahead_s or self._booked >= self.max_turns:
+            return JoinTurn(wait)  # nothing booked: come back when the line is shorter
         for bucket, _ in checks:
-            bucket.take(now)
-        return None
+            bucket.borrow(now)
+        booked = secrets.token_urlsafe(9)
+        line[booked] = now + wait
+        self._booked += 1
+        return JoinTurn(wait, booked)
+
+    def admit(self, ip: str | None, room_id: str, now: float,
+              turn: str | None = None) -> float | None:
+        """``join``'s wait alone: None when the join passes."""
+        refused = self.join(ip, room_id, now, turn)
+        return None if refused is None else refused.wait_s
 
     def forget(self, room_id: str) -> None:
-        """The room ended: its bucket goes."""
+        """The room ended: its bucket and its lines go."""
         self._rooms.pop(room_id, None)
+        for key in [k for k in self._turns if k[1] == room_id]:
+            self._booked -= len(self._turns.pop(key))

@@ -213,9 +213,10 @@ class WsConnection:
         if isinstance(plan, Fail):
             return close_of(plan)
         if plan.listener:
-            listener = await self._enter_room(plan)
+            listener = await self._enter_room(plan, start.turn)
             if isinstance(listener, Fail):
                 return close_of(listener)
+            self.server.gate.seat_listener(self.admission)
             return await ListenerPath(self, listener).run(start)
         async with contextlib.AsyncExitStack() as stack:
             presence: Presence | None = None
@@ -227,7 +228,7 @@ class WsConnection:
                 stack.callback(self.server.rooms.leave, presence)
             return await SpeakerPath(self, plan, presence).run(stack)
 
-    async def _enter_room(self, plan: StartPlan) -> Presence | Fail:
+    async def _enter_room(self, plan: StartPlan, turn: str | None = None) -> Presence | Fail:
         """Join (or, for a speaking role without ``room``, make) the room the core's
         ``enter`` decides; refused, or redirected in cluster mode when the room lives on
         another node."""
@@ -245,10 +246,10 @@ class WsConnection:
             if isinstance(entry, Join):
                 room = hub.room_of(entry.room_id)
                 if plan.join_limited:
-                    retry = hub.joins.admit(getattr(self.admission, "ip", None), room.id,
-                                            time.monotonic())
-                    if retry is not None:
-                        return too_many_joins(retry)
+                    wait = hub.joins.join(getattr(self.admission, "ip", None), room.id,
+                                          time.monotonic(), turn)
+                    if wait is not None:
+                        return too_many_joins(wait.wait_s, wait.turn)
             else:
                 room = hub.new_room(entry.room_id, **plan.room_options())
             return hub.join(room, Member(self.id, plan.role or Role.SPEAKER,

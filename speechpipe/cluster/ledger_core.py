@@ -56,7 +56,8 @@ class LedgerOptions:
     expected_session_s: float = 120.0  # prior for the wait estimate
     min_retry_s: float = 5.0  # smallest retry hint given
     lease_s: float = ClusterSettings().lease_s  # a node silent this long is lost
-    ticket_ttl_s: float = 10.0  # a reservation must be claimed within this
+    ticket_ttl_s: float = 5.0  # a reservation must be claimed within this (a redirected
+    # client reconnects at once; one that never follows holds the slot only this long)
     waiter_ttl_s: float = 10.0  # a waiting ticket not asked about this long leaves the line
     resume_window_s: float = ClusterSettings().resume_window_s  # lost sessions resume ahead
 
@@ -419,7 +420,14 @@ class LedgerCore:
         free = sum(self._free(n) for n in self.nodes if self._open(n))
         if position <= free:
             return 0.0
-        k = position - 1 - max(0, free)
+        # an unclaimed reservation is claimed within ticket_ttl_s or lapses: until then the
+        # line's head may get that slot (a redirect never followed), so it does not count
+        # as a whole session ahead -- the wait is until it lapses (issue 74)
+        lapsing = sorted(max(0.0, e.expires - now) for e in self.reserved.values()
+                         if self._open(e.node))
+        if position <= free + len(lapsing):
+            return lapsing[position - 1 - max(0, free)]
+        k = position - 1 - max(0, free) - len(lapsing)
         mean = self._mean_s
         floor = 0.1 * mean
         remaining = sorted(max(floor, mean - (now - e.since)) for e in self.active.values()

@@ -323,3 +323,27 @@ async def _until(check, limit_s: float = 10.0) -> None:  # type: ignore[no-untyp
 
 def _text(registry: CollectorRegistry) -> str:
     return generate_latest(registry).decode()
+
+
+# ------------------------------------- issue 74: redirects that are never followed
+def test_redirects_never_followed_do_not_turn_a_fair_client_away():
+    """2 nodes of 2: a is full, two clients are redirected to b and never go there. A fair
+    client asking meanwhile waits in line for the few seconds those reservations have left
+    (it was refused "wait 115 s" while they were held), and gets b once they lapse."""
+    core = LedgerCore(LedgerOptions(max_wait_s=60.0))
+    core.register("a", "ws://a/ws", 2, [], 0.0)
+    core.register("b", "ws://b/ws", 2, [], 0.0)
+    started(core, "s1", "a", "c1")
+    started(core, "s2", "a", "c2")
+    for ticket in ("gone1", "gone2"):  # redirected to b; they close and never follow
+        assert core.request(ticket, "a", ticket, 0.0).kind == "redirect"
+    ttl = core.options.ticket_ttl_s
+    assert ttl <= 5.0  # a redirect is followed at once: a short hold
+    fair = core.request("fair", "a", "fair", 1.0)
+    assert fair.kind == "queued" and fair.wait_s <= ttl, fair
+    core.heartbeat("a", 3.0)  # the nodes stay alive
+    core.heartbeat("b", 3.0)
+    placed = core.status("fair", "a", ttl + 0.5)
+    assert placed.kind == "redirect" and placed.node == "b", placed
+    assert core.claim("fair", "b", ttl + 1.0)
+    core.check()

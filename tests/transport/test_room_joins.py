@@ -36,7 +36,9 @@ def test_the_defaults_never_trip_a_normal_room() -> None:
 
 
 def test_the_defaults_stop_a_storm() -> None:
-    """~300 joins/s from 40 addresses for 10 s: the room's burst, then its rate, pass."""
+    """~300 joins/s from 40 addresses for 10 s, none coming back with its turn: the room's
+    burst and its rate pass until the bucket is dry; then every refusal books a turn (issue
+    74), none taken, and each wait stays within the booking bound."""
     limiter = _default_limiter()
     admitted = 0
     retries: list[float] = []
@@ -49,7 +51,12 @@ def test_the_defaults_stop_a_storm() -> None:
     room = RoomOptions()
     most = room.join_room_burst + room.join_per_room_s * 10
     assert room.join_room_burst < admitted <= most + 1
-    assert retries and all(0 < r <= 1 / room.join_per_room_s + 1e-9 for r in retries)
+    bound = limiter.book_ahead_s + 1 / room.join_per_room_s
+    assert retries and all(0 < r <= bound + 1e-9 for r in retries)
+    # a listener that does bring its turn back passes at its time, storm or not
+    turn = limiter.join("203.0.113.77", "talk", 10.0)
+    assert turn is not None and turn.turn is not None
+    assert limiter.join("203.0.113.77", "talk", 10.0 + turn.wait_s, turn.turn) is None
 
 
 def test_one_address_is_limited_below_the_room() -> None:
@@ -61,10 +68,11 @@ def test_one_address_is_limited_below_the_room() -> None:
     assert limiter.admit("203.0.113.10", "talk", 0.0) is None  # another address passes
 
 
-async def _join(url: str, room: str) -> dict[str, object]:
+async def _join(url: str, room: str, turn: object = None) -> dict[str, object]:
     """One listener join: ``started`` (then it leaves), or the refusal with its close code."""
     async with connect(url) as ws:
-        await ws.send(json.dumps({"type": "start", "role": "listener", "room": room}))
+        await ws.send(json.dumps({"type": "start", "role": "listener", "room": room,
+                                  **({"turn": turn} if turn else {})}))
         first = await recv_json(ws)
         if first["type"] != "started":
             await read_until_closed(ws)
@@ -110,13 +118,18 @@ async def test_a_flood_is_refused_and_the_speaker_keeps_going() -> None:
             for answer in refused:
                 assert answer["code"] == "too_many_joins"
                 assert answer["close_code"] == 4016
-                assert 0 < float(answer["retry_after_s"]) <= 1.0  # type: ignore[arg-type]
+            # each refused listener is told its own turn: 1 s, 2 s, ... 9 s
+            told = sorted(float(a["retry_after_s"]) for a in refused)  # type: ignore[arg-type]
+            assert told == pytest.approx([k + 1.0 for k in range(9)], abs=0.05)
+            assert len({a["turn"] for a in refused}) == 9
             # the speaker's session goes on: 1 s of audio gives its captions
             await speaker.send(pcm(1.0))
             seen = []
             async with asyncio.timeout(5):
                 while not any(e.get("type") == "source" for e in seen):
                     seen.append(await recv_json(speaker))
-            # and a join after the retry delay passes
-            await asyncio.sleep(max(float(a["retry_after_s"]) for a in refused))  # type: ignore[arg-type]
-            assert (await _join(url, room))["type"] == "started"
+            # and the first turn, brought back after its delay, passes; no turn: refused
+            first = min(refused, key=lambda a: float(a["retry_after_s"]))  # type: ignore[arg-type]
+            await asyncio.sleep(float(first["retry_after_s"]))  # type: ignore[arg-type]
+            assert (await _join(url, room))["type"] == "error"
+            assert (await _join(url, room, first["turn"]))["type"] == "started"

@@ -304,6 +304,13 @@ function onMessage(event) {
         setStatus(`note: ${msg.message}`);
         break;
       }
+      if (msg.fatal && !s.session && typeof msg.retry_after_s === "number"
+          && Number.isFinite(msg.retry_after_s) && msg.retry_after_s >= 0
+          && s.retries < RETRIES) {
+        s.retry = { after: msg.retry_after_s, turn: typeof msg.turn === "string" ? msg.turn : null };
+        setStatus("waiting to join", "warn");
+        break;
+      }
       bump("errors");
       setStatus(`error (${msg.code}): ${msg.message}`, msg.fatal ? "error" : "warn");
       // the close that follows a fatal error keeps this text: it says what to do
@@ -447,15 +454,14 @@ async function start() {
     }
     ctx = capture.ctx;
   }
-  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  const ws = new WebSocket(`${scheme}//${location.host}/ws`);
-  ws.binaryType = "arraybuffer";
   s = {
-    ws, ctx, stream, transport, role, session: null, pc: null, worklet: capture && capture.worklet,
+    ws: null, ctx, stream, transport, role, session: null, pc: null,
+    worklet: capture && capture.worklet,
     capturing: false, samplesSent: 0, streamStart: null, playhead: 0, pendingAudio: null, stopping: false,
     lines: { source: new Map(), target: new Map() }, speechStarts: new Map(),
     spokenUtterances: new Set(), captionLag: null, speechOffset: null,
     playout: { queue: [], done: 0, reported: 0, timer: null }, refusal: null,
+    retry: null, retries: 0, retryTimer: null,
   };
   window.speechpipeState = s;
   if (capture) {
@@ -467,6 +473,21 @@ async function start() {
       }
     };
   }
+  openSocket(s, null);
+  $("stop").disabled = false;
+}
+
+// One connection of a run: `start` (with the turn a too_many_joins refusal booked, if any).
+// A refusal that names a retry (retry_after_s, before `started`) is followed by itself, as
+// docs/protocol.md ("Retrying a refusal") says: "waiting to join", never an error.
+function openSocket(run, turn) {
+  const { ctx, role } = run;
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  const ws = new WebSocket(`${scheme}//${location.host}/ws`);
+  ws.binaryType = "arraybuffer";
+  run.ws = ws;
+  run.retry = null;
+  run.refusal = null;
   ws.onopen = () => {
     ws.send(JSON.stringify({
       type: "start",
@@ -478,17 +499,40 @@ async function start() {
       output_sample_rate: OUTPUT_RATE,
       token: pageToken(),
       ...(role ? { role: role.role, room: role.room || undefined, invite: role.invite } : {}),
+      ...(turn ? { turn } : {}),
     }));
   };
   ws.onmessage = onMessage;
-  ws.onerror = () => setStatus("connection error", "error");
+  ws.onerror = () => { if (!run.retry) setStatus("connection error", "error"); };
   ws.onclose = (e) => {
+    if (s !== run || run.ws !== ws) return;
+    if (run.retry && !run.stopping && run.retries < RETRIES) {
+      run.retries += 1;
+      const wait = retryDelay(run.retry.after);
+      const next = run.retry.turn;
+      setStatus(`waiting to join: many are joining, trying again in ${wait.toFixed(1)} s`, "warn");
+      $("stats").dataset.state = "waiting";
+      $("stats").dataset.refused = String(run.retries);
+      run.retryTimer = setTimeout(() => {
+        run.retryTimer = null;
+        if (s === run && !run.stopping) openSocket(run, next);
+      }, wait * 1000);
+      return;
+    }
     const normal = e.code === 1000;
-    if (!normal) setStatus(closedStatus(e, s && s.ws === ws ? s.refusal : null), "error");
+    if (!normal) setStatus(closedStatus(e, run.refusal), "error");
     $("stats").dataset.state = "closed";
     teardown();
   };
-  $("stop").disabled = false;
+}
+
+// The retry rule (docs/protocol.md, "Retrying a refusal"; transport/client.py retry_delay):
+// never earlier than the server said, plus up to 0.1 s + 5 % at random, so listeners refused
+// at the same moment do not come back at the same moment.
+const RETRIES = 5;
+function retryDelay(after) {
+  const wait = Math.max(0, after);
+  return wait + Math.random() * (0.1 + 0.05 * wait);
 }
 
 // What the status says when the server closes the session abnormally: the fatal error it
@@ -509,6 +553,14 @@ function stop() {
   if (!s) return;
   s.stopping = true;
   $("stop").disabled = true;
+  if (s.retryTimer) { // waiting to join: nothing is open, just give up the wait
+    clearTimeout(s.retryTimer);
+    s.retryTimer = null;
+    setStatus("stopped");
+    $("stats").dataset.state = "closed";
+    teardown();
+    return;
+  }
   setStatus("finishing…");
   if (s.ws.readyState === WebSocket.OPEN) s.ws.send(JSON.stringify({ type: "stop" }));
   if (s.stream) for (const track of s.stream.getTracks()) track.stop();
