@@ -283,7 +283,8 @@ def cmd_translate(args: argparse.Namespace) -> int:
     check_outputs_spare_the_input(args.input, [("--out", args.out), ("--trace", args.trace),
                                                 *(("--subtitles" if side == "target"
                                                    else "--source-subtitles", path)
-                                                  for side, path in subtitles)])
+                                                  for side, path in subtitles)],
+                                  config=args.config)
     out = Path(args.out)
     writer = SpeechFileWriter(out, args.output_rate)  # opens (a temporary file) already
     try:

@@ -18,6 +18,7 @@ from typing import Any
 
 from speechpipe.config import GROUPS, MODEL_ALIASES, Config, apply_overrides, config_dict
 from speechpipe.errors import InputError
+from speechpipe.output_paths import read_bounded
 
 __all__ = ["describe_leaves", "load_config_file", "render_config", "MAX_CONFIG_BYTES"]
 
@@ -192,11 +193,10 @@ def load_config_file(path: str | Path, config: Config | None = None, *,
     ``server=False`` (translate, eval) skips the server's groups, so one file serves every
     command. Bad files and values raise ``InputError`` in one line naming the file."""
     path = Path(path)
-    try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise InputError(f"--config {path}: over {MAX_CONFIG_BYTES >> 10} KiB; not a "
-                             "configuration file")
-        tree = tomllib.loads(path.read_text(encoding="utf-8"))
+    try:  # a regular file only (a FIFO blocked, /dev/zero never ended), read up to the cap
+        data = read_bounded(path, MAX_CONFIG_BYTES, f"--config {path}",
+                            "a configuration file")
+        tree = tomllib.loads(data.decode("utf-8"))
     except FileNotFoundError:
         raise InputError(f"--config {path}: no such file") from None
     except IsADirectoryError:

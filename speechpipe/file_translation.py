@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from speechpipe.errors import OutputError
 from speechpipe.evaluation.scores import final_texts, latency_scores
 from speechpipe.evaluation.trace import TraceBuilder, write_trace
 from speechpipe.session import Pipeline
@@ -253,8 +252,5 @@ def translate_file(
         if owned and pipeline is not None:
             pipeline.close()  # joins the workers, releases the models on this thread
     if trace_path is not None:
-        try:
-            write_trace(trace_path, run.records)
-        except OSError as exc:
-            raise OutputError(f"{trace_path}: writing the trace failed ({exc.strerror})") from exc
+        write_trace(trace_path, run.records)  # OutputError (one line) if it fails
     return run

@@ -23,6 +23,9 @@ class ReportSubtitles:
     def __init__(self, report: str | Path) -> None:
         path = Path(report)
         self.folder = path.with_name(f"{path.stem}-subtitles")
+        if self.folder.is_symlink():  # the files would land wherever it points
+            raise InputError(f"{self.folder}: is a symbolic link; the subtitle folder must be "
+                             "a real folder (remove the link)")
         try:  # made before any model loads: a folder that cannot be made fails now
             self.folder.mkdir(exist_ok=True)
         except OSError as exc:

@@ -3,18 +3,25 @@
 ``SpeechFileWriter`` opens its file when created, so a bad ``--out`` (a folder, a missing
 folder, an extension soundfile cannot write, an unwritable place) fails before the models
 load. Speech chunks are written as they arrive, laid on the input's timeline; the writer holds
-one chunk at a time, whatever the input's length. A regular file is written under a temporary
-name next to it and renamed into place by ``commit()``, so a failed or interrupted run leaves
-any earlier file untouched and no partial one; other targets (a device, a pipe) are written
-in place.
+one chunk at a time, whatever the input's length. The file is written under a temporary name
+next to it and renamed into place by ``commit()``, so a failed or interrupted run leaves any
+earlier file untouched and no partial one.
+
+Every output (speech, trace, subtitles, reports: ``replace_file``) is a regular file or not
+there yet: a symbolic link, a FIFO, a device, a socket or a folder at its path is refused
+before any work (a FIFO would block the run, a device or a link's target would be written
+over), and the rename replaces the path's own entry, never what a link there points to.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 import soundfile as sf
@@ -22,7 +29,8 @@ from numpy.typing import NDArray
 
 from speechpipe.errors import InputError, OutputError
 
-__all__ = ["SpeechFileWriter", "check_output_path", "output_format"]
+__all__ = ["SpeechFileWriter", "check_output_path", "output_format", "replace_file",
+           "not_a_regular_file"]
 
 _SILENCE_BLOCK = 65_536  # samples of silence written at a time (bounded for long gaps)
 
@@ -44,27 +52,49 @@ def output_format(path: str | Path) -> tuple[str, str]:
     return fmt, subtype
 
 
+def not_a_regular_file(path: str | Path) -> str | None:
+    """What is at ``path`` if it is neither a regular file nor nothing ("a symbolic link",
+    "a FIFO (named pipe)", "a device", "a socket", "a folder"), else None. The path's own
+    entry: a link is not followed."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError:  # a name too long, a folder in the way: the checks after this word it
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    for test, kind in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
+                       (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a regular file"  # pragma: no cover - every kind is listed
+
+
 def check_output_path(path: str | Path) -> Path:
-    """Raise ``InputError`` (one line) unless ``path`` can take a new file: not a folder, its
-    folder exists and is writable, an existing file is writable. Returns the path with
-    symbolic links resolved (where the data will go)."""
+    """Raise ``InputError`` (one line) unless ``path`` can take a new file: nothing there or
+    a regular file (not a folder, a symbolic link, a FIFO, a device), its folder exists and is
+    writable, an existing file is writable. Returns the path, not resolved: the writers
+    replace its own entry."""
     path = Path(path)
-    if path.is_dir():
+    kind = not_a_regular_file(path)
+    if kind == "a folder":
         raise InputError(f"{path}: is a folder, not an output file")
-    target = path.resolve()
-    if target.is_dir():
-        raise InputError(f"{path}: is a folder, not an output file")
-    folder = target.parent
+    if kind is not None:
+        raise InputError(f"{path}: is {kind}, not a regular file; outputs are written only to "
+                         "regular files (choose another path)")
+    folder = path.parent
     if not folder.is_dir():
         raise InputError(f"{path.parent}: output folder does not exist")
-    if target.exists():
-        if not os.access(target, os.W_OK):
+    if path.exists():
+        if not os.access(path, os.W_OK):
             raise InputError(f"{path}: not writable")
     elif not os.access(folder, os.W_OK | os.X_OK):
         raise InputError(f"{path.parent}: output folder is not writable")
     else:  # access() says yes to root everywhere (/proc too): make and remove a file there
         try:
-            fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".probe")
+            fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".probe")
         except OSError as exc:
             raise InputError(
                 f"{path.parent}: cannot create files in the output folder ({exc.strerror})"
@@ -72,7 +102,49 @@ def check_output_path(path: str | Path) -> Path:
         os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(probe)
-    return target
+    return path
+
+
+def _new_mode(path: Path) -> int:
+    """The mode the replacing file gets: the regular file's own, else 0666 less the umask."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return 0o666 & ~_umask()
+    return st.st_mode & 0o7777 if stat.S_ISREG(st.st_mode) else 0o666 & ~_umask()
+
+
+def _put_in_place(temp: Path, path: Path) -> None:
+    """Rename ``temp`` onto ``path`` unless something other than a regular file appeared
+    there since the check (the rename would replace it)."""
+    kind = not_a_regular_file(path)
+    if kind is not None:
+        raise OutputError(f"{path}: became {kind} during the run; not replaced (the output is "
+                          "not written)")
+    os.chmod(temp, _new_mode(path))
+    os.replace(temp, path)
+
+
+@contextlib.contextmanager
+def replace_file(path: str | Path, what: str) -> Iterator[TextIO]:
+    """A UTF-8 text file (``\n`` line ends) for ``path``: written under a temporary name in
+    its folder and renamed onto the path when the block ends, so a failure leaves any
+    earlier file as it was and no partial one; a file there keeps its mode. Write failures
+    raise ``OutputError`` ("PATH: writing WHAT failed (...)")."""
+    target = Path(path)
+    tmp: str | None = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            yield fh
+        _put_in_place(Path(tmp), target)
+        tmp = None
+    except OSError as exc:
+        raise OutputError(f"{path}: writing {what} failed ({exc.strerror})") from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 class SpeechFileWriter:
@@ -81,8 +153,7 @@ class SpeechFileWriter:
     ``write_at(start_s, samples)`` takes chunks in time order (a chunk that starts before the
     end of the previous one loses its overlapping head); the gaps are silence.
     ``commit(total_samples)`` pads to that length and puts the file in place; ``discard()``
-    removes what was written (a temporary file) or stops writing (a device). Write failures
-    raise ``OutputError``."""
+    removes what was written (a temporary file). Write failures raise ``OutputError``."""
 
     def __init__(self, path: str | Path, rate: int) -> None:
         self.path = Path(path)
@@ -91,19 +162,16 @@ class SpeechFileWriter:
         fmt, subtype = output_format(self.path)
         self.samples_written = 0
         self._temp: Path | None = None
-        if not self._target.exists() or self._target.is_file():
-            try:
-                fd, name = tempfile.mkstemp(dir=self._target.parent,
-                                            prefix=f".{self._target.name}.", suffix=".part")
-            except OSError as exc:
-                raise InputError(
-                    f"{self.path}: cannot write a file here ({exc.strerror})"
-                ) from None
-            os.close(fd)
-            self._temp = Path(name)
+        try:
+            fd, name = tempfile.mkstemp(dir=self._target.parent,
+                                        prefix=f".{self._target.name}.", suffix=".part")
+        except OSError as exc:
+            raise InputError(f"{self.path}: cannot write a file here ({exc.strerror})") from None
+        os.close(fd)
+        self._temp = Path(name)
         try:
             self._file: sf.SoundFile | None = sf.SoundFile(
-                str(self._temp or self._target), "w", rate, 1, subtype, format=fmt
+                str(self._temp), "w", rate, 1, subtype, format=fmt
             )
         except Exception as exc:
             self._remove_temp()
@@ -122,10 +190,11 @@ class SpeechFileWriter:
         self._pad_to(total_samples)
         self._close()
         if self._temp is not None:
-            mode = (self._target.stat().st_mode & 0o7777 if self._target.exists()
-                    else 0o666 & ~_umask())
-            os.chmod(self._temp, mode)
-            os.replace(self._temp, self._target)
+            try:
+                _put_in_place(self._temp, self._target)
+            except OSError as exc:
+                raise OutputError(f"{self.path}: putting the file in place failed "
+                                  f"({exc.strerror})") from None
             self._temp = None
 
     def discard(self) -> None:

@@ -3,17 +3,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from speechpipe.errors import InputError, OutputError
+from speechpipe.errors import InputError
 from speechpipe.stages.cues import Cue
-from speechpipe.transport.file_output import check_output_path
+from speechpipe.transport.file_output import check_output_path, replace_file
 
 __all__ = ["SubtitleFormat", "subtitle_format", "format_subtitles", "format_vtt", "format_srt",
            "check_subtitle_path", "write_subtitles", "SUFFIXES"]
@@ -78,19 +75,8 @@ def check_subtitle_path(path: str | Path) -> SubtitleFormat:
 
 
 def write_subtitles(path: str | Path, cues: Sequence[Cue]) -> None:
-    """Write the cues as WebVTT or SubRip (by the suffix), replacing the file atomically."""
+    """Write the cues as WebVTT or SubRip (by the suffix), replacing the file atomically (the
+    path's own entry: a link there is replaced, not followed)."""
     text = format_subtitles(cues, subtitle_format(path))
-    target = Path(path).resolve()
-    tmp: str | None = None
-    try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-        tmp = None
-    except OSError as exc:
-        raise OutputError(f"{path}: writing the subtitles failed ({exc.strerror})") from None
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+    with replace_file(path, "the subtitles") as fh:
+        fh.write(text)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from speechpipe.config import PipelineOptions, with_overrides
-from speechpipe.errors import InputError, OutputError
+from speechpipe.errors import InputError
 from speechpipe.evaluation.compare import (
     compare_variants,
     parse_variant,
@@ -37,10 +37,11 @@ from speechpipe.evaluation.offline import (
     offline_references,
 )
 from speechpipe.machine import describe_cpu
+from speechpipe.output_paths import check_outputs_spare_inputs
 from speechpipe.session import Pipeline, apply_process_limits, check_request
 from speechpipe.stages.request import SessionRequest
 from speechpipe.subtitles import ReportSubtitles
-from speechpipe.transport.file_output import check_output_path
+from speechpipe.transport.file_output import check_output_path, replace_file
 
 __all__ = ["run_eval"]
 
@@ -56,7 +57,14 @@ def run_eval(args: argparse.Namespace, options: PipelineOptions, request: Sessio
         check_offline_request(request.target_lang, request.mt)
     if args.report:
         check_output_path(args.report)
-    clips = select_clips(load_manifest(args.manifest), args, request.target_lang)
+    listed = load_manifest(args.manifest)
+    # the report replaces no input: not the manifest, a clip it lists (selected or not), or
+    # --config (``eval M --report M`` used to overwrite the manifest, exit 0)
+    check_outputs_spare_inputs(
+        [("the manifest", args.manifest), ("the --config file", getattr(args, "config", None)),
+         *((f"a clip of the manifest (line {clip['line']})", clip["path"]) for clip in listed)],
+        [("--report", args.report)])
+    clips = select_clips(listed, args, request.target_lang)
     if not clips:
         raise InputError(f"{args.manifest}: no clips to evaluate (check --category/--all)")
     missing = [c["path"] for c in clips if not Path(c["path"]).is_file()]
@@ -113,11 +121,11 @@ def _offline(pipeline: Pipeline, clips: list[dict[str, Any]], beam: int,
 
 
 def _write_report(path: str, report: dict[str, Any]) -> None:
-    """Write the JSON report; a failure now (disk full) is one line, not a traceback."""
-    try:
-        Path(path).write_text(json.dumps(report, indent=2, ensure_ascii=False))
-    except OSError as exc:
-        raise OutputError(f"{path}: writing the report failed ({exc.strerror})") from None
+    """Write the JSON report by rename (``replace_file``); a failure now (disk full) is one
+    line (``OutputError``), not a traceback."""
+    text = json.dumps(report, indent=2, ensure_ascii=False)
+    with replace_file(path, "the report") as fh:
+        fh.write(text)
     print(f"\nwrote {path}" + (f" (subtitles in {Path(path).stem}-subtitles/)"
                                if "clips" in report else ""))
 

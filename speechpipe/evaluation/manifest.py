@@ -1,7 +1,7 @@
 """A clip manifest (JSONL: one clip an object a line, ``file`` and ``lang`` at least), read
 and checked line by line: the one reader of ``eval``, ``eval --compare`` and the benches
-(``bench load``, ``cost``, ``soak``, ``drill``). Pure: the standard library and the
-language table only, no audio and no model.
+(``bench load``, ``cost``, ``soak``, ``drill``). Pure: the standard library, the language
+table and ``output_paths``' bounded reader only, no audio and no model.
 
 Reference translations: ``translations`` (``{lang: text}``) and, older, ``translation_en``;
 ``reference_for(clip, target)`` is the one place they are read."""
@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from speechpipe.errors import InputError
+from speechpipe.output_paths import open_regular
 
-__all__ = ["load_manifest", "reference_for", "MAX_MANIFEST_LINE"]
+__all__ = ["load_manifest", "reference_for", "MAX_MANIFEST_LINE", "MAX_MANIFEST_LINES"]
 
 _TEXT_FIELDS = ("file", "lang", "id", "transcript", "translation_en", "transcript_kind",
                 "category")
 MAX_MANIFEST_LINE = 1 << 20  # one clip's line: references are sentences, not megabytes
+MAX_MANIFEST_LINES = 100_000  # clips held at once (every clip is kept until the run ends)
 
 
 def load_manifest(path: str | Path) -> list[dict[str, Any]]:
@@ -29,18 +31,24 @@ def load_manifest(path: str | Path) -> list[dict[str, Any]]:
     from speechpipe.models.ct2_folder import WHISPER_LANGUAGES
 
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such manifest")
     clips = []
-    try:
-        fh = open(path, "rb")
+    try:  # a regular file only: a FIFO would block, a device never end
+        fh = open_regular(path, str(path))
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such manifest") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read the manifest ({exc.strerror})") from None
     with fh:
-        for number, raw in enumerate(fh, 1):
+        number = 0
+        # each line read no further than its cap (iterating reads a whole line first: a
+        # 512 MiB line cost 1.1 GB before its check)
+        while raw := fh.readline(MAX_MANIFEST_LINE + 1):
+            number += 1
             where = f"{path}:{number}"
             if len(raw) > MAX_MANIFEST_LINE:
                 raise InputError(f"{where}: line over {MAX_MANIFEST_LINE >> 10} KiB")
+            if number > MAX_MANIFEST_LINES:
+                raise InputError(f"{path}: over {MAX_MANIFEST_LINES} lines; split the manifest")
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:

@@ -30,6 +30,7 @@ from speechpipe.stages.frames import (
     UtteranceEnd,
     VadEvent,
 )
+from speechpipe.transport.file_output import replace_file
 from speechpipe.transport.file_replay import ReplayEvent
 
 __all__ = ["TraceBuilder", "write_trace", "read_trace", "source_languages",
@@ -152,8 +153,9 @@ def source_language_confidence(records: Iterable[dict[str, Any]]) -> dict[str, f
 
 
 def write_trace(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
-    """Write trace records as JSON lines."""
-    with open(path, "w", encoding="utf-8") as fh:
+    """Write trace records as JSON lines, by a temporary file renamed onto ``path``
+    (``replace_file``: a failure is ``OutputError``, one line)."""
+    with replace_file(path, "the trace") as fh:
         for record in records:
             fh.write(json.dumps(record, ensure_ascii=False) + "\n")
 
