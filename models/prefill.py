@@ -3,9 +3,9 @@
 A streaming decode forces the words it has already committed as a text prefix. CTranslate2's
 Whisper ``generate`` reads such a prefix one decoder step per token, at the full beam width
 after the first step (5 rows per item where 1 would do). ``_ct2_prefill`` (models/native/,
-built by setup.py against CTranslate2 4.8.1's headers) reads most of it in the prompt pass
-instead, one row per item and all positions at once, and leaves the search as it was; see
-the C++ file's header for why the results equal ``generate``'s.
+built by setup.py against the CTranslate2 headers in third_party/) reads most of it in the
+prompt pass instead, one row per item and all positions at once, and leaves the search as it
+was; see the C++ file's header for why the results equal ``generate``'s.
 
 - ``prefill_text_tokens`` decides how much of a request's prefixes the prompt pass reads,
   from the request alone (so a request's result never depends on its batch);

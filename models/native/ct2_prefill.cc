@@ -5,7 +5,7 @@
 // scored -1e10 (`update_sample_with_prefix`, src/decoding.cc). A streaming decode forces
 // its committed words on every step, so those steps were 45 % of the decoder's work.
 //
-// `PrefillDecoder.generate` is CTranslate2 4.8.1's `WhisperReplica::generate` (same
+// `PrefillDecoder.generate` is the vendored CTranslate2's `WhisperReplica::generate` (same
 // layers, same `decode`) with one change: the prompt pass (`forward_prompt`, one row per
 // item, all positions at once) also reads the first `prefill_text` tokens of the forced
 // prefix. The rest of the prefix (at least one token when there is a prefix) is still
@@ -16,9 +16,10 @@
 // finished hypothesis is returned and ranked here by `score / (prefix + new tokens)`, as
 // `generate` ranks them. Tests compare it with `generate` on real clips.
 //
-// Built against the vendored headers of CTranslate2 4.8.1 (models/native/include) and
-// linked to the library of the ctranslate2 4.8.1 wheel: the Python side loads it only when
-// that exact version is the one imported (models/prefill.py).
+// Built against the vendored headers of CTranslate2 (third_party/ctranslate2-*/; the version
+// is named once, in its UPSTREAM file, and setup.py passes it as SPEECHPIPE_CT2_VERSION) and
+// linked to the library of the ctranslate2 wheel of that version: the Python side loads it
+// only when that exact version is the one imported (models/prefill.py).
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -30,6 +31,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+
+#ifndef SPEECHPIPE_CT2_VERSION
+#error "SPEECHPIPE_CT2_VERSION: the vendored CTranslate2's version, passed by setup.py"
+#endif
 
 #include "ctranslate2/decoding.h"
 #include "ctranslate2/layers/common.h"
@@ -457,7 +462,7 @@ namespace {
 }  // namespace
 
 PYBIND11_MODULE(_ct2_prefill, m) {
-  m.attr("CTRANSLATE2_VERSION") = "4.8.1";
+  m.attr("CTRANSLATE2_VERSION") = SPEECHPIPE_CT2_VERSION;
   m.def("compare_kernels", &compare_kernels, py::arg("x"), py::arg("w"), py::arg("shifted"));
   m.def("compare_dense", &compare_dense, py::arg("path"), py::arg("scope"), py::arg("input"),
         py::arg("gelu") = false);

@@ -1,7 +1,7 @@
 // The in-place decoder step (speechpipe, issue 42): `RowsDense`, its AVX2 kernel, and
 // `RowsWhisperDecoder`, CTranslate2's Whisper decoder whose single steps use it. Included
 // by ct2_prefill.cc only (one translation unit: everything here is in an anonymous
-// namespace), against the same vendored CTranslate2 4.8.1 headers.
+// namespace), against the same vendored CTranslate2 headers (third_party/).
 
 #pragma once
 
@@ -217,8 +217,8 @@ namespace {
   // beam search calls) run their linear layers through `RowsDense` when a step has at most
   // `max_rows` rows; the prompt pass, wider steps and anything this does not know take
   // CTranslate2's own path. The step is `TransformerDecoder::decode` for one position of a
-  // pre-norm decoder (CTranslate2 4.8.1, src/layers/transformer.cc and attention.cc), op for
-  // op.
+  // pre-norm decoder (the vendored CTranslate2's src/layers/transformer.cc and attention.cc),
+  // op for op.
   class RowsWhisperDecoder : public layers::WhisperDecoder {
   public:
     RowsWhisperDecoder(const models::Model& model, const std::string& scope, dim_t max_rows)

@@ -1,0 +1,89 @@
+"""The vendored CTranslate2 headers (``third_party/ctranslate2-*/``) the native decoder
+(``models/native/``) is built against.
+
+- One place names the version: the folder's UPSTREAM file. The folder's name and the two
+  ctranslate2 pins in pyproject.toml (a static file cannot read it) must agree with it, and
+  no source or build file writes the version again.
+- UPSTREAM lists exactly the files vendored, next to upstream's LICENSE.
+- They are exactly the headers the native code includes (a compiler run, slow tier).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sysconfig
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _vendored() -> tuple[Path, str]:
+    """The vendored folder and the version its UPSTREAM names."""
+    folders = sorted(ROOT.glob("third_party/ctranslate2-*"))
+    assert len(folders) == 1, folders
+    found = re.search(r"^version: *(\S+)$", (folders[0] / "UPSTREAM").read_text(), re.M)
+    assert found, "UPSTREAM has no 'version:' line"
+    return folders[0], found.group(1)
+
+
+def _listed(folder: Path) -> list[str]:
+    return re.findall(r"^  (include/\S+)$", (folder / "UPSTREAM").read_text(), re.M)
+
+
+def test_the_folder_and_the_pins_agree_with_upstream():
+    folder, version = _vendored()
+    assert folder.name == f"ctranslate2-{version}"
+    assert re.search(rf"^tag: v{re.escape(version)}$", (folder / "UPSTREAM").read_text(), re.M)
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    pins = [r for r in pyproject["build-system"]["requires"] + pyproject["project"]["dependencies"]
+            if r.startswith("ctranslate2")]
+    assert pins == [f"ctranslate2=={version}"] * 2
+
+
+def test_no_source_or_build_file_writes_the_version_again():
+    _, version = _vendored()
+    folders = ["speechpipe", "stages", "transport", "models", "voices", "scripts", "benchmarks",
+               "tests", ".ci"]
+    files = [p for name in folders for p in (ROOT / name).rglob("*") if p.is_file()
+             and (p.suffix in {".py", ".cc", ".h", ".toml", ".sh", ".cfg"} or name == ".ci")]
+    files += [ROOT / "setup.py", ROOT / "MANIFEST.in"]
+    written = [str(p.relative_to(ROOT)) for p in files if version in p.read_text(errors="replace")]
+    assert written == []  # pyproject.toml's two pins are held above
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert pyproject.count(version) == 2
+
+
+def test_upstream_lists_the_vendored_files_and_its_licence_is_there():
+    folder, _ = _vendored()
+    present = sorted(str(p.relative_to(folder)) for p in (folder / "include").rglob("*")
+                     if p.is_file())
+    assert _listed(folder) == present
+    assert len(present) > 50  # the list was read, not an empty match
+    licence = (folder / "LICENSE").read_text()
+    assert licence.startswith("MIT License") and "The OpenNMT Authors" in licence
+
+
+@pytest.mark.slow  # a compiler run (~2 s): the preprocessor only
+def test_the_vendored_headers_are_what_the_native_code_includes():
+    folder, _ = _vendored()
+    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        if os.environ.get("SPEECHPIPE_REQUIRE_NATIVE"):
+            pytest.fail("no C++ compiler, and SPEECHPIPE_REQUIRE_NATIVE is set")
+        pytest.skip("no C++ compiler here")
+    pybind11 = pytest.importorskip("pybind11")
+    include = folder / "include"
+    deps = subprocess.run(
+        [compiler, "-std=c++17", "-MM", '-DSPEECHPIPE_CT2_VERSION=""', f"-I{include}",
+         f"-I{pybind11.get_include()}", f"-I{sysconfig.get_paths()['include']}",
+         str(ROOT / "models" / "native" / "ct2_prefill.cc")],
+        capture_output=True, text=True, check=True, timeout=120).stdout
+    used = sorted({str(Path(p).relative_to(folder)) for p in deps.replace("\\\n", " ").split()
+                   if p.startswith(str(include))})
+    assert used == _listed(folder), "refresh the vendored headers: UPSTREAM says how"
