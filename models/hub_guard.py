@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from speechpipe.errors import InputError, ModelError
+from speechpipe.errors import InputError, ModelError, echoed
 
 __all__ = ["UnsafeHubAnswer", "guard_hub_client", "contained", "COMMIT", "ETAG",
            "HUB_RETRIES", "shown", "answered"]
@@ -38,10 +38,7 @@ ETAG = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # a git blob's SHA-1, a large f
 HUB_RETRIES = 1  # per request, after the first 5xx answer (the client waits 1 s before it)
 
 
-def shown(value: object, *, quote: bool = True, limit: int = 80) -> str:
-    """A value for a one-line refusal: its repr (or text), at most ``limit`` characters."""
-    text = repr(value) if quote or not str(value).isprintable() else str(value)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+shown = echoed  # a value for a one-line refusal: the one helper every refusal uses
 
 
 class UnsafeHubAnswer(InputError):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from speechpipe.config import GROUPS, MODEL_ALIASES, Config, apply_overrides, config_dict
-from speechpipe.errors import InputError
+from speechpipe.errors import InputError, echoed
 from speechpipe.output_paths import read_bounded
 
 __all__ = ["describe_leaves", "load_config_file", "render_config", "MAX_CONFIG_BYTES"]
@@ -177,12 +177,16 @@ def _overrides(table: dict[str, Any], path: tuple[str, ...], where: str,
         if isinstance(value, dict):
             known = here in by_path or any(p[: len(here)] == here for p in by_path)
             if not known:
-                raise InputError(f"{where}: no option group [{'.'.join(here)}] (groups: "
+                raise InputError(f"{where}: no option group "
+                                 f"[{echoed('.'.join(here), quote=False)}] (groups: "
                                  f"{', '.join('.'.join(p) for p in by_path)})")
             _overrides(value, here, where, out, server)
         elif path not in by_path:
-            raise InputError(f"{where}: {'.'.join(here)} is not an option "
+            raise InputError(f"{where}: {echoed('.'.join(here), quote=False)} is not an option "
                              "(options sit in groups, e.g. [pipeline.asr] step_s = 1.0)")
+        elif isinstance(value, list) and any(isinstance(v, list | dict) for v in value):
+            raise InputError(f"{where}: {echoed('.'.join(here), quote=False)} holds nested "
+                             "lists or tables; a leaf is a value or a flat list")
         elif server or path[0] != "server":
             out.append(f"{by_path[path]}.{key}={_as_text(value)}")
 
@@ -207,6 +211,9 @@ def load_config_file(path: str | Path, config: Config | None = None, *,
         raise InputError(f"--config {path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"--config {path}: not valid TOML ({exc})") from None
+    except RecursionError:  # tomllib recurses per [ and {: ~300 deep ends its stack
+        raise InputError(f"--config {path}: nested too deeply; not a configuration "
+                         "file") from None
     overrides: list[str] = []
     _overrides(tree, (), f"--config {path}", overrides, server)
     try:

@@ -50,6 +50,8 @@ __all__ = [
     "WorkerUnavailable",
     "OutputError",
     "Superseded",
+    "echoed",
+    "ECHO_CHARS",
 ]
 
 
@@ -166,3 +168,19 @@ class Superseded(SpeechpipeError):
     was withdrawn) before it was computed. Stages treat it as "skip", never as an error event."""
 
     code = "superseded"
+
+
+ECHO_CHARS = 80  # the most of a value a refusal repeats
+
+
+def echoed(value: object, limit: int = ECHO_CHARS, *, quote: bool = True) -> str:
+    """A value as a refusal repeats it: its ``repr`` (``quote=False``: its text, unless it
+    holds what does not print), cut to ``limit`` characters with an ellipsis, so a refusal
+    stays one short line whatever it was given (a 200 kB ``--set`` value, a TOML key of 100k
+    characters)."""
+    if isinstance(value, str) and len(value) > 4 * limit:
+        value = value[: 4 * limit]  # no repr of all of it, only of what is shown
+    elif not isinstance(value, str):
+        value = value if quote else str(value)
+    text = repr(value) if quote or not str(value).isprintable() else str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

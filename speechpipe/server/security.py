@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from speechpipe.config import Alias, add_aliases
-from speechpipe.errors import InputError
+from speechpipe.errors import InputError, echoed
 
 if TYPE_CHECKING:
     from speechpipe.transport.limits import ServerLimits
@@ -140,14 +140,14 @@ def security_limits(args: argparse.Namespace, limits: ServerLimits) -> ServerLim
             if origin.strip() != "*":
                 parse_origin(origin)
         except HeaderError:
-            raise InputError(f"--allow-origin {origin!r}: not an origin such as "
+            raise InputError(f"--allow-origin {echoed(origin)}: not an origin such as "
                              "https://example.com") from None
     for name in limits.allowed_hosts:
         try:
             if name.strip() != "*":
                 parse_host(name)
         except HeaderError:
-            raise InputError(f"--allow-host {name!r}: not a host name") from None
+            raise InputError(f"--allow-host {echoed(name)}: not a host name") from None
     return dataclasses.replace(limits, auth=auth)
 
 

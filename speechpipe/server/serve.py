@@ -22,7 +22,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 from speechpipe.config import MODEL_ALIASES, Alias, add_aliases, apply_aliases, groups_of
-from speechpipe.errors import InputError, SessionError
+from speechpipe.errors import InputError, SessionError, echoed
 from speechpipe.server.options import LoadOptions
 
 # The server's machinery (the WebSocket server, metrics, load control) is imported where the
@@ -548,15 +548,16 @@ def check_room_mt(spec: str) -> None:
     if not spec:
         return
     if not spec.startswith("ct2:"):
-        raise InputError(f"rooms.mt={spec}: name a text MT model as ct2:NAME_OR_PATH (e.g. "
-                         "--set rooms.mt=ct2:opus-en-de), or leave it empty for the installed "
+        raise InputError(f"rooms.mt={echoed(spec, quote=False)}: name a text MT model as "
+                         "ct2:NAME_OR_PATH (e.g. --set rooms.mt=ct2:opus-en-de), or leave it "
+                         "empty for the installed "
                          "pairs (`speechpipe models list`)")
     from speechpipe.models.mt_registry import resolve_mt_model
 
     try:
         resolve_mt_model(spec)
     except InputError as exc:
-        raise InputError(f"rooms.mt={spec}: {exc}") from None
+        raise InputError(f"rooms.mt={echoed(spec, quote=False)}: {exc}") from None
 
 
 def serve_main(args: argparse.Namespace) -> int:

@@ -190,7 +190,8 @@ def test_every_shorthand_flag_is_an_alias_of_one_leaf(monkeypatch: pytest.Monkey
         elif alias.is_switch:
             argv, expected = [alias.flag], alias.switch
         else:
-            raw = "ws://h:1/ws" if alias.type is str else (
+            raw = ("X-Real-IP" if alias.flag == "--client-ip-header"  # a header name
+                   else "ws://h:1/ws") if alias.type is str else (
                 "0.25" if alias.flag == "--min-audio-ratio" else "3")
             argv, expected = [alias.flag, raw], alias.type(raw)
         config = serve_config(build_parser().parse_args(["serve", *argv]))
