@@ -85,4 +85,5 @@ def _ct2_prefill_extensions() -> list:
     )]
 
 
-setup(ext_modules=_ct2_prefill_extensions())
+if __name__ == "__main__":  # as build backends run it; tests import the choice above
+    setup(ext_modules=_ct2_prefill_extensions())

@@ -6,10 +6,12 @@
   no source or build file writes the version again.
 - UPSTREAM lists exactly the files vendored, next to upstream's LICENSE.
 - They are exactly the headers the native code includes (a compiler run, slow tier).
+- ``SPEECHPIPE_BUILD_NATIVE``: auto skips what cannot be built, yes fails, no skips.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -18,6 +20,7 @@ import sysconfig
 import tomllib
 from pathlib import Path
 
+import ctranslate2
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,3 +90,36 @@ def test_the_vendored_headers_are_what_the_native_code_includes():
     used = sorted({str(Path(p).relative_to(folder)) for p in deps.replace("\\\n", " ").split()
                    if p.startswith(str(include))})
     assert used == _listed(folder), "refresh the vendored headers: UPSTREAM says how"
+
+
+def _setup_module():
+    spec = importlib.util.spec_from_file_location("speechpipe_setup", ROOT / "setup.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # defines the choice; setup() runs only as __main__
+    return module
+
+
+def test_the_build_switch(monkeypatch):
+    setup = _setup_module()
+    _, version = _vendored()
+    assert setup.vendored_ctranslate2() == (f"third_party/ctranslate2-{version}", version)
+    monkeypatch.setenv("SPEECHPIPE_BUILD_NATIVE", "no")
+    assert setup._ct2_prefill_extensions() == []
+    monkeypatch.setenv("SPEECHPIPE_BUILD_NATIVE", "sometimes")
+    with pytest.raises(SystemExit, match="use one of auto, yes, no"):
+        setup._ct2_prefill_extensions()
+    if importlib.util.find_spec("pybind11") is not None:
+        for choice in ("auto", "yes"):
+            monkeypatch.setenv("SPEECHPIPE_BUILD_NATIVE", choice)
+            (extension,) = setup._ct2_prefill_extensions()
+            assert extension.optional is (choice == "auto")
+            assert "-w" not in extension.extra_compile_args
+            assert ("SPEECHPIPE_CT2_VERSION", f'"{version}"') in extension.define_macros
+    # a ctranslate2 of another version in the build environment: auto skips, yes fails
+    monkeypatch.setattr(ctranslate2, "__version__", "0.0.1")
+    monkeypatch.setenv("SPEECHPIPE_BUILD_NATIVE", "auto")
+    assert setup._ct2_prefill_extensions() == []
+    monkeypatch.setenv("SPEECHPIPE_BUILD_NATIVE", "yes")
+    with pytest.raises(SystemExit, match="SPEECHPIPE_BUILD_NATIVE=yes"):
+        setup._ct2_prefill_extensions()
