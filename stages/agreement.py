@@ -52,10 +52,13 @@ class LocalAgreement:
         """The not yet committed words as text."""
         return " ".join(self.tentative)
 
-    def update(self, continuation: Sequence[str], limit: int | None = None) -> list[str]:
+    def update(self, continuation: Sequence[str], limit: int | None = None,
+               least: int = 1) -> list[str]:
         """Record a new continuation of the committed text; return the newly committed words.
         ``limit``: commit at most this many of the agreed words (the rest stay tentative and
-        may commit later), e.g. only the words the audio has settled (``stages.commit``)."""
+        may commit later), e.g. only the words the audio has settled (``stages.commit``).
+        ``least``: commit nothing unless at least this many words would commit (``stages.
+        commit``: the first words of a window)."""
         words = [w for w in continuation if w]
         self._history.append(words)
         newly: list[str] = []
@@ -67,6 +70,8 @@ class LocalAgreement:
                 agreed = common_prefix_length(history[-self.n :])
             if limit is not None:
                 agreed = max(0, min(agreed, limit))
+            if agreed < least:
+                agreed = 0
             newly = words[:agreed]
             if newly:
                 self.committed.extend(newly)

@@ -28,6 +28,8 @@ class AsrOptions:
     min_voiced_s: float = 0.3  # no decode before this much voiced audio
     agreement: int = 2  # LocalAgreement-n for source captions
     target_agreement: int = 2  # LocalAgreement-n for the translation (what gets spoken)
+    # the translation's first commit in a window takes at least this many agreed words
+    target_first_words: int = 1
     agreement_lookback: int = 2  # also agree with up to this many older hypotheses
     pause_commit_margin_s: float = 0.15  # a decode this far past the pause heard the word end
     # True: a pause or final decode does not wait for this session's partial already running

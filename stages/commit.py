@@ -89,12 +89,17 @@ class CommitPolicy:
     """One side of a window: committed words plus a tentative tail, by ``rule``."""
 
     def __init__(self, rule: CommitPolicyName = "agreement", n: int = 2, lookback: int = 0,
-                 align_margin_s: float = 1.0, settle_margin_s: float = 0.0) -> None:
+                 align_margin_s: float = 1.0, settle_margin_s: float = 0.0,
+                 first_words: int = 1) -> None:
         if rule not in ("agreement", "align"):
             raise ValueError(f"commit policy must be agreement or align, not {rule!r}")
         self.rule = rule
         self.align_margin_s = align_margin_s
         self.settle_margin_s = settle_margin_s
+        # the first commit of a window takes at least this many agreed words (an agreement on
+        # one opening word alone is often two hypotheses starting with the same "And", "I"
+        # or "The" and nothing else in common)
+        self.first_words = max(1, first_words)
         self._agreement = LocalAgreement(n, lookback if n == 2 else 0)
         # where the last word committed by ``update`` ends (seconds from the window's start,
         # by its decode's alignment); None before any, or when not known
@@ -155,7 +160,8 @@ class CommitPolicy:
             if frontier_s is not None:
                 frontier = min(frontier, frontier_s)
             limit = settled_count(len(words), word_ends, frontier)
-        newly = self._agreement.update(words, limit)
+        least = 1 if self._agreement.committed else self.first_words
+        newly = self._agreement.update(words, limit, least)
         if self.rule == "align":
             stable = align_commit_count(word_ends[: len(words)], heard_s, self.align_margin_s)
             if limit is not None:  # settled too: never the last word, nor past the frontier

@@ -117,7 +117,8 @@ class UtteranceDecoder(UtteranceLanguage, UtteranceEdge):
                                    settle_margin_s=options.settle_margin_s)
         self.target = CommitPolicy(options.commit_policy, options.target_agreement,
                                    options.agreement_lookback, options.align_margin_s,
-                                   settle_margin_s=options.settle_margin_s)
+                                   settle_margin_s=options.settle_margin_s,
+                                   first_words=options.target_first_words)
         self.language_locked = self.language is not None
         self.detecting = self.language is None
         self.source_settled_pts = self.start_pts

@@ -52,6 +52,23 @@ def test_policy_keeps_an_agreed_word_tentative_until_the_audio_settles_it():
     assert policy.committed_end_s == 2.6
 
 
+def test_a_windows_first_commit_takes_two_agreed_words_when_asked():
+    """Issue 72, the README's own sample: two translate partials of "El gato duerme en la
+    casa porque..." started "And I'm going to sleep..." and "And that's where I live...";
+    agreement committed "And" alone and every later decode was forced through it. With
+    ``first_words=2`` an opening agreement of one word commits nothing; after the first
+    commit, one agreed word commits as before."""
+    hypotheses = ["And I'm going to sleep".split(), "And that's where I live".split(),
+                  "The cat is sleeping in the".split(), "The cat is sleeping in the house".split()]
+    today = CommitPolicy("agreement", 2, lookback=2)
+    assert today.update(hypotheses[0]) == [] and today.update(hypotheses[1]) == ["And"]
+    asked = CommitPolicy("agreement", 2, lookback=2, first_words=2)
+    assert [asked.update(h) for h in hypotheses] == [
+        [], [], [], ["The", "cat", "is", "sleeping", "in", "the"]]
+    # once something is committed, one agreed word commits ("house", with the last tail)
+    assert asked.update(["house", "because"]) == ["house"]
+
+
 def test_agreement_alone_commits_the_half_heard_word():
     """The policy before issue 40, for comparison: the same two decodes commit "bat"."""
     policy = CommitPolicy("agreement", 2, settle_margin_s=0.0)
