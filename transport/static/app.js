@@ -25,7 +25,8 @@ function bump(name, by = 1) {
 
 function resetStats() {
   const stats = $("stats");
-  for (const key of ["source", "target", "audio", "audioSamples", "errors", "remoteLoud"]) {
+  for (const key of ["source", "target", "audio", "audioSamples", "errors", "remoteLoud",
+                     "refused"]) {
     stats.dataset[key] = "0";
   }
   stats.textContent = "";
@@ -308,7 +309,7 @@ function onMessage(event) {
           && Number.isFinite(msg.retry_after_s) && msg.retry_after_s >= 0
           && s.retries < RETRIES) {
         s.retry = { after: msg.retry_after_s, turn: typeof msg.turn === "string" ? msg.turn : null };
-        setStatus("waiting to join", "warn");
+        if (!s.stopping) setStatus("waiting to join", "warn"); // Stop pressed: the close says
         break;
       }
       bump("errors");
@@ -506,7 +507,13 @@ function openSocket(run, turn) {
   ws.onerror = () => { if (!run.retry) setStatus("connection error", "error"); };
   ws.onclose = (e) => {
     if (s !== run || run.ws !== ws) return;
-    if (run.retry && !run.stopping && run.retries < RETRIES) {
+    if (run.retry && run.stopping) { // Stop while the refusal came in: no wait, no error
+      setStatus("stopped");
+      $("stats").dataset.state = "closed";
+      teardown();
+      return;
+    }
+    if (run.retry && run.retries < RETRIES) {
       run.retries += 1;
       const wait = retryDelay(run.retry.after);
       const next = run.retry.turn;
