@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from speechpipe.errors import ModelError, UnknownModelError
+from speechpipe.errors import LanguageError, ModelError, UnknownModelError, echoed
 
 __all__ = ["ModelFamily", "MtModelInfo", "inspect_mt_model", "WHISPER_LANGUAGES", "whisper_code"]
 
@@ -250,9 +250,19 @@ def _tokenizer_paths(path: Path, family: ModelFamily | None) -> tuple[Path, Path
     return None
 
 
+# what a declared language may look like: a code (``fr``, ``fra_Latn``, ``pt-BR``) or a group
+# name (``mul``, ``ROMANCE``); anything else (``..``, ``../x``, a NUL) is refused, not read as
+# "any language" (issue 74)
+_DECLARED_CODE = re.compile(r"[A-Za-z]{2,10}(?:[-_][A-Za-z0-9]{2,8}){0,2}")
+
+
 def _lang_set(value: object) -> frozenset[str] | None:
     """Languages declared in metadata: a code, a list of codes, or a group (-> None: any)."""
     values = value if isinstance(value, list) else [value]
+    for v in values:
+        if isinstance(v, str) and v and not _DECLARED_CODE.fullmatch(v):
+            raise LanguageError(f"unusable language code {echoed(v)} in the model's metadata: "
+                             "a language code such as fr or fra_Latn, or a group such as mul")
     codes = {_whisper_code(v) for v in values if isinstance(v, str) and v}
     if not codes or None in codes:
         return None

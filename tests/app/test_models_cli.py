@@ -367,6 +367,27 @@ def test_voices_add_refuses_huge_deep_and_unusable_names(
     assert not voices.exists() or list(voices.iterdir()) == []
 
 
+@pytest.mark.parametrize("code", ["..", "../x", "es\x00", "x" * 5000, "/etc"],
+                         ids=["dots", "path", "nul", "long", "absolute"])
+def test_mt_add_refuses_a_declared_language_that_is_no_code(
+    home: Path, tmp_path: Path, tiny_models: dict[str, Path],
+    capsys: pytest.CaptureFixture[str], code: str,
+) -> None:
+    """Issue 74, the folder twin of the Argos ``from_code`` hole: a ``speechpipe.json``
+    declaring ``source_lang: ".."`` was read as a language group ("any -> es"), and
+    ``--mt auto`` would then route every source language through it."""
+    folder = tmp_path / "mt"
+    shutil.copytree(tiny_models["marian"], folder)
+    (folder / "speechpipe.json").write_text(json.dumps({"source_lang": code,
+                                                        "target_lang": "es"}))
+    capsys.readouterr()
+    assert run("models", "add", str(folder)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("speechpipe: error: ") and err.count("\n") == 1, err
+    assert "unusable language code" in err and len(err) < 300, err
+    assert not (home / "registry.json").exists()
+
+
 @pytest.mark.parametrize("where", ["config.json", "speechpipe.json"])
 def test_mt_add_refuses_a_deeply_nested_config_in_one_line(
     home: Path, tmp_path: Path, tiny_models: dict[str, Path],
