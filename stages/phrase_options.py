@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["PhraseOptions", "CONTINUATION_TAIL_S"]
+__all__ = ["PhraseOptions", "CONTINUATION_TAIL_S", "FUNCTION_WORDS"]
 
 
 CONTINUATION_TAIL_S = 0.08  # quiet kept after a phrase the next one continues
+# words a phrase does not end on before the end of its utterance (``no_end_words``)
+FUNCTION_WORDS = ("a an the of to in on at by for from with and that "
+                  "his her their its my your our")
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,9 +23,12 @@ class PhraseOptions:
     cut: str = "just_in_time"  # or "count" (see ``stages.phrases``)
     lead_s: float = 1.0  # just in time: cut when less queued speech than this is left
     max_wait_words: int = 12  # just in time: never hold more words than this
-    # just in time: a phrase does not end on these words before the end of the utterance,
-    # e.g. "a an the of to" (space-separated; none by default: see docs/benchmarks.md)
-    no_end_words: str = ""
+    # just in time: a phrase does not end on these words before the end of the utterance
+    # (space-separated; "": any word may end one). A phrase cut after an article,
+    # preposition, conjunction or possessive is spoken as a fragment ("planet and,", "in
+    # the,") that the listener mishears; held, the word opens the next phrase instead
+    # (docs/benchmarks.md, "What the voice loses")
+    no_end_words: str = FUNCTION_WORDS
     # just in time, phrases a listener can parse (docs/design.md; the policy before issue 20:
     # min_words=1, clause_cut=false, keep_units=false):
     min_words: int = 2  # a phrase before the end of the utterance has at least this many words
