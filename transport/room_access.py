@@ -122,18 +122,20 @@ class JoinLimiter:
     ``burst`` at once; a rate of 0 switches that one off). ``join`` returns None (it passes)
     or a ``JoinTurn``; ``admit`` the same as the wait alone.
 
-    A refused join is **booked a turn** (issue 74): the buckets lend it the next token they
-    will have (they go into debt), so the next refused join is told one turn later, the one
-    after that later still -- 200 listeners behind one address are each told when *their*
-    turn comes instead of all coming back at once. The turn is a random id the refusal
-    carries (``turn``) and the listener's next ``start`` brings back: from the same address
-    into the same room, at or after its time, it passes (its token is paid); earlier, it is
-    told the rest of its wait again. While turns are booked the buckets are in debt, so a
-    join without one cannot jump the line. A turn not taken within ``turn_grace_s`` lapses
-    (its token spent, as by a join that left). Turns are booked at most ``book_ahead_s``
-    ahead: past that nothing is booked and the wait is until the line ends (a longer one).
-    At most ``max_keys`` buckets of each kind, and lines, are kept (the least recently used
-    go), and at most ``max_turns`` turns."""
+    A refused join is **booked a turn** (issue 74): the buckets that refused it lend it the next
+    token they will have (they go into debt), so the next refused join is told one turn later,
+    the one after that later still -- 200 listeners behind one address are each told when
+    *their* turn comes instead of all coming back at once. A bucket that did not refuse it is
+    charged when the turn is taken, not when it is booked: the turns one address books spend its
+    own bucket, never another address's share of the room. The turn is a random id the refusal
+    carries (``turn``) and the listener's next ``start`` brings back: from the same address into
+    the same room, at or after its time, it passes (its token is paid); earlier, it is told the
+    rest of its wait again. While turns are booked the buckets are in debt, so a join without
+    one cannot jump the line. A turn not taken within ``turn_grace_s`` lapses (its token spent,
+    as by a join that left). Turns are booked at most ``book_ahead_s`` ahead: past that nothing
+    is booked and the wait is until the line ends (a longer one). At most ``max_keys`` buckets
+    of each kind, and lines, are kept (the least recently used go), and at most ``max_turns``
+    turns."""
 
     def __init__(self, *, per_ip_s: float, ip_burst: int, per_room_s: float, room_burst: int,
                  book_ahead_s: float = 30.0, turn_grace_s: float = 10.0,
@@ -149,6 +151,8 @@ class JoinLimiter:
         # (address, room) -> its booked turns (id -> when it is due), earliest first
         self._turns: OrderedDict[tuple[str | None, str], dict[str, float]] = OrderedDict()
         self._booked = 0
+        # turn id -> the buckets that did not refuse it, charged when the turn is taken
+        self._charge_later: dict[str, list[TokenBucket]] = {}
 
     def _bucket(self, table: OrderedDict[str, TokenBucket], key: str,
                 rule: tuple[float, int]) -> TokenBucket:
@@ -166,14 +170,19 @@ class JoinLimiter:
         if line is None:
             line = self._turns[key] = {}
             while len(self._turns) > self.max_keys:
-                self._booked -= len(self._turns.popitem(last=False)[1])
+                self._drop(self._turns.popitem(last=False)[1])
         self._turns.move_to_end(key)
         for turn, due in list(line.items()):  # booked in order: the earliest first
             if due + self.turn_grace_s >= now:
                 break
-            del line[turn]
-            self._booked -= 1
+            self._drop({turn: line.pop(turn)})
         return line
+
+    def _drop(self, turns: dict[str, float]) -> None:
+        """Forget lapsed or dropped ``turns``."""
+        self._booked -= len(turns)
+        for turn in turns:
+            self._charge_later.pop(turn, None)
 
     def join(self, ip: str | None, room_id: str, now: float,
              turn: str | None = None) -> JoinTurn | None:
@@ -195,19 +204,23 @@ class JoinLimiter:
                 return JoinTurn(due - now, turn)
             del line[turn]  # type: ignore[arg-type]
             self._booked -= 1
+            for bucket in self._charge_later.pop(turn, ()):  # type: ignore[arg-type]
+                bucket.borrow(now)
             return None
-        waits = [(1.0 - tokens) / rate for bucket, rate in checks
-                 if (tokens := bucket.available(now)) < 1.0]
-        if not waits:
+        refusing = [(bucket, (1.0 - tokens) / rate) for bucket, rate in checks
+                    if (tokens := bucket.available(now)) < 1.0]
+        if not refusing:
             for bucket, _ in checks:
                 bucket.take(now)
             return None
-        wait = max(waits)
+        wait = max(w for _, w in refusing)
         if wait > self.book_ahead_s or self._booked >= self.max_turns:
             return JoinTurn(wait)  # nothing booked: come back when the line is shorter
-        for bucket, _ in checks:
+        for bucket, _ in refusing:
             bucket.borrow(now)
         booked = secrets.token_urlsafe(9)
+        lenders = {id(bucket) for bucket, _ in refusing}
+        self._charge_later[booked] = [b for b, _ in checks if id(b) not in lenders]
         line[booked] = now + wait
         self._booked += 1
         return JoinTurn(wait, booked)
@@ -222,4 +235,4 @@ class JoinLimiter:
         """The room ended: its bucket and its lines go."""
         self._rooms.pop(room_id, None)
         for key in [k for k in self._turns if k[1] == room_id]:
-            self._booked -= len(self._turns.pop(key))
+            self._drop(self._turns.pop(key))

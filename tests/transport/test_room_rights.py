@@ -54,11 +54,29 @@ def test_rooms_that_do_not_exist() -> None:
 def test_join_limiter_per_address_and_room() -> None:
     limiter = JoinLimiter(per_ip_s=1, ip_burst=2, per_room_s=10, room_burst=3)
     assert limiter.admit("a", "r", 0.0) is None and limiter.admit("a", "r", 0.0) is None
-    retry = limiter.admit("a", "r", 0.0)
-    assert retry is not None and 0.9 < retry <= 1.0
-    assert limiter.admit("b", "r", 0.0) is None  # the room's third
+    refused = limiter.join("a", "r", 0.0)
+    assert refused is not None and 0.9 < refused.wait_s <= 1.0 and refused.turn
+    # the room's third: the turn "a" was booked spends a's bucket, not the room's
+    assert limiter.admit("b", "r", 0.0) is None
     assert limiter.admit("c", "r", 0.0) is not None  # the room's burst is spent
-    assert limiter.admit("a", "r", 1.0) is None
+    # "a"'s next token is its booked turn's: with the turn it passes
+    assert limiter.join("a", "r", 1.0, refused.turn) is None
+
+
+def test_one_address_booking_turns_leaves_the_room_to_the_others() -> None:
+    """Issue 74 review: turns booked for one address's refused joins (a flood that never
+    comes back, or an audience behind one NAT) used to borrow the room's tokens too, so
+    every other address was refused for as long as the booked line (up to 30 s)."""
+    limiter = JoinLimiter(per_ip_s=1, ip_burst=1, per_room_s=0.001, room_burst=6)
+    assert limiter.admit("flood", "r", 0.0) is None
+    refused = [limiter.join("flood", "r", 0.0) for _ in range(20)]
+    assert all(r is not None and r.turn for r in refused)
+    assert [limiter.admit(ip, "r", 0.0) for ip in ("b", "c", "d", "e")] == [None] * 4
+    # a turn taken is charged to the room when it is taken: the room's sixth token
+    first = refused[0]
+    assert first is not None
+    assert limiter.join("flood", "r", first.wait_s, first.turn) is None
+    assert limiter.admit("f", "r", first.wait_s) is not None  # the room's burst is spent
 
 
 HOSTILE = ["\ud800", "a\x00b", "x" * 65536, "\U0001f600", "\udfff\ud800", "\x7f"]
