@@ -119,6 +119,9 @@ def probe_audio(path: str | Path) -> AudioFileInfo:
     if path.is_dir():
         raise AudioInputError(f"{path}: is a folder, not an audio file")
     if not path.is_file():
+        if path.exists():  # a FIFO, a device, a socket: reading it may block or never end
+            raise AudioInputError(f"{path}: is not a regular file (a FIFO, a device or a "
+                                  "socket), not an audio file")
         raise AudioInputError(f"{path}: no such file")
     if path.stat().st_size == 0:
         raise AudioInputError(f"{path}: is empty (0 bytes)")

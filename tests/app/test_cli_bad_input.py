@@ -18,6 +18,18 @@ def test_missing_file(tmp_path):
     assert_one_line_error(result, "nope.wav", "no such file")
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_an_input_that_is_no_regular_file_is_named(tmp_path, kind):
+    """Issue 74 review: a FIFO or a device as the input was "no such file"."""
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "in.wav")
+        name = "in.wav"
+    else:
+        name = "/dev/zero"
+    result = speechpipe("translate", name, "--out", "o.wav", tmp_path=tmp_path)
+    assert_one_line_error(result, name, "not a regular file")
+
+
 def test_garbage_file(tmp_path):
     (tmp_path / "garbage.wav").write_bytes(b"RIFF\x00\x00garbage" * 50)
     result = speechpipe("translate", "garbage.wav", "--out", "o.wav", tmp_path=tmp_path)
