@@ -30,7 +30,7 @@ from numpy.typing import NDArray
 from speechpipe.errors import InputError, OutputError
 
 __all__ = ["SpeechFileWriter", "check_output_path", "output_format", "replace_file",
-           "not_a_regular_file"]
+           "not_a_regular_file", "write_text_file"]
 
 _SILENCE_BLOCK = 65_536  # samples of silence written at a time (bounded for long gaps)
 
@@ -145,6 +145,14 @@ def replace_file(path: str | Path, what: str) -> Iterator[TextIO]:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+
+
+def write_text_file(path: str | Path, text: str, what: str) -> None:
+    """``text`` into ``path`` as the other outputs are written: checked first (a regular file
+    or nothing: ``check_output_path``), then by ``replace_file`` (the benches' reports)."""
+    check_output_path(path)
+    with replace_file(path, what) as fh:
+        fh.write(text)
 
 
 class SpeechFileWriter:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from speechpipe.bench.stats import percentile_or_none
+from speechpipe.transport.file_output import write_text_file
 
 __all__ = ["register_cascade", "cascade_figures"]
 
@@ -158,7 +159,8 @@ def _run(args: argparse.Namespace) -> int:
                 return 1
             print_prefix_sweep(rows)
             if args.report:
-                Path(args.report).write_text(json.dumps({"prefix_sweep": rows}, indent=2) + "\n")
+                write_text_file(args.report, json.dumps({"prefix_sweep": rows}, indent=2) + "\n",
+                                "the report")
             return 0
         try:
             runs, threads = _translate_files(args, model)
@@ -187,12 +189,13 @@ def _run(args: argparse.Namespace) -> int:
           f"{pooled['commit_to_commit_s']['p95']} s over {pooled['commit_to_commit_s']['n']} "
           f"caption commits")
     if args.report:
-        Path(args.report).write_text(json.dumps({"model": args.model or
+        write_text_file(args.report, json.dumps({"model": args.model or
                                                  f"opus-size {args.weights}",
                                                  "settings": args.settings,
                                                  "mt_threads": threads,
                                                  "all_files": pooled,
-                                                 "runs": records}, indent=2) + "\n")
+                                                 "runs": records}, indent=2) + "\n",
+                        "the report")
     return 0
 
 

@@ -47,6 +47,8 @@ from typing import Any
 
 import numpy as np
 
+from speechpipe.transport.file_output import write_text_file
+
 __all__ = ["register_cost", "CostInput", "cost_figures", "playlists", "repeat_summary",
            "steal_seconds"]
 
@@ -445,6 +447,7 @@ def _run_cost(args: argparse.Namespace) -> int:
         print_summary(summary)
     print("machine: load average at end " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     if args.report:
-        Path(args.report).write_text(json.dumps({"rows": rows, "summary": summary}, indent=2))
+        write_text_file(args.report, json.dumps({"rows": rows, "summary": summary}, indent=2),
+                        "the report")
         print(f"wrote {args.report}")
     return 0

@@ -39,7 +39,6 @@ import math
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from speechpipe.bench.clips import (
@@ -73,6 +72,7 @@ from speechpipe.bench.load_starts import StartCase, print_cases, run_start_case,
 from speechpipe.bench.server_process import ServerProcess, scrape
 from speechpipe.bench.stats import percentile, rounded_percentile
 from speechpipe.machine import describe_cpu, usable_cores
+from speechpipe.transport.file_output import write_text_file
 
 # the bench's pieces live in clips, load_client, load_level and load_starts; they are
 # importable from here as before
@@ -237,7 +237,8 @@ async def run_load_bench(
             results["ratio"] = ratio
             print(f"batching / no batching: {ratio:.2f}x")
     if report_path:
-        await asyncio.to_thread(Path(report_path).write_text, json.dumps(results, indent=2))
+        await asyncio.to_thread(write_text_file, report_path, json.dumps(results, indent=2),
+                                "the report")
     return results
 
 

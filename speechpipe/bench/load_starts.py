@@ -8,7 +8,6 @@ import contextlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from speechpipe.bench.clips import RATE, Clip, find_manifest, load_clips, playlist_recordings
@@ -20,6 +19,7 @@ from speechpipe.bench.load_client import (
 )
 from speechpipe.bench.server_process import ServerProcess, metrics_text, sums_by_label
 from speechpipe.bench.stats import rounded_percentile
+from speechpipe.transport.file_output import write_text_file
 
 __all__ = ["StartCase", "run_start_case", "run_start_cases", "print_cases"]
 
@@ -298,5 +298,6 @@ async def run_start_cases(
     results: dict[str, Any] = {"cases": rows, "recordings": recordings, "gap_s": gap_s,
                                "languages": langs, "target_lang": target_lang}
     if report_path:
-        await asyncio.to_thread(Path(report_path).write_text, json.dumps(results, indent=2))
+        await asyncio.to_thread(write_text_file, report_path, json.dumps(results, indent=2),
+                                "the report")
     return results

@@ -40,6 +40,7 @@ import numpy as np
 from speechpipe.bench.own_samples import own_samples
 from speechpipe.bench.server_process import rss_mb as process_rss_mb
 from speechpipe.models.heap import malloc_trim
+from speechpipe.transport.file_output import write_text_file
 
 __all__ = ["register_soak", "run_soak", "SoakReport"]
 
@@ -502,6 +503,6 @@ def _bench_soak(args: argparse.Namespace) -> int:
     ))
     print_report(report)
     if args.report:
-        Path(args.report).write_text(json.dumps(report.as_dict(), indent=1) + "\n")
+        write_text_file(args.report, json.dumps(report.as_dict(), indent=1) + "\n", "the report")
         print(f"wrote {args.report}")
     return 0

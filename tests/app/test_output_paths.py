@@ -208,3 +208,25 @@ def test_eval_subtitle_folder_through_a_symbolic_link_is_refused(tmp_path: Path)
     refused(run("eval", "manifest.jsonl", "--pace", "fast", "--all", "--report", "r.json",
                 cwd=tmp_path), "r-subtitles", "symbolic link")
     assert not any((tmp_path / "elsewhere").iterdir()) and not (tmp_path / "r.json").exists()
+
+
+def test_a_bench_report_is_written_like_every_other_output(tmp_path: Path):
+    """Issue 74 review: ``bench load|soak|cost|cascade --report`` wrote with a plain
+    ``write_text``, through a symbolic link and into a FIFO (which blocks)."""
+    from speechpipe.errors import InputError
+    from speechpipe.transport.file_output import write_text_file
+
+    target = tmp_path / "precious.txt"
+    target.write_text("keep")
+    (tmp_path / "link.json").symlink_to(target)
+    os.mkfifo(tmp_path / "fifo.json")
+    for name, what in (("link.json", "symbolic link"), ("fifo.json", "FIFO")):
+        with pytest.raises(InputError, match=what):
+            write_text_file(tmp_path / name, "{}", "the report")
+    assert target.read_text() == "keep"
+    report = tmp_path / "report.json"
+    alias = tmp_path / "alias.json"
+    report.write_text("old")
+    os.link(report, alias)
+    write_text_file(report, '{"new": 1}', "the report")
+    assert report.read_text() == '{"new": 1}' and alias.read_text() == "old"  # by rename
