@@ -45,6 +45,10 @@ _ESPEAK_VOICE = re.compile(r"[a-z]{2,3}(-[a-z0-9]{1,8}){0,4}(\+[A-Za-z0-9_]{1,32
 _SHOWN = 80
 
 
+# a voice's ``language.code`` / ``family``: es, es_ES, cmn, sr-Latn (issue 74 review)
+_LANGUAGE_CODE = re.compile(r"[A-Za-z]{2,3}(?:[_-][A-Za-z0-9]{2,8})?")
+
+
 def _show(value: object) -> str:
     """A value for a one-line refusal: its repr, capped."""
     text = repr(value)
@@ -140,6 +144,13 @@ def check_piper_config(config: dict[str, object], name: str, where: Path) -> Non
     if voice is not None and (not isinstance(voice, str) or not espeak_voice_known(voice, data)):
         raise refuse(f"espeak.voice {_show(voice)}, not an espeak-ng voice name "
                      "(such as en-us, es, fr-fr)")
+    language = config.get("language")
+    codes = ([language.get("code"), language.get("family")] if isinstance(language, dict)
+             else [])
+    for code in codes:  # the voice's language picks routes and the default voice
+        if code is not None and not (isinstance(code, str)
+                                     and _LANGUAGE_CODE.fullmatch(code)):
+            raise refuse(f"language {_show(code)}, not a language code (such as es or es_ES)")
     num_symbols, num_speakers = config.get("num_symbols"), config.get("num_speakers")
     if not _int_in(num_symbols, 1, MAX_SYMBOLS):
         raise refuse(f"num_symbols {_show(num_symbols)}, not 1 to {MAX_SYMBOLS}")

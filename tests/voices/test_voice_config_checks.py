@@ -73,6 +73,8 @@ HOSTILE = {
     "noise-scale": {"inference__noise_scale": -1},
     "speaker-id": {"default_speaker_id": 5},
     "phoneme-type": {"phoneme_type": "../x"},
+    "language-code": {"language__code": "../../x"},
+    "language-family": {"language__family": "es\n"},
 }
 
 
