@@ -20,6 +20,7 @@ import sys
 OPTION_MODULES = frozenset({
     "speechpipe",  # its public names are lazy (PEP 562)
     "speechpipe.config",
+    "speechpipe.config_ranges",  # the tables of what each option may be
     "speechpipe.errors",  # the leaf every layer imports
     "speechpipe.cluster",
     "speechpipe.cluster.options",
