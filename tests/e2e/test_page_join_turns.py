@@ -169,7 +169,7 @@ async def test_a_crowd_behind_one_address_is_seated_by_the_pages_own_retries(
              "--set", f"rooms.join_per_ip_s={JOIN_RATE}"]
     with ServerProcess(flags, command=SCRIPTED_SPEECHPIPE) as server:
         stop_speaking = asyncio.Event()
-        rooms: asyncio.Queue[str] = asyncio.Queue()
+        rooms: asyncio.Queue[str] = asyncio.Queue(maxsize=1)  # the one room the speaker opens
         speaker = asyncio.create_task(_speak(server.url, rooms, stop_speaking))
         try:
             room = await asyncio.wait_for(rooms.get(), 15.0)
