@@ -10,7 +10,7 @@ build requirement, so it is there in pip's build environment). Reasons: docs/des
 
 - ``auto`` (the default): build it where a C++ compiler works; elsewhere the install still
   succeeds without it and Whisper decodes with CTranslate2's own ``generate``
-  (models/prefill.py says which one runs);
+  (models/whisper/prefill.py says which one runs);
 - ``yes``: the install fails when it cannot be built (``.ci/run``);
 - ``no``: do not build it.
 """

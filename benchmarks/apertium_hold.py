@@ -26,7 +26,7 @@ from pathlib import Path
 
 from speechpipe.evaluation.scores import corpus_bleu, normalized_erasure
 from speechpipe.evaluation.split import split_of
-from speechpipe.models.apertium import ApertiumTranslator, installed_pairs
+from speechpipe.models.mt.apertium import ApertiumTranslator, installed_pairs
 from speechpipe.stages.text_mt import IncrementalTextTranslation
 from speechpipe.stages.text_mt_options import TextMtOptions
 

@@ -228,7 +228,7 @@ def check(out_dir: Path = HERE) -> list[dict[str, object]]:
     import jiwer
     from faster_whisper import WhisperModel
 
-    from speechpipe.models.whisper_weights import resolve_whisper_model
+    from speechpipe.models.whisper.weights import resolve_whisper_model
 
     model = WhisperModel(str(resolve_whisper_model()), compute_type="int8", cpu_threads=2)
     results = []

@@ -27,9 +27,9 @@ import numpy as np
 import soundfile as sf
 
 from speechpipe.machine import describe_cpu
-from speechpipe.models.prefill import ROWS_STEP_MAX
-from speechpipe.models.whisper_engine import WhisperEngine
-from speechpipe.models.whisper_weights import resolve_whisper_model
+from speechpipe.models.whisper.engine import WhisperEngine
+from speechpipe.models.whisper.prefill import ROWS_STEP_MAX
+from speechpipe.models.whisper.weights import resolve_whisper_model
 
 SHARED_CLIP = Path(__file__).resolve().parents[1] / "../shared/samples/wav/de_silero_60s.wav"
 SHAPES = ((1, 1), (5, 1), (10, 1), (1, 5), (1, 10), (5, 2), (2, 5))  # (beam, items)

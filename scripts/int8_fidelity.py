@@ -22,9 +22,9 @@ from pathlib import Path
 import soundfile as sf
 
 from speechpipe.machine import describe_cpu
-from speechpipe.models.prefill import ROWS_STEP_MAX, native_prefill
-from speechpipe.models.whisper_engine import WhisperEngine
-from speechpipe.models.whisper_weights import resolve_whisper_model
+from speechpipe.models.whisper.engine import WhisperEngine
+from speechpipe.models.whisper.prefill import ROWS_STEP_MAX, native_prefill
+from speechpipe.models.whisper.weights import resolve_whisper_model
 
 SHARED = Path(__file__).resolve().parents[1] / "../shared/samples/manifest.jsonl"
 WINDOWS_S = (3.0, 6.0, 10.0)

@@ -66,8 +66,8 @@ def detect(manifests: list[Path]) -> list[dict]:
     language's probability)."""
     import ctranslate2
 
-    from speechpipe.models.whisper_engine import WhisperEngine
-    from speechpipe.models.whisper_weights import resolve_whisper_model
+    from speechpipe.models.whisper.engine import WhisperEngine
+    from speechpipe.models.whisper.weights import resolve_whisper_model
 
     engine = WhisperEngine(resolve_whisper_model(), cpu_threads=2)
     rows = []

@@ -26,8 +26,8 @@ from typing import Any, Literal
 from speechpipe.cluster.options import ClusterSettings
 from speechpipe.config_ranges import MAX_ITEMS, RANGES, TEXTS, Range, Text
 from speechpipe.errors import InputError, echoed
-from speechpipe.models.apertium_options import ApertiumOptions
-from speechpipe.models.batch_options import BatchOptions
+from speechpipe.models.mt.apertium_options import ApertiumOptions
+from speechpipe.models.workers.batch_options import BatchOptions
 from speechpipe.server.options import LoadOptions
 from speechpipe.stages.asr_options import AsrOptions
 from speechpipe.stages.catch_up_options import CatchUpOptions
@@ -55,9 +55,9 @@ class PipelineOptions:
     asr_threads: int = 1  # CTranslate2 threads per ASR worker (docs/design.md)
     asr_encode_bucket_s: float = 1.0  # encode lengths are multiples of this (batching)
     # silence after the audio in every encoder input, at least (Whisper's encoder has no
-    # padding mask: models/whisper_engine.py, docs/design.md "Batching")
+    # padding mask: models/whisper/engine.py, docs/design.md "Batching")
     asr_trailing_silence_s: float = 1.0
-    # least recently used dropped beyond it (models/prefill.py)
+    # least recently used dropped beyond it (models/whisper/prefill.py)
     asr_restricted_cache_mb: int = 128  # MB of restricted decoders, ~18 per ASR thread+language
     # Whisper decoder steps multiply their int8 weights in place
     # (models/native/rows_step.h) instead of through CTranslate2's oneDNN GEMM, which on
@@ -79,7 +79,7 @@ class PipelineOptions:
     # for a busy core at every step (docs/benchmarks.md, 2026-12-06: caption commit ->
     # translation commit p95 0.13 s with one thread against 0.15-0.17 s with two)
     mt_threads: int = 1
-    # a text-MT update reads its forced prefix in one decoder pass (models/mt_prefill.py),
+    # a text-MT update reads its forced prefix in one decoder pass (models/mt/prefill.py),
     # where the native decoder decodes what translate_batch does; false: step by step
     mt_prefill: bool = True
     translation_memory_items: int = 4096
@@ -91,7 +91,7 @@ class PipelineOptions:
     batching: BatchOptions = field(default_factory=BatchOptions)  # the shared ASR worker
     faithful: FaithfulnessOptions = field(default_factory=FaithfulnessOptions)  # guards
     text_mt: TextMtOptions = field(default_factory=TextMtOptions)  # --mt ct2:MODEL sessions
-    # the Apertium rule-based MT backend (models/apertium.py): its hold and deadline
+    # the Apertium rule-based MT backend (models/mt/apertium.py): its hold and deadline
     apertium: ApertiumOptions = field(default_factory=ApertiumOptions)
     # the Piper engine's voices (voices/engines.py: an engine's options are the group of its
     # name); speaking rate 0.9: a little faster than the voices' own (< 1 is faster)
@@ -456,7 +456,7 @@ def _catch_up_pairs(section: Any) -> str | None:
 
 
 def _detect_among(section: Any) -> str | None:
-    from speechpipe.models.ct2_folder import WHISPER_LANGUAGES  # a table, no model
+    from speechpipe.models.mt.ct2_folder import WHISPER_LANGUAGES  # a table, no model
 
     unknown = [code for code in section.detect_among if code not in WHISPER_LANGUAGES]
     if unknown:

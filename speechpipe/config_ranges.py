@@ -147,7 +147,7 @@ RANGES: dict[str, Range] = {
     "batching.final_deadline_s": _pos(60.0),
     "batching.opening_deadline_s": _pos(60.0),
     "batching.greedy_partials_backlog": _r(0, 1000),  # 0: never greedy
-    "batching.urgent_workers": _r(0, 64),  # 0: no urgent lane (models.asr_lanes)
+    "batching.urgent_workers": _r(0, 64),  # 0: no urgent lane (models.workers.asr_lanes)
     "batching.background_nice": _r(1, 19),
     # faithful
     "faithful.min_speech_s": _r(0, _WINDOW),

@@ -143,7 +143,7 @@ class WorkerError(SpeechpipeError):
 
 
 class WorkerTimeout(WorkerError):
-    """A worker call passed its deadline (``models.worker_guard``) and was abandoned for its
+    """A worker call passed its deadline (``models.workers.guard``) and was abandoned for its
     caller; the session goes on with the next utterance."""
     code = "worker_timeout"
 

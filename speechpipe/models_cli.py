@@ -8,12 +8,12 @@
   Piper ``.onnx`` + ``.onnx.json`` pair (checked by loading it) into
   ``$SPEECHPIPE_HOME/voices/``.
 - ``models add FILE.argosmodel``: an Argos Translate package, unpacked into
-  ``$SPEECHPIPE_HOME/mt/NAME`` (``speechpipe.models.argos_package``) and registered.
+  ``$SPEECHPIPE_HOME/mt/NAME`` (``speechpipe.models.mt.argos_package``) and registered.
 - ``models convert HF_MODEL_DIR --out DIR``: ctranslate2's Transformers converter, copying the
   tokenizer files the translator needs. Needs the optional ``speechpipe[convert]`` extra.
 
 Every check runs before anything is written, and writes are atomic (temp file + rename), so
-bad input leaves nothing half-registered. The registry itself is ``speechpipe.models.mt_registry``.
+bad input leaves nothing half-registered. The registry itself is ``speechpipe.models.mt.registry``.
 """
 
 from __future__ import annotations
@@ -31,14 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from speechpipe.errors import InputError, ModelError, SpeechpipeError, VoiceError
-from speechpipe.models.ct2_folder import MtModelInfo
 from speechpipe.models.home import speechpipe_home
-from speechpipe.models.mt_registry import (
+from speechpipe.models.mt.ct2_folder import MtModelInfo
+from speechpipe.models.mt.registry import (
     locked_registry,
     registered_mt_models,
     registry_path,
 )
-from speechpipe.models.whisper_weights import WHISPER_BASE
+from speechpipe.models.whisper.weights import WHISPER_BASE
 
 __all__ = [
     "register",
@@ -144,7 +144,7 @@ def cmd_models_add(args: argparse.Namespace) -> int:
 
 
 def _add_mt(path: Path, name: str | None, replace: bool) -> int:
-    from speechpipe.models.ct2_translator import Ct2TextTranslator
+    from speechpipe.models.mt.ct2_translator import Ct2TextTranslator
 
     path = path.resolve()
     name = name or path.name
@@ -184,8 +184,8 @@ def _register_mt(name: str, path: Path, info: MtModelInfo, replace: bool,
 
 def _add_argos(path: Path, name: str | None, replace: bool) -> int:
     """An Argos Translate package: unpacked into ``$SPEECHPIPE_HOME/mt/NAME`` and registered."""
-    from speechpipe.models.argos_package import install_argos_package, read_argos_package
-    from speechpipe.models.ct2_translator import Ct2TextTranslator
+    from speechpipe.models.mt.argos_package import install_argos_package, read_argos_package
+    from speechpipe.models.mt.ct2_translator import Ct2TextTranslator
 
     package = read_argos_package(path)
     name = name or package.default_name
@@ -276,8 +276,8 @@ def cmd_models_list(args: argparse.Namespace) -> int:
         }
         for v in list_voices(getattr(args, "voices_dir", None) or ())
     ]
-    from speechpipe.models.apertium import LICENCE as APERTIUM_LICENCE
-    from speechpipe.models.apertium import installed_pairs
+    from speechpipe.models.mt.apertium import LICENCE as APERTIUM_LICENCE
+    from speechpipe.models.mt.apertium import installed_pairs
 
     apertium = [{"name": p.name, "source_lang": p.source, "target_lang": p.target,
                  "package": p.package, "mode_file": str(p.path), "licence": APERTIUM_LICENCE}
@@ -363,8 +363,8 @@ def _asr_models() -> list[dict[str, Any]]:
 @_handles_errors
 def cmd_models_pull(args: argparse.Namespace) -> int:
     """``speechpipe models pull``: MT pairs and voices through huggingface_hub."""
-    from speechpipe.models import hub_pull
-    from speechpipe.models.hub_guard import shown
+    from speechpipe.models.hub import pull as hub_pull
+    from speechpipe.models.hub.guard import shown
 
     if args.list:
         print("speechpipe models pull NAME, where NAME is:")
@@ -387,7 +387,7 @@ def cmd_models_pull(args: argparse.Namespace) -> int:
 
 
 def _pull_voice(item: Any, replace: bool) -> None:
-    from speechpipe.models import hub_pull
+    from speechpipe.models.hub import pull as hub_pull
     from speechpipe.voices.registry import voices_home
 
     if (voices_home() / f"{item.name}.onnx").exists() and not replace:
@@ -397,9 +397,9 @@ def _pull_voice(item: Any, replace: bool) -> None:
 
 
 def _pull_mt(item: Any, name: str, replace: bool) -> None:
-    from speechpipe.models import hub_pull
-    from speechpipe.models.ct2_translator import Ct2TextTranslator
-    from speechpipe.models.hub_guard import shown
+    from speechpipe.models.hub import pull as hub_pull
+    from speechpipe.models.hub.guard import shown
+    from speechpipe.models.mt.ct2_translator import Ct2TextTranslator
 
     if not _NAME.match(name):
         raise InputError(f"cannot use {shown(name)} as a model name; pass --name")
@@ -462,7 +462,7 @@ def cmd_models_convert(args: argparse.Namespace) -> int:
         converter = TransformersConverter(str(src), copy_files=copy or None)
         converter.convert(str(tmp), quantization=args.quantization, force=True)
         _write_family_hint(src, tmp)
-        from speechpipe.models.ct2_translator import Ct2TextTranslator
+        from speechpipe.models.mt.ct2_translator import Ct2TextTranslator
 
         info = Ct2TextTranslator(tmp, intra_threads=1, prefill=False).info
         if out.exists():

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from speechpipe.errors import InputError, LanguageError
-from speechpipe.models.apertium import ApertiumPair, ApertiumTranslator
-from speechpipe.models.ct2_folder import WHISPER_LANGUAGES
-from speechpipe.models.ct2_worker import Ct2TranslationWorker
-from speechpipe.models.mt_routes import MtRoute, choose_route, pull_hint
-from speechpipe.models.pivot import ByLanguage, PivotTranslation
+from speechpipe.models.mt.apertium import ApertiumPair, ApertiumTranslator
+from speechpipe.models.mt.ct2_folder import WHISPER_LANGUAGES
+from speechpipe.models.mt.ct2_worker import Ct2TranslationWorker
+from speechpipe.models.mt.pivot import ByLanguage, PivotTranslation
+from speechpipe.models.mt.routes import MtRoute, choose_route, pull_hint
 from speechpipe.stages.asr import AsrOptions
 from speechpipe.stages.language_names import language_hint
 from speechpipe.stages.request import SessionRequest
@@ -76,9 +76,9 @@ def check_request(request: SessionRequest) -> tuple[str, str]:
 
 def mt_route(source: str, target: str) -> MtRoute:
     """``--mt auto``'s route for a normalized pair, from the installed models
-    (``speechpipe.models.mt_routes``)."""
-    from speechpipe.models.apertium import installed_pairs
-    from speechpipe.models.mt_registry import registered_mt_models
+    (``speechpipe.models.mt.routes``)."""
+    from speechpipe.models.mt.apertium import installed_pairs
+    from speechpipe.models.mt.registry import registered_mt_models
 
     apertium = {pair: found.name for pair, found in installed_pairs().items()}
     return choose_route(source, target, registered_mt_models(), apertium)
@@ -86,7 +86,7 @@ def mt_route(source: str, target: str) -> MtRoute:
 
 def apertium_pair(spec: str) -> ApertiumPair:
     """The installed Apertium pair ``apertium:MODE`` (``apertium:eng-spa``) names."""
-    from speechpipe.models.apertium import installed_pairs
+    from speechpipe.models.mt.apertium import installed_pairs
 
     mode = spec.removeprefix("apertium:")
     for pair in installed_pairs().values():

@@ -27,16 +27,21 @@ import numpy as np
 from speechpipe.config import PipelineOptions
 from speechpipe.errors import LanguageError, SessionError, WorkerError
 from speechpipe.machine import cpu_info
-from speechpipe.models.apertium import ApertiumPair, ApertiumTranslator
-from speechpipe.models.asr_lanes import lane_engine, urgent_lane_workers
-from speechpipe.models.batching import PRIORITY_LIVE, PRIORITY_REPLAY, AsrBatcher, SessionAsr
-from speechpipe.models.ct2_translator import Ct2TextTranslator
-from speechpipe.models.ct2_worker import Ct2TranslationWorker
-from speechpipe.models.pivot import ByLanguage, PivotTranslation
-from speechpipe.models.prefill import rows_step_choice
-from speechpipe.models.whisper_engine import WhisperEngine
-from speechpipe.models.whisper_weights import resolve_whisper_model
-from speechpipe.models.worker_guard import WorkerHealth
+from speechpipe.models.mt.apertium import ApertiumPair, ApertiumTranslator
+from speechpipe.models.mt.ct2_translator import Ct2TextTranslator
+from speechpipe.models.mt.ct2_worker import Ct2TranslationWorker
+from speechpipe.models.mt.pivot import ByLanguage, PivotTranslation
+from speechpipe.models.whisper.engine import WhisperEngine
+from speechpipe.models.whisper.prefill import rows_step_choice
+from speechpipe.models.whisper.weights import resolve_whisper_model
+from speechpipe.models.workers.asr_lanes import lane_engine, urgent_lane_workers
+from speechpipe.models.workers.batching import (
+    PRIORITY_LIVE,
+    PRIORITY_REPLAY,
+    AsrBatcher,
+    SessionAsr,
+)
+from speechpipe.models.workers.guard import WorkerHealth
 from speechpipe.routing import (
     ResolvedRequest,
     TextTranslator,
@@ -97,7 +102,7 @@ _SESSION_NAMESPACES = itertools.count(1)
 
 def inplace_rows(setting: str) -> int:
     """The most rows a Whisper decoder step multiplies in place for
-    ``pipeline.asr_inplace_step`` on this CPU (``models.prefill.rows_step_choice``)."""
+    ``pipeline.asr_inplace_step`` on this CPU (``models.whisper.prefill.rows_step_choice``)."""
     cpu = cpu_info()
     return rows_step_choice(setting, repacks_weights=cpu.repacks_weights,
                             avx2=cpu.isa == "AVX2")
@@ -109,7 +114,7 @@ class Pipeline:
     def __init__(self, options: PipelineOptions, engine: WhisperEngine) -> None:
         self.options = options
         self.engine = engine
-        # the urgent lane's own model (models.asr_lanes): first words and commits overtake
+        # the urgent lane's own model (models.workers.asr_lanes): first words and commits overtake
         lane_workers = urgent_lane_workers(options.batching.urgent_workers)  # none off Linux
         self.urgent_engine = lane_engine(engine, lane_workers) if lane_workers else None
         self.whisper = AsrBatcher(engine, options.batching,  # shared, micro-batching
@@ -151,7 +156,7 @@ class Pipeline:
     def warm_apertium(self) -> None:
         """Start the Apertium pairs named in ``apertium.warm`` (``en-es``) now (blocking); an
         unknown or uninstalled pair is refused with ``LanguageError``."""
-        from speechpipe.models.apertium import installed_pairs
+        from speechpipe.models.mt.apertium import installed_pairs
 
         installed = installed_pairs()
         for name in self.options.apertium.warm:
@@ -266,7 +271,7 @@ class Pipeline:
                                text_mt, route)
 
     def worker_health(self) -> list[WorkerHealth]:
-        """Every shared worker's breaker, deadline and counters (``models.worker_guard``):
+        """Every shared worker's breaker, deadline and counters (``models.workers.guard``):
         ``/readyz`` and the metrics read it."""
         with self._tts_lock:
             tts = list(self._tts.values())
@@ -295,7 +300,7 @@ class Pipeline:
 
     def _ct2_worker(self, spec: str) -> Ct2TranslationWorker:
         """The shared worker for a CTranslate2 MT model (loaded once; blocking)."""
-        from speechpipe.models.mt_registry import resolve_mt_model
+        from speechpipe.models.mt.registry import resolve_mt_model
 
         path = resolve_mt_model(spec.removeprefix("ct2:"))
         with self._text_mt_lock:

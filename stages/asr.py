@@ -100,7 +100,7 @@ def _marked(decoder: UtteranceDecoder, kind: str) -> WhisperRequest:
     """``decoder``'s request, marked ``opening`` when it is a partial of an utterance with
     nothing committed yet on the side the listener hears: its first words, which a shared
     worker serves with the finals, ahead of partials that only refresh tentative text
-    (``models.batching.decode_deadline_s``). Only the order decodes run in changes, never
+    (``models.workers.batching.decode_deadline_s``). Only the order decodes run in changes, never
     what they compute or commit."""
     request = decoder.request(kind)
     if request.partial and not decoder.text("target" if decoder.translate else "source"):

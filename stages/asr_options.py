@@ -71,12 +71,12 @@ class AsrOptions:
     min_utterance_voiced_s: float = 0.5  # shorter "utterances" are treated as noise
     partial_max_new_tokens: int = 16  # partials only need the next few words
     # decode with an output layer that keeps the tokens of the source language's and
-    # English's most frequent words, this many per language (models/whisper_vocab.py;
+    # English's most frequent words, this many per language (models/whisper/vocab.py;
     # languages without a word list keep the full vocabulary); 0: the full vocabulary.
     # 30,000: 36k of 52k tokens, -9 % CPU, BLEU +1.3 on the 49 clips (docs/design.md)
     vocabulary_words: int = 30000
     # read the committed words of a decode's forced prefix in one pass instead of one beam
-    # step per token (models/prefill.py; needs the native decoder, else no effect)
+    # step per token (models/whisper/prefill.py; needs the native decoder, else no effect)
     prefill: bool = True
     source_partials: bool = True  # False: partials decode the translation only (degrade)
     # what commits the translation between pauses (stages.commit): "agreement"
@@ -124,7 +124,7 @@ class AsrOptions:
     # 49 x-to-English clips, same BLEU (docs/benchmarks.md); nothing committed changes
     shown_tentative_words: int = 2
     # partials: cut a continuation where it starts its sentence over, so agreement cannot
-    # commit the first words of a loop (models/whisper_engine.py, ``cut_restart``)
+    # commit the first words of a loop (models/whisper/engine.py, ``cut_restart``)
     restart_guard: bool = True
     # a decode that says again the sentence its forced prefix began, or that the length cap
     # stopped in a copy of words said before, loses the second saying (stages.loop_guard:

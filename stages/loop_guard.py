@@ -1,4 +1,4 @@
-"""Text loop guards: pure rules on a decode's words, no model (``models.whisper_engine``
+"""Text loop guards: pure rules on a decode's words, no model (``models.whisper.engine``
 applies them to every decode).
 
 Whisper decodes loop on real clips here. These guards cut a continuation at the first

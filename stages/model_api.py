@@ -77,9 +77,9 @@ class WhisperRequest:
     # window already committed), so a partial stops about where its audio ends
     cap_by_window: bool = False
     # decode with the output layer of the language's and English's most frequent words,
-    # this many per language (``models.whisper_vocab``); 0: the full vocabulary
+    # this many per language (``models.whisper.vocab``); 0: the full vocabulary
     vocabulary_words: int = 0
-    # read most of the forced prefix in the prompt pass (models.prefill), when the native
+    # read most of the forced prefix in the prompt pass (models.whisper.prefill), when the native
     # decoder is built; the same results as generate's step-by-step forcing, less work
     prefill: bool = False
     # partials: cut a continuation that starts its sentence over (``cut_restart``)
@@ -98,7 +98,7 @@ class WhisperRequest:
     detect_too: bool = False
     # a partial of an utterance with nothing committed yet (its first words): a shared
     # worker serves it as urgently as a final, ahead of partials that only refresh
-    # tentative text (``models.batching.decode_deadline_s``); the decode itself is the same
+    # tentative text (``models.workers.batching.decode_deadline_s``); the decode itself is the same
     opening: bool = False
 
 

@@ -1,5 +1,5 @@
 """What the Whisper engine decodes a second time, and how it merges in: pure policies that
-``models.whisper_engine`` runs with its own decodes (given as callables).
+``models.whisper.engine`` runs with its own decodes (given as callables).
 
 The translation in English (issue 45, ``keep_to_english``): Whisper's ``translate`` task
 sometimes transcribes instead; such a translate decode is decoded again with English as the

@@ -22,7 +22,7 @@ class SessionRequest:
     voice: str | None = None
     output_sample_rate: int = 16_000
     mode: Literal["balanced", "fast", "quality"] = "balanced"
-    mt: str = "auto"  # auto | whisper | ct2:NAME (speechpipe.models.mt_routes)
+    mt: str = "auto"  # auto | whisper | ct2:NAME (speechpipe.models.mt.routes)
     priority: Literal["live", "replay"] = "live"
     pace: Literal["realtime", "fast"] = "realtime"
     client_id: str = ""

@@ -50,7 +50,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["SPEECHPIPE_HOME"] = str(_TEST_HOME)
     # CTranslate2 packs linear weights for Intel MKL's GEMM (CT2_PACKED_GEMM, default on with
     # MKL), and a packed output layer cannot be restricted: the engine then decodes with the
-    # full vocabulary. Off for the run, so the restricted decoders (models/prefill.py) are
+    # full vocabulary. Off for the run, so the restricted decoders (models/whisper/prefill.py) are
     # tested on every CPU; the packed default has its own test in fresh processes
     # (tests/models/test_prefill.py). Inherited by the subprocesses the tests start.
     os.environ.setdefault("CT2_PACKED_GEMM", "0")
@@ -112,7 +112,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     import ctranslate2
 
     from speechpipe import session
-    from speechpipe.models import whisper_engine
+    from speechpipe.models.whisper import engine as whisper_engine
     from speechpipe.voices import piper_engine
 
     patch = MonkeyPatch()

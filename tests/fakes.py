@@ -46,8 +46,8 @@ from aiortc.mediastreams import MediaStreamError
 from speechpipe.cluster.ledger import LedgerService
 from speechpipe.cluster.ledger_core import LedgerOptions
 from speechpipe.errors import AdmissionError, LanguageError
-from speechpipe.models.batching import AsrBatcher
-from speechpipe.models.whisper_engine import DecodeResult, DecodeTask, WhisperRequest, WhisperResult
+from speechpipe.models.whisper.engine import DecodeResult, DecodeTask, WhisperRequest, WhisperResult
+from speechpipe.models.workers.batching import AsrBatcher
 from speechpipe.stages.channels import Channel
 from speechpipe.stages.frames import (
     STREAM_RATE,

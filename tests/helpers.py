@@ -36,7 +36,7 @@ from speechpipe.stages.frames import STREAM_RATE
 from speechpipe.transport.client import ClientRun, stream_session
 
 if TYPE_CHECKING:
-    from speechpipe.models.whisper_engine import WhisperRequest, WhisperResult
+    from speechpipe.models.whisper.engine import WhisperRequest, WhisperResult
 
 # --- sample folders ----------------------------------------------------------------------
 
@@ -382,7 +382,7 @@ def real_requests() -> list[WhisperRequest]:
     """Six real clips cut to 2.2-5.5 s: four share an encode bucket, two are alone; prefixes
     of different lengths, contexts of different lengths (none, 8 and 16+ tokens), one
     language left to detection, one beam-2, partial and final, window-capped partials."""
-    from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest
+    from speechpipe.models.whisper.engine import DecodeTask, WhisperRequest
 
     cuts = (3.1, 3.4, 3.9, 3.2, 5.5, 2.2)
     prefixes = ("", "Autobuses", "", "En", "", "la")
@@ -546,7 +546,7 @@ def native_or_skip(*, needs: str = "PrefillDecoder") -> Any:
     """The compiled native decoders (``models/native``), or skip the test where they were not
     built (no C++ compiler); ``.ci/run`` sets ``SPEECHPIPE_REQUIRE_NATIVE=1``, and then a
     missing build fails instead. ``needs``: a class the test uses."""
-    from speechpipe.models.prefill import native_prefill
+    from speechpipe.models.whisper.prefill import native_prefill
 
     module = native_prefill()
     if module is None or not hasattr(module, needs):

@@ -71,7 +71,7 @@ def _response(status: int, content_type: str, body: bytes) -> Response:
 class HttpRoutes:
     """The port's HTTP answers (see the module docs)."""
 
-    # the required shared workers that are down now (breaker open: models.worker_guard);
+    # the required shared workers that are down now (breaker open: models.workers.guard);
     # /readyz and /ws answer 503 while any is. Set by the app (ServerApp); none by default.
     down_workers: Callable[[], list[str]] = staticmethod(lambda: [])
     # GET /models: which languages a session can reach and the MT pairs installed (names and

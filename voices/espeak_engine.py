@@ -121,7 +121,7 @@ def _locale(lang: str, voice: _VoiceFile) -> str:
 
 @functools.cache
 def _catalogue(data: Path) -> tuple[VoiceInfo, ...]:
-    from speechpipe.models.whisper_prompts import WHISPER_LANGUAGES
+    from speechpipe.models.whisper.prompts import WHISPER_LANGUAGES
 
     whisper = frozenset(WHISPER_LANGUAGES)
     by_lang: dict[str, list[_VoiceFile]] = {}

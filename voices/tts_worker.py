@@ -1,7 +1,7 @@
 """The shared TTS worker: one voice's synthesis (any engine) plus resampling, on its own thread.
 
 Each synthesis has a deadline from the voice's measured p99 and the voice has a circuit
-breaker (``models.worker_guard``): a synthesis past its deadline fails with ``WorkerTimeout``
+breaker (``models.workers.guard``): a synthesis past its deadline fails with ``WorkerTimeout``
 for its phrase and a new thread serves the voice; while the breaker is open, phrases are
 refused at once (``WorkerUnavailable``)."""
 
@@ -15,8 +15,8 @@ import soxr
 from numpy.typing import NDArray
 
 from speechpipe.errors import SpeechpipeError, WorkerError
-from speechpipe.models import faults
-from speechpipe.models.worker_guard import GuardedExecutor, LatencyBudget, WorkerGuard
+from speechpipe.models.workers import faults
+from speechpipe.models.workers.guard import GuardedExecutor, LatencyBudget, WorkerGuard
 from speechpipe.voices.engines import Synthesizer
 
 __all__ = ["TtsWorker", "resample_int16", "trim_silence"]

@@ -280,7 +280,7 @@ def cost_figures(records_per_session: list[list[dict[str, Any]]],
         "generated_tokens_per_audio_s": per(engine["generated_tokens"]),
         "kept_tokens_per_audio_s": per(engine["kept_tokens"]),
         "forced_tokens_per_audio_s": per(engine["forced_tokens"]),
-        # of the forced ones, read in the prompt pass (models.prefill), not in beam steps
+        # of the forced ones, read in the prompt pass (models.whisper.prefill), not in beam steps
         "prefilled_tokens_per_audio_s": per(engine["prefilled_tokens"]),
         # sequential decoder steps (a generate call's longest item), the decoder's main cost
         "decoder_steps_per_audio_s": per(engine["decoder_steps"]),
@@ -320,7 +320,7 @@ async def _run_sessions(pipeline: Any, inputs: list[CostInput], pace: str,
     tts = sum(threads_cpu({tid}) - tts_before.get(tid, 0.0) for tid in _tts_thread_ids())
     after = pipeline.engine.stats.snapshot()
     engine = {k: after[k] - before[k] for k in after}
-    # the native prefill decoder (models.prefill) runs CTranslate2 on the ASR worker's own
+    # the native prefill decoder (models.whisper.prefill) runs CTranslate2 on the ASR worker's own
     # thread: the engine measures that thread's CPU during those calls
     ct2 = threads_cpu(ct2_threads) - ct2_0 + engine["native_cpu_s"]
     return [run.records for run in runs], cpu, wall, {

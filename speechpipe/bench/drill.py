@@ -1,5 +1,5 @@
 """``speechpipe bench drill``: a live server on 127.0.0.1 with N real sessions while a
-scripted plan injects each fault in turn into the real shared workers (``models.faults``:
+scripted plan injects each fault in turn into the real shared workers (``models.workers.faults``:
 the bench enables the seam in its own process only).
 
 Per fault it prints: sessions completed / failed / refused, time to detect (the fault
@@ -70,7 +70,7 @@ async def _poll(predicate: Any, within: float) -> float | None:
 
 async def _one_fault(app: Any, label: str, point: str, kind: str, times: int,
                      sessions: int, audio: np.ndarray) -> DrillRow:
-    from speechpipe.models import faults
+    from speechpipe.models.workers import faults
     from speechpipe.transport.client import stream_session
     from speechpipe.voices.registry import resolve_voice
 
@@ -132,7 +132,7 @@ async def _apertium_killed(app: Any, sessions: int, seconds: float) -> DrillRow 
     import os
     import signal
 
-    from speechpipe.models.apertium import installed_pairs
+    from speechpipe.models.mt.apertium import installed_pairs
     from speechpipe.transport.client import stream_session
 
     pair = installed_pairs().get(("en", "es"))

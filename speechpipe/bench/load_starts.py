@@ -41,7 +41,7 @@ class StartCase:
     audio_s: float = 0.0  # audio streamed, over every session
     server_cpu_s: float | None = None  # the server's CPU during the case (a server started here)
     together: bool = True  # synchronized: every client was admitted before the audio began
-    # per urgency class (``models.batching.urgency``): (requests, mean ASR queue wait s), from
+    # per urgency class (``workers.batching.urgency``): (requests, mean ASR queue wait s), from
     # the server's metrics before and after the case (a server started by the bench)
     asr_waits: dict[str, tuple[int, float]] = field(default_factory=dict)
     # per "urgency lane": requests and the mean time of the engine call that computed them

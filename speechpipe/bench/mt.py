@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from speechpipe.bench.stats import percentile_ms
-from speechpipe.models.ct2_translator import Ct2TextTranslator, TextMtRequest
+from speechpipe.models.mt.ct2_translator import Ct2TextTranslator, TextMtRequest
 from speechpipe.stages.text_mt import IncrementalTextTranslation, TextMtOptions
 
 __all__ = ["run_mt_growth_bench", "POLICIES"]

@@ -1,6 +1,6 @@
 """``speechpipe bench cascade --prefix-sweep``: what an open segment's update costs as its
 committed translation (the forced prefix) grows, read step by step (``translate_batch``)
-against one pass (models/mt_prefill.py), on the same model in one process.
+against one pass (models/mt/prefill.py), on the same model in one process.
 
 Each row: a forced prefix of N target tokens and an update decoding up to ``new_tokens``
 more (``text_mt.open_new_tokens``), median and p95 of ``repeats`` calls, one thread.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from speechpipe.bench.stats import percentile_ms
 from speechpipe.bench.tiny_mt import generated_sentences
-from speechpipe.models.ct2_translator import Ct2TextTranslator, TextMtRequest
+from speechpipe.models.mt.ct2_translator import Ct2TextTranslator, TextMtRequest
 
 __all__ = ["prefix_sweep", "print_prefix_sweep"]
 

@@ -47,7 +47,7 @@ _SPECIALS = ["</s>", "<unk>"]
 def whisper_words() -> list[str]:
     """The bundled Whisper tokenizer's word-initial entries, most frequent first (its BPE
     merge order)."""
-    from speechpipe.models.whisper_weights import WHISPER_BASE_MODEL, _data_file
+    from speechpipe.models.whisper.weights import WHISPER_BASE_MODEL, _data_file
 
     package = dict((name, pkg) for pkg, name in WHISPER_BASE_MODEL.files)["tokenizer.json"]
     tokenizer = json.loads(_data_file(package, "tokenizer.json", WHISPER_BASE_MODEL)

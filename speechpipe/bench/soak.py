@@ -39,7 +39,7 @@ import numpy as np
 
 from speechpipe.bench.own_samples import own_samples
 from speechpipe.bench.server_process import rss_mb as process_rss_mb
-from speechpipe.models.heap import malloc_trim
+from speechpipe.models.workers.heap import malloc_trim
 from speechpipe.transport.file_output import write_text_file
 
 __all__ = ["register_soak", "run_soak", "SoakReport"]

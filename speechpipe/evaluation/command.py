@@ -110,7 +110,7 @@ def _offline(pipeline: Pipeline, clips: list[dict[str, Any]], beam: int,
              request: SessionRequest) -> OfflineRun:
     """The offline reference of every clip, on the pipeline's loaded Whisper (the weights
     ``--asr-model`` resolves to), from the cache where it has them."""
-    from speechpipe.models.whisper_weights import resolve_whisper_model
+    from speechpipe.models.whisper.weights import resolve_whisper_model
 
     for clip in clips:  # a language the loaded model lacks: one line, not a traceback
         pipeline.engine.check_language(clip["lang"])

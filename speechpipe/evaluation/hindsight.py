@@ -82,7 +82,7 @@ def hindsight_texts(engine: Any, audio: np.ndarray, spans: Sequence[tuple[float,
                     language: str, options: AsrOptions, translate: bool,
                     padding_s: tuple[float, float] = (0.0, 0.0)) -> list[tuple[str, str]]:
     """(captions, translation) of each span (seconds) of ``audio`` (16 kHz int16), decoded
-    by ``engine`` (``models.whisper_engine.WhisperEngine``) as the pipeline's final decode
+    by ``engine`` (``models.whisper.engine.WhisperEngine``) as the pipeline's final decode
     with nothing forced, with ``padding_s`` seconds of silence before and after the span;
     the translation is "" without ``translate``. Blocking."""
     before, after = (np.zeros(int(s * STREAM_RATE), np.float32) for s in padding_s)

@@ -28,7 +28,7 @@ def load_manifest(path: str | Path) -> list[dict[str, Any]]:
     trip on later: bad UTF-8 or JSON (deep nesting included), a clip that is not an object,
     a missing ``file``/``lang``, a field that is not a string, an unknown language,
     ``translations`` that is not an object of language -> text."""
-    from speechpipe.models.ct2_folder import WHISPER_LANGUAGES
+    from speechpipe.models.mt.ct2_folder import WHISPER_LANGUAGES
 
     path = Path(path)
     clips = []

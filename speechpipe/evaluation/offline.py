@@ -116,7 +116,7 @@ def model_identity(model_dir: str | Path) -> str:
     import ctranslate2
     import faster_whisper
 
-    from speechpipe.models.whisper_weights import MARKER
+    from speechpipe.models.whisper.weights import MARKER
 
     folder = Path(model_dir).resolve()
     try:

@@ -27,7 +27,7 @@ from speechpipe.stages.frames import StatusEvent
 from speechpipe.stages.ladder import degrade_max_utterance, level_status
 
 if TYPE_CHECKING:
-    from speechpipe.models.batching import BatchObserver
+    from speechpipe.models.workers.batching import BatchObserver
     from speechpipe.server.metrics import LoadMetrics
     from speechpipe.session import Pipeline
 
@@ -63,7 +63,7 @@ def calibrate_capacity(pipeline: Pipeline, *, batch: int = 4, audio_s: float = 4
     ``speechpipe bench load`` and configure ``--capacity``."""
     import numpy as np
 
-    from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest
+    from speechpipe.models.whisper.engine import DecodeTask, WhisperRequest
     from speechpipe.stages.ladder import degrade_asr
     from speechpipe.voices.registry import resolve_voice
     from speechpipe.voices.tts_worker import resample_int16

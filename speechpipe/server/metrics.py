@@ -22,7 +22,7 @@ from prometheus_client import (
 )
 
 from speechpipe.machine import cpu_info
-from speechpipe.models.batching import URGENCIES
+from speechpipe.models.workers.batching import URGENCIES
 from speechpipe.stages.coverage import classify_utterance
 from speechpipe.stages.frames import (
     STREAM_RATE,
@@ -250,7 +250,7 @@ class ListenerMetrics:
 
 
 class LoadMetrics:
-    """Peak-load metrics: the shared ASR worker (a ``models.batching.BatchObserver``; called
+    """Peak-load metrics: the shared ASR worker (a ``models.workers.batching.BatchObserver``; called
     on its thread), admission and the degrade ladder (set by ``speechpipe.server.load_control``)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -324,7 +324,7 @@ class LoadMetrics:
     def batch_done(self, requests: int, waits: list[float], seconds: float,
                    urgencies: Sequence[str] = (), lane: str = "usual") -> None:
         """Record an ASR batch: its size, duration and each request's queue wait and call
-        time, labelled with its urgency class (``models.batching.urgency``; ``unknown`` when
+        time, labelled with its urgency class (``models.workers.batching.urgency``; ``unknown`` when
         not given) and the lane that ran it (``urgent`` or ``usual``)."""
         self.asr_batch_size.observe(requests)
         self.asr_batch_seconds.observe(seconds)

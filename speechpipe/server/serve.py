@@ -125,8 +125,8 @@ class ServerApp:
         spoken languages, ``*`` for any of Whisper's) and the installed MT pairs, by name and
         languages only; read at most every ``VOICES_TTL_S``."""
         from speechpipe.errors import SpeechpipeError
-        from speechpipe.models.mt_registry import registered_mt_models
-        from speechpipe.models.mt_routes import installed_pairs
+        from speechpipe.models.mt.registry import registered_mt_models
+        from speechpipe.models.mt.routes import installed_pairs
 
         now = time.monotonic()
         if self._models is None or now - self._models[0] >= VOICES_TTL_S:
@@ -141,7 +141,7 @@ class ServerApp:
                 pivot = "*" in sources or "en" in sources  # Whisper's English, then the pair
                 targets[target] = {"sources": ["*"] if pivot else sources,
                                    "route": "pivot" if pivot else "text"}
-            from speechpipe.models.apertium import installed_pairs as apertium_pairs
+            from speechpipe.models.mt.apertium import installed_pairs as apertium_pairs
 
             rule_based = apertium_pairs()
             for (source, target) in sorted(rule_based):
@@ -552,7 +552,7 @@ def check_room_mt(spec: str) -> None:
                          "ct2:NAME_OR_PATH (e.g. --set rooms.mt=ct2:opus-en-de), or leave it "
                          "empty for the installed "
                          "pairs (`speechpipe models list`)")
-    from speechpipe.models.mt_registry import resolve_mt_model
+    from speechpipe.models.mt.registry import resolve_mt_model
 
     try:
         resolve_mt_model(spec)

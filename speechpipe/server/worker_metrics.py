@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from speechpipe.models.worker_guard import BreakerState, WorkerHealth
+from speechpipe.models.workers.guard import BreakerState, WorkerHealth
 
 __all__ = ["WorkerCollector", "BREAKER_VALUES"]
 

@@ -59,7 +59,7 @@ def test_prefix_sweep_times_both_readings_of_growing_prefixes(tmp_path) -> None:
 
     from speechpipe.bench.mt_prefix import PREFIX_TOKENS, prefix_sweep
     from speechpipe.bench.tiny_mt import build_tiny_mt
-    from speechpipe.models.prefill import native_prefill
+    from speechpipe.models.whisper.prefill import native_prefill
 
     module = native_prefill()
     if module is None or not hasattr(module, "PrefixTranslator"):

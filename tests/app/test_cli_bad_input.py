@@ -198,7 +198,7 @@ def test_write_failure_during_the_run_is_one_line(tmp_path):
     Python turns into EFBIG): one line, a non-zero exit, no partial file."""
     import resource
 
-    from speechpipe.models.whisper_weights import resolve_whisper_model
+    from speechpipe.models.whisper.weights import resolve_whisper_model
 
     resolve_whisper_model()  # the model cache is assembled without the limit (not the write)
 

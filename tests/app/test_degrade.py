@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from speechpipe.models.whisper_engine import DecodeResult, WhisperRequest, WhisperResult
+from speechpipe.models.whisper.engine import DecodeResult, WhisperRequest, WhisperResult
 from speechpipe.server.admission import AdmissionOptions
 from speechpipe.server.degrade import DegradeController, DegradeOptions, LoadSample
 from speechpipe.server.load_control import LoadControl

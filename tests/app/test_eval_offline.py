@@ -126,7 +126,7 @@ def test_offline_reference_on_a_real_clip_is_scored_and_cached(tmp_path: Path):
     manifest = tmp_path / "manifest.jsonl"
     manifest.write_text(json.dumps({**entry, "file": str(path)}) + "\n")
     # a home of its own (an empty offline cache) with the already assembled weights in it
-    from speechpipe.models.whisper_weights import resolve_whisper_model
+    from speechpipe.models.whisper.weights import resolve_whisper_model
 
     home = tmp_path / "home"
     (home / "models").mkdir(parents=True)

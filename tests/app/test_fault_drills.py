@@ -2,7 +2,7 @@
 worker fails, hangs or trips its breaker while sessions stream; the affected work gets a
 documented error event, the other sessions complete, and ``/readyz`` / ``/metrics`` say so.
 
-Faults are injected at the real workers' boundaries with ``speechpipe.models.faults``, a
+Faults are injected at the real workers' boundaries with ``speechpipe.models.workers.faults``, a
 test seam (off unless a test arms it). The drills shorten the deadlines' floor and ceiling
 and the breaker's cooldown so they run in seconds; the deadline is still the measured p99's.
 """
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from websockets.exceptions import InvalidStatus
 
-from speechpipe.models import faults
-from speechpipe.models.worker_guard import CircuitBreaker, LatencyBudget, WorkerGuard
+from speechpipe.models.workers import faults
+from speechpipe.models.workers.guard import CircuitBreaker, LatencyBudget, WorkerGuard
 from speechpipe.transport.client import ClientRun, stream_session
 from speechpipe.transport.codes import CloseCode
 from tests.helpers import http_request, raw_http, wait_for
@@ -291,7 +291,7 @@ async def tiny_fr_en(pipeline: Any, tmp_path: Any) -> Any:
     own measured calls (a few real translations before the drill). Unregistered after."""
     from speechpipe.bench.tiny_mt import build_tiny_pair
     from speechpipe.cli import main
-    from speechpipe.models.mt_registry import locked_registry, resolve_mt_model
+    from speechpipe.models.mt.registry import locked_registry, resolve_mt_model
     from speechpipe.stages.model_api import TextMtRequest
 
     name = f"drill-fr-en-{time.monotonic_ns()}"

@@ -244,7 +244,7 @@ def test_a_language_name_gets_its_code_suggested(
 
 
 def test_every_whisper_language_has_a_name() -> None:
-    from speechpipe.models.ct2_folder import WHISPER_LANGUAGES
+    from speechpipe.models.mt.ct2_folder import WHISPER_LANGUAGES
     from speechpipe.stages.language_names import LANGUAGE_NAMES
 
     assert set(LANGUAGE_NAMES) == set(WHISPER_LANGUAGES)

@@ -78,7 +78,7 @@ def test_layer_table_covers_the_package() -> None:
 @pytest.mark.parametrize(
     ("module", "layer"),
     [("speechpipe.errors", None), ("numpy", None), ("speechpipe.stages.vad", 0),
-     ("speechpipe.models.batching", 1), ("speechpipe.voices", 1),
+     ("speechpipe.models.workers.batching", 1), ("speechpipe.voices", 1),
      ("speechpipe.transport.protocol", 2), ("speechpipe.session", 3), ("speechpipe", 3)],
 )
 def test_layer_of(module: str, layer: int | None) -> None:

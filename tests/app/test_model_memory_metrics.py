@@ -47,7 +47,7 @@ async def test_metrics_show_the_shared_model_and_the_restricted_decoders(
     assert 0 < restricted <= max(memory["budget_bytes"], memory["bytes"])
     # rows, not models: each decoder holds gathered output rows, far less than the model;
     # the total may pass the model's size when the suite's earlier tests left decoders on
-    # several worker threads (each thread evicts only its own: models.prefill)
+    # several worker threads (each thread evicts only its own: models.whisper.prefill)
     held = _value(body, "speechpipe_asr_restricted_decoders")
     assert held >= 2
     assert restricted / held < shared / 2

@@ -11,8 +11,8 @@ import pytest
 
 from speechpipe.bench.tiny_mt import build_tiny_argos
 from speechpipe.cli import main
-from speechpipe.models.ct2_translator import Ct2TextTranslator, TextMtRequest
-from speechpipe.models.mt_registry import registered_mt_models
+from speechpipe.models.mt.ct2_translator import Ct2TextTranslator, TextMtRequest
+from speechpipe.models.mt.registry import registered_mt_models
 
 pytest.importorskip("ctranslate2")
 pytest.importorskip("sentencepiece")
@@ -198,7 +198,7 @@ def test_a_member_packed_too_tightly_is_refused_before_unpacking(
 
 def test_member_bounds_come_from_the_entries() -> None:
     from speechpipe.errors import InputError
-    from speechpipe.models import argos_package
+    from speechpipe.models.mt import argos_package
 
     huge = zipfile.ZipInfo("x/model/model.bin")
     huge.file_size, huge.compress_size = 3 << 30, 3 << 30  # stored, 1:1, but 3 GiB

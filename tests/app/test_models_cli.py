@@ -12,7 +12,7 @@ import pytest
 from speechpipe import models_cli
 from speechpipe.bench.tiny_mt import build_tiny_mt, make_whisper_like_folder
 from speechpipe.errors import InputError, ModelError
-from speechpipe.models import mt_registry
+from speechpipe.models.mt import registry as mt_registry
 
 
 @pytest.fixture(scope="module")

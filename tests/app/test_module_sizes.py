@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 BOUNDS = {
     "transport/ws_connection.py": 350,  # one pump that performs the core's decisions
-    "models/whisper_engine.py": 400,  # load, encode and the CTranslate2 calls
+    "models/whisper/engine.py": 400,  # load, encode and the CTranslate2 calls
 }
 TRANSPORT_BOUND = 450
 

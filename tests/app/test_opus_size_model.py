@@ -46,7 +46,7 @@ def copy_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_copy_model_is_opus_base_sized_and_copies_its_source_then_stops(
         copy_model: Path) -> None:
-    from speechpipe.models.ct2_translator import Ct2TextTranslator
+    from speechpipe.models.mt.ct2_translator import Ct2TextTranslator
     from speechpipe.stages.model_api import TextMtRequest
 
     translator = Ct2TextTranslator(copy_model, intra_threads=1)
@@ -72,7 +72,7 @@ def test_the_copy_model_is_opus_base_sized_and_copies_its_source_then_stops(
 
 
 def test_the_random_model_writes_pieces_and_runs_to_its_length_cap(tmp_path: Path) -> None:
-    from speechpipe.models.ct2_translator import Ct2TextTranslator
+    from speechpipe.models.mt.ct2_translator import Ct2TextTranslator
     from speechpipe.stages.model_api import TextMtRequest
 
     folder = build_opus_size_pair(tmp_path / "en-es", weights="random")

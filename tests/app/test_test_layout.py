@@ -56,7 +56,7 @@ def test_an_unmarked_test_cannot_load_a_real_model() -> None:
     """The fast tier's guard (tests/conftest.py): real models fail an unmarked test."""
     import ctranslate2
 
-    from speechpipe.models.whisper_engine import WhisperEngine
+    from speechpipe.models.whisper.engine import WhisperEngine
     from speechpipe.session import Pipeline
     from speechpipe.voices import piper_engine
 

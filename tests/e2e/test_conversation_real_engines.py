@@ -64,7 +64,7 @@ WAIT_S = 160.0  # for both directions (five cycles of the microphones)
 
 def needs_engines() -> None:
     """Skip, saying what is missing, unless English->Spanish has its real engines here."""
-    from speechpipe.models.apertium import installed_pairs
+    from speechpipe.models.mt.apertium import installed_pairs
 
     espeak = pytest.importorskip("speechpipe.voices.espeak_engine",
                                  reason="no espeak-ng engine (speechpipe.voices.espeak_engine)")

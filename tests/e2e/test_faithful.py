@@ -11,7 +11,7 @@ import pytest
 
 from speechpipe.evaluation.evaluate import count_unfaithful, utterance_texts
 from speechpipe.file_translation import translate_audio
-from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest
+from speechpipe.models.whisper.engine import DecodeTask, WhisperRequest
 from speechpipe.session import Pipeline
 from speechpipe.stages.faithfulness import FaithfulnessOptions
 from speechpipe.stages.request import SessionRequest

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from speechpipe.models.apertium import installed_pairs
+from speechpipe.models.mt.apertium import installed_pairs
 from tests.helpers import speechpipe
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "wav"
@@ -40,7 +40,7 @@ def _heard(path: Path) -> tuple[str, str]:
     import soxr
     from faster_whisper import WhisperModel
 
-    from speechpipe.models.whisper_weights import resolve_whisper_model
+    from speechpipe.models.whisper.weights import resolve_whisper_model
 
     audio, rate = sf.read(path, dtype="float32")
     audio = soxr.resample(audio, rate, 16_000)

@@ -36,7 +36,7 @@ SAMPLE = "wav/es_gato.wav"  # package data of speechpipe.samples (pyproject.toml
 WHERE = """
 import importlib.resources, json, sys
 import speechpipe
-from speechpipe.models.prefill import native_prefill
+from speechpipe.models.whisper.prefill import native_prefill
 native = native_prefill()
 print(json.dumps({
     "speechpipe": speechpipe.__file__,

@@ -69,7 +69,7 @@ def test_row_matches_its_wav(row: dict[str, Any]) -> None:
 def whisper() -> Any:
     from faster_whisper import WhisperModel
 
-    from speechpipe.models.whisper_weights import resolve_whisper_model
+    from speechpipe.models.whisper.weights import resolve_whisper_model
 
     return WhisperModel(str(resolve_whisper_model()), compute_type="int8", cpu_threads=2)
 

@@ -1,4 +1,4 @@
-"""The Apertium text-MT backend (speechpipe.models.apertium): the pure parts here in the fast
+"""The Apertium text-MT backend (speechpipe.models.mt.apertium): the pure parts here in the fast
 tier; the real stage chains (Debian's apertium-eng-spa and apertium-fr-es, as .ci/run installs
 them) in the slow tier, skipped with the install line where they are absent."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from speechpipe.errors import LanguageError
-from speechpipe.models.apertium import (
+from speechpipe.models.mt.apertium import (
     ApertiumTranslator,
     continuation_after,
     escape,
@@ -22,7 +22,7 @@ from speechpipe.models.apertium import (
     stage_commands,
     unescape,
 )
-from speechpipe.models.apertium_options import ApertiumOptions
+from speechpipe.models.mt.apertium_options import ApertiumOptions
 from speechpipe.stages.model_api import TextMtRequest
 from speechpipe.stages.text_mt import IncrementalTextTranslation
 from speechpipe.stages.text_mt_options import TextMtOptions

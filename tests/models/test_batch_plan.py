@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from speechpipe.models.batch_plan import (
+from speechpipe.models.whisper.batch_plan import (
     MAX_LENGTH_STEP,
     SAMPLE_RATE,
     GroupKey,

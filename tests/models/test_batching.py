@@ -1,4 +1,4 @@
-"""The shared batching ASR worker (``models/batching.py``).
+"""The shared batching ASR worker (``models/workers/batching.py``).
 
 - Real model: batched results equal unbatched ones for the same inputs (real recordings cut
   to different lengths, forced prefixes of different lengths, a detected language), both in
@@ -22,7 +22,12 @@ import numpy as np
 import pytest
 
 from speechpipe.errors import Superseded, WorkerError
-from speechpipe.models.batching import (
+from speechpipe.models.whisper.engine import (
+    DecodeTask,
+    WhisperRequest,
+    WhisperResult,
+)
+from speechpipe.models.workers.batching import (
     PRIORITY_LIVE,
     PRIORITY_REPLAY,
     URGENCIES,
@@ -30,11 +35,6 @@ from speechpipe.models.batching import (
     BatchOptions,
     decode_deadline_s,
     urgency,
-)
-from speechpipe.models.whisper_engine import (
-    DecodeTask,
-    WhisperRequest,
-    WhisperResult,
 )
 from speechpipe.stages.asr import AsrOptions, AsrStage
 from speechpipe.stages.channels import Channel

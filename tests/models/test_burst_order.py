@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from speechpipe.errors import Superseded
-from speechpipe.models.batching import AsrBatcher, BatchOptions, decode_deadline_s
+from speechpipe.models.workers.batching import AsrBatcher, BatchOptions, decode_deadline_s
 from speechpipe.stages.asr import AsrOptions, AsrStage
 from speechpipe.stages.channels import Channel
 from speechpipe.stages.clock import WallStreamClock
@@ -158,7 +158,7 @@ async def test_the_stage_marks_only_the_partials_before_anything_is_committed():
 @pytest.mark.slow
 def test_on_the_real_engine_first_words_run_first_and_decode_the_same(pipeline):
     engine = pipeline.engine
-    from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest
+    from speechpipe.models.whisper.engine import DecodeTask, WhisperRequest
 
     def request(clip: str, seconds: float, **kw) -> WhisperRequest:
         audio = load_16k(clip)[: int(seconds * STREAM_RATE)]

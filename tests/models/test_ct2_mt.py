@@ -16,9 +16,9 @@ from speechpipe.bench.tiny_mt import (
     train_tiny_spm,
 )
 from speechpipe.errors import LanguageError, ModelError, WorkerError
-from speechpipe.models.ct2_folder import ModelFamily, inspect_mt_model
-from speechpipe.models.ct2_translator import Ct2TextTranslator, TextMtRequest
-from speechpipe.models.ct2_worker import Ct2TranslationWorker
+from speechpipe.models.mt.ct2_folder import ModelFamily, inspect_mt_model
+from speechpipe.models.mt.ct2_translator import Ct2TextTranslator, TextMtRequest
+from speechpipe.models.mt.ct2_worker import Ct2TranslationWorker
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 spm = pytest.importorskip("sentencepiece")

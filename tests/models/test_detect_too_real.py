@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest
+from speechpipe.models.whisper.engine import DecodeTask, WhisperRequest
 from speechpipe.transport.file_replay import read_audio
 
 pytestmark = pytest.mark.slow  # the real engine (the shared pipeline)

@@ -7,7 +7,7 @@ import pytest
 
 from speechpipe.config import Config, apply_overrides
 from speechpipe.errors import InputError
-from speechpipe.models.whisper_engine import SAMPLE_RATE, WhisperEngine
+from speechpipe.models.whisper.engine import SAMPLE_RATE, WhisperEngine
 
 
 def lengths(trailing_s: float, bucket_s: float) -> WhisperEngine:

@@ -1,4 +1,4 @@
-"""``models/hub_guard.py``: the hub's answers that huggingface_hub would turn into paths, checked
+"""``models/hub/guard.py``: the hub's answers that huggingface_hub would turn into paths, checked
 on plain ``requests`` responses (the loopback hub in ``tests/app/test_models_pull.py`` runs the
 same checks through the real client)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from speechpipe.models.hub_guard import UnsafeHubAnswer, _ResponseCheck, answered, shown
+from speechpipe.models.hub.guard import UnsafeHubAnswer, _ResponseCheck, answered, shown
 
 requests = pytest.importorskip("requests")
 

@@ -5,7 +5,7 @@
   saturation), for row counts that use every tile and weight counts off a multiple of four.
 - On the real Whisper weights, a layer gives CTranslate2's output bit for bit where
   CTranslate2's own product is exact. oneDNN's AVX2 product saturates on large u8 inputs, so
-  the comparison there uses inputs <= 0 (module docs of models/prefill.py).
+  the comparison there uses inputs <= 0 (module docs of models/whisper/prefill.py).
 - A whole decode equals CTranslate2's bit for bit (ids, scores, no-speech probability) when
   CTranslate2 multiplies exactly: in a subprocess with Intel MKL's generic code
   (``CT2_USE_MKL=1``), which is exact on any x86 CPU. With a row limit (the product sets
@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from speechpipe.models import prefill as prefill_module
-from speechpipe.models.prefill import ROWS_STEP_MAX, rows_step_choice
+from speechpipe.models.whisper import prefill as prefill_module
+from speechpipe.models.whisper.prefill import ROWS_STEP_MAX, rows_step_choice
 from tests.helpers import native_or_skip
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,7 +78,7 @@ class _FakeDecoder:
 def test_the_warm_up_keeps_the_step_only_when_its_check_passes(monkeypatch, verdict) -> None:
     """A failed check turns the step off for every decoder built afterwards, and the ones
     this thread built before are rebuilt without it."""
-    from speechpipe.models.whisper_decoders import WhisperDecoders
+    from speechpipe.models.whisper.decoders import WhisperDecoders
 
     module = types.SimpleNamespace(PrefillDecoder=_FakeDecoder)
     native = prefill_module.NativePrefill(module, 1, rows_step=ROWS_STEP_MAX)
@@ -86,7 +86,7 @@ def test_the_warm_up_keeps_the_step_only_when_its_check_passes(monkeypatch, verd
     assert before.rows_step == ROWS_STEP_MAX
     decoders = WhisperDecoders(Path("/m"), cpu_threads=1, budget_bytes=0, eot=1, vocab_size=2)
     decoders._native_checked, decoders._native = True, native
-    monkeypatch.setattr("speechpipe.models.whisper_decoders.rows_step_disagreement",
+    monkeypatch.setattr("speechpipe.models.whisper.decoders.rows_step_disagreement",
                         lambda module, folder: verdict)
     decoders.verify_native(lambda native: None)
     assert decoders.native_verified is True
@@ -98,7 +98,7 @@ def test_the_warm_up_keeps_the_step_only_when_its_check_passes(monkeypatch, verd
 
 @pytest.mark.slow  # the real weights
 def test_a_layer_gives_ctranslate2s_output_where_ctranslate2_is_exact() -> None:
-    from speechpipe.models.whisper_weights import resolve_whisper_model
+    from speechpipe.models.whisper.weights import resolve_whisper_model
 
     module = _native()
     folder = str(resolve_whisper_model())
@@ -120,8 +120,8 @@ import json, sys
 import numpy as np
 import ctranslate2
 from speechpipe.models import _ct2_prefill as native
-from speechpipe.models.whisper_engine import WhisperEngine
-from speechpipe.models.whisper_weights import resolve_whisper_model
+from speechpipe.models.whisper.engine import WhisperEngine
+from speechpipe.models.whisper.weights import resolve_whisper_model
 from tests.helpers import CLIPS, load_16k
 
 engine = WhisperEngine(resolve_whisper_model(), cpu_threads=1)
@@ -189,7 +189,7 @@ def test_a_native_decoder_that_cannot_load_the_weights_falls_back_to_generate(
         monkeypatch, caplog) -> None:
     """Building the native decoders fails (a folder they cannot read): the engine decodes
     with ``generate``, says why once, and does not try again on every request."""
-    from speechpipe.models.whisper_decoders import WhisperDecoders
+    from speechpipe.models.whisper.decoders import WhisperDecoders
 
     tries = []
 
@@ -198,7 +198,7 @@ def test_a_native_decoder_that_cannot_load_the_weights_falls_back_to_generate(
             tries.append(args)
             raise RuntimeError("Unable to open file 'model.bin'")
 
-    monkeypatch.setattr("speechpipe.models.whisper_decoders.native_prefill",
+    monkeypatch.setattr("speechpipe.models.whisper.decoders.native_prefill",
                         lambda: types.SimpleNamespace(PrefillDecoder=Refusing))
     decoders = WhisperDecoders(Path("/no-model"), cpu_threads=1, budget_bytes=0, eot=1,
                                vocab_size=2)

@@ -1,4 +1,4 @@
-"""Text MT whose forced prefix is read in one pass (models/mt_prefill.py): it decodes what
+"""Text MT whose forced prefix is read in one pass (models/mt/prefill.py): it decodes what
 ``translate_batch`` decodes, on every model family the tests build, and is set aside when
 it would not."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from speechpipe.bench.tiny_mt import build_tiny_mt, generated_sentences
-from speechpipe.models.ct2_translator import Ct2TextTranslator, TextMtRequest
-from speechpipe.models.mt_prefill import PrefixReader
+from speechpipe.models.mt.ct2_translator import Ct2TextTranslator, TextMtRequest
+from speechpipe.models.mt.prefill import PrefixReader
 from tests.helpers import native_or_skip
 
 pytest.importorskip("ctranslate2")
@@ -110,12 +110,12 @@ def test_a_reader_that_decodes_otherwise_is_set_aside(
     class WrongNative:
         PrefixTranslator = WrongDecoder
 
-    import speechpipe.models.mt_prefill as mt_prefill
+    import speechpipe.models.mt.prefill as mt_prefill
 
     original = mt_prefill.native_prefill
     mt_prefill.native_prefill = lambda: WrongNative  # type: ignore[assignment]
     try:
-        with caplog.at_level(logging.WARNING, logger="speechpipe.models.mt_prefill"):
+        with caplog.at_level(logging.WARNING, logger="speechpipe.models.mt.prefill"):
             translator = Ct2TextTranslator(models["marian"], intra_threads=1)
     finally:
         mt_prefill.native_prefill = original  # type: ignore[assignment]

@@ -1,4 +1,4 @@
-"""``--mt auto``'s choice of route (speechpipe.models.mt_routes), from registry entries."""
+"""``--mt auto``'s choice of route (speechpipe.models.mt.routes), from registry entries."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from speechpipe.errors import LanguageError
-from speechpipe.models.mt_routes import MtRoute, choose_route, installed_pairs
+from speechpipe.models.mt.routes import MtRoute, choose_route, installed_pairs
 
 
 @pytest.fixture

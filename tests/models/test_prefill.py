@@ -1,4 +1,4 @@
-"""Reading the forced prefix in the prompt pass (``models/prefill.py``, ``models/native``).
+"""Reading the forced prefix in the prompt pass (``models/whisper/prefill.py``, ``models/native``).
 
 - The plan (pure): how many prefix tokens a request's prompt pass reads.
 - The native decoder on the real model: with nothing extra read it returns exactly what
@@ -25,9 +25,9 @@ from pathlib import Path
 import ctranslate2
 import pytest
 
-from speechpipe.models import prefill as prefill_module
-from speechpipe.models.prefill import prefill_text_tokens
-from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest, WhisperResult
+from speechpipe.models.whisper import prefill as prefill_module
+from speechpipe.models.whisper.engine import DecodeTask, WhisperRequest, WhisperResult
+from speechpipe.models.whisper.prefill import prefill_text_tokens
 from tests.helpers import CLIPS, load_16k, native_or_skip, same
 
 
@@ -162,7 +162,7 @@ class _Shifted:
 
 
 def test_a_native_decoder_that_disagrees_is_set_aside_once() -> None:
-    from speechpipe.models.whisper_decoders import WhisperDecoders
+    from speechpipe.models.whisper.decoders import WhisperDecoders
 
     calls = []
     for verdict, kept in ((None, True), ("'five.' where generate says 'six.'", False)):

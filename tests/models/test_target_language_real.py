@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from speechpipe.models.whisper_engine import DecodeTask, WhisperRequest
+from speechpipe.models.whisper.engine import DecodeTask, WhisperRequest
 from speechpipe.stages.target_language import in_language
 from speechpipe.transport.file_replay import read_audio
 

@@ -21,7 +21,7 @@ def test_the_run_has_a_temporary_home_of_its_own():
 
 
 def test_a_bundled_model_resolved_in_a_test_is_in_that_home():
-    from speechpipe.models.whisper_weights import resolve_whisper_model
+    from speechpipe.models.whisper.weights import resolve_whisper_model
 
     assert resolve_whisper_model().is_relative_to(speechpipe_home())
 

@@ -1,4 +1,4 @@
-"""The urgent lane of the shared ASR worker (``models.asr_lanes``, ``models.batching``).
+"""The urgent lane of the shared ASR worker (``workers.asr_lanes``, ``workers.batching``).
 
 - Scripted engines (which thread runs which request is about the queue, not the model): a
   commit runs on the lane while every usual worker is held by a partial; the lane takes
@@ -23,17 +23,18 @@ import time
 import pytest
 
 from speechpipe.errors import WorkerTimeout
-from speechpipe.models import asr_lanes, worker_guard
-from speechpipe.models.asr_lanes import (
+from speechpipe.models.whisper.engine import WhisperResult
+from speechpipe.models.workers import asr_lanes
+from speechpipe.models.workers import guard as worker_guard
+from speechpipe.models.workers.asr_lanes import (
     PER_THREAD_PRIORITY,
     lower_priority,
     lower_this_thread,
     threads_now,
     urgent_lane_workers,
 )
-from speechpipe.models.batching import AsrBatcher, BatchOptions, urgent_classes
-from speechpipe.models.whisper_engine import WhisperResult
-from speechpipe.models.worker_guard import LatencyBudget, WorkerGuard
+from speechpipe.models.workers.batching import AsrBatcher, BatchOptions, urgent_classes
+from speechpipe.models.workers.guard import LatencyBudget, WorkerGuard
 from tests.fakes import ScriptedEngine, req
 from tests.helpers import real_requests, same
 

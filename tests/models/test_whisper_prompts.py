@@ -1,4 +1,4 @@
-"""Whisper's prompt layouts (``models.whisper_prompts``), with a stand-in tokenizer: no
+"""Whisper's prompt layouts (``models.whisper.prompts``), with a stand-in tokenizer: no
 model, no CTranslate2, no tokenizer file."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from speechpipe.models.batch_plan import CONTEXT_BUCKET_TOKENS, Prompt
-from speechpipe.models.whisper_prompts import WHISPER_LANGUAGES, WhisperPrompts
+from speechpipe.models.whisper.batch_plan import CONTEXT_BUCKET_TOKENS, Prompt
+from speechpipe.models.whisper.prompts import WHISPER_LANGUAGES, WhisperPrompts
 from speechpipe.stages.model_api import DecodeTask, WhisperRequest
 
 EOT, SOT, PREV, NO_TS, TRANSCRIBE, TRANSLATE = 50257, 50258, 50361, 50363, 50359, 50358

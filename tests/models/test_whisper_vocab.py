@@ -1,5 +1,5 @@
-"""Decoders restricted to the tokens of the languages at hand (``models/whisper_vocab.py``,
-``models/prefill.py``): the id maps on a scripted vocabulary, the kept set on the real
+"""Decoders restricted to the tokens of the languages at hand (``models/whisper/vocab.py``,
+``models/whisper/prefill.py``): the id maps on a scripted vocabulary, the kept set on the real
 tokenizer and its small cache, and real decodes (restricted against full, batched against
 alone, memory bounded by the budget however many languages)."""
 
@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from speechpipe.models.whisper_vocab import (
+from speechpipe.models.whisper.vocab import (
     RestrictedVocabulary,
     kept_token_ids,
     restricted_vocabulary,
 )
-from speechpipe.models.whisper_weights import resolve_whisper_model
+from speechpipe.models.whisper.weights import resolve_whisper_model
 from speechpipe.stages.model_api import DecodeTask, WhisperRequest, WhisperResult
 from tests.helpers import load_16k, real_requests, same
 
@@ -127,7 +127,7 @@ def test_a_restriction_keeps_the_model_weights_shared_and_holds_only_its_rows(pi
     the older ones are evicted, and a decode gathered again gives the same result."""
     import ctranslate2  # noqa: F401  (loads the library the extension links to)
 
-    from speechpipe.models.prefill import NativePrefill, native_prefill
+    from speechpipe.models.whisper.prefill import NativePrefill, native_prefill
 
     engine = pipeline.engine
     module = native_prefill()
@@ -156,7 +156,7 @@ def test_a_restriction_keeps_the_model_weights_shared_and_holds_only_its_rows(pi
 def test_a_restricted_decoder_refuses_a_forced_token_it_does_not_keep(pipeline):
     import ctranslate2  # noqa: F401
 
-    from speechpipe.models.prefill import native_prefill
+    from speechpipe.models.whisper.prefill import native_prefill
 
     engine = pipeline.engine
     module = native_prefill()
@@ -179,7 +179,7 @@ def test_a_restricted_decoder_that_cannot_be_made_falls_back_to_the_full_one(
         pipeline, monkeypatch, caplog):
     import logging
 
-    import speechpipe.models.whisper_decoders as decoders_module
+    import speechpipe.models.whisper.decoders as decoders_module
 
     def read_only(*args: object, **kwargs: object) -> None:
         raise OSError("read-only file system")

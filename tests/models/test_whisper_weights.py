@@ -16,7 +16,7 @@ import pytest
 
 from speechpipe.errors import ModelError
 from speechpipe.models.home import speechpipe_home
-from speechpipe.models.whisper_weights import (
+from speechpipe.models.whisper.weights import (
     MARKER,
     WHISPER_BASE_MODEL,
     BundledModel,
@@ -31,7 +31,7 @@ FILES = sorted(PINNED)
 CHILD = """
 import os, sys, time
 from pathlib import Path
-from speechpipe.models.whisper_weights import resolve_whisper_model
+from speechpipe.models.whisper.weights import resolve_whisper_model
 go = Path(sys.argv[2])
 while not go.exists():
     time.sleep(0.001)

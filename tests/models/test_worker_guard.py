@@ -1,6 +1,6 @@
-"""Deadlines and circuit breakers on shared workers (``models.worker_guard``): the pure core,
+"""Deadlines and circuit breakers on shared workers (``models.workers.guard``): the pure core,
 the guarded executor with a hung call, and the text-MT worker on a real tiny CTranslate2 model
-with faults injected at its boundary (``models.faults``: a test seam, off otherwise)."""
+with faults injected at its boundary (``models.workers.faults``: a test seam, off otherwise)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from speechpipe.errors import WorkerError, WorkerTimeout, WorkerUnavailable
-from speechpipe.models import faults
-from speechpipe.models.worker_guard import (
+from speechpipe.models.workers import faults
+from speechpipe.models.workers.guard import (
     BreakerState,
     CircuitBreaker,
     GuardedExecutor,
@@ -176,8 +176,8 @@ def nllb_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_mt_worker_survives_a_hang_and_an_exception_storm(nllb_path: Path) -> None:
-    from speechpipe.models.ct2_translator import Ct2TextTranslator, TextMtRequest
-    from speechpipe.models.ct2_worker import Ct2TranslationWorker
+    from speechpipe.models.mt.ct2_translator import Ct2TextTranslator, TextMtRequest
+    from speechpipe.models.mt.ct2_worker import Ct2TranslationWorker
 
     guard = WorkerGuard("mt:drill", required=False,
                         budget=LatencyBudget(floor_s=0.5, ceiling_s=0.5),

@@ -5,7 +5,7 @@ import asyncio
 
 import numpy as np
 
-from speechpipe.models.whisper_engine import DecodeResult, WhisperRequest, WhisperResult
+from speechpipe.models.whisper.engine import DecodeResult, WhisperRequest, WhisperResult
 from speechpipe.stages.asr import AsrOptions, AsrStage
 from speechpipe.stages.channels import Channel
 from speechpipe.stages.clock import BasisStreamClock

@@ -10,8 +10,8 @@ import pytest
 
 from speechpipe.bench.tiny_mt import build_tiny_mt, generated_sentences
 from speechpipe.errors import LanguageError, SpeechpipeError
-from speechpipe.models.ct2_translator import Ct2TextTranslator, TextMtRequest, TextMtResult
-from speechpipe.models.ct2_worker import Ct2TranslationWorker
+from speechpipe.models.mt.ct2_translator import Ct2TextTranslator, TextMtRequest, TextMtResult
+from speechpipe.models.mt.ct2_worker import Ct2TranslationWorker
 from speechpipe.stages.channels import Channel
 from speechpipe.stages.clock import BasisStreamClock
 from speechpipe.stages.frames import ErrorEvent, OutputEvent, TextHypothesis

@@ -277,7 +277,7 @@ async def test_the_voice_gets_continuations_mid_sentence_and_the_end_at_the_end(
 
 
 def test_the_engine_aligns_only_a_decode_that_could_commit():
-    from speechpipe.models.whisper_align import may_commit
+    from speechpipe.models.whisper.align import may_commit
 
     decoder = _decoder(target_rests_on_captions=False)
     assert decoder.request("partial").align_starts == ()  # no earlier hypothesis yet

@@ -23,7 +23,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from speechpipe.models.whisper_engine import WhisperRequest
+from speechpipe.models.whisper.engine import WhisperRequest
 from speechpipe.transport.codes import CloseCode
 from speechpipe.transport.file_replay import read_audio
 from speechpipe.transport.limits import Quotas, ServerLimits

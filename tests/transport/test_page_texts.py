@@ -139,7 +139,7 @@ def test_the_page_s_hints_name_real_flags_and_commands() -> None:
     import re
 
     from speechpipe.cli import build_parser
-    from speechpipe.models.mt_routes import PAIR_CATALOGUE
+    from speechpipe.models.mt.routes import PAIR_CATALOGUE
 
     static = APP_JS.parent
     texts = (APP_JS.read_text(), (static / "index.html").read_text())

@@ -83,7 +83,7 @@ def same_speech(a: NDArray[np.int16], b: NDArray[np.int16]) -> bool:
 
 
 def test_the_catalogue_lists_a_voice_per_language() -> None:
-    from speechpipe.models.whisper_prompts import WHISPER_LANGUAGES
+    from speechpipe.models.whisper.prompts import WHISPER_LANGUAGES
 
     voices = {v.lang: v for v in espeak_voices()}
     assert len(voices) == len(espeak_voices()), "one voice per language"
@@ -337,6 +337,6 @@ async def test_whisper_hears_the_language_and_the_words(
 def whisper_base() -> Any:
     from faster_whisper import WhisperModel
 
-    from speechpipe.models.whisper_weights import resolve_whisper_model
+    from speechpipe.models.whisper.weights import resolve_whisper_model
 
     return WhisperModel(str(resolve_whisper_model()), compute_type="int8", cpu_threads=2)

@@ -158,7 +158,7 @@ def test_models_pull_refuses_a_hostile_voice_from_the_hub(
 ) -> None:
     """``models pull VOICE`` installs through the same check (the hub is faked here; the
     real download is ``tests/app/test_models_pull.py``)."""
-    from speechpipe.models import hub_pull
+    from speechpipe.models.hub import pull as hub_pull
 
     config = crafted_voice(tmp_path / "hub", "es_ES-davefx-medium",
                            espeak__voice="/etc/passwd")

@@ -1,8 +1,8 @@
 """Which decoder decodes a language: the full vocabulary or a restricted one.
 
-A restricted decoder (``models.whisper_vocab``) keeps the tokens of a language's and
+A restricted decoder (``models.whisper.vocab``) keeps the tokens of a language's and
 English's most frequent words; it selects rows of the shared model's output layer in the
-native decoder (``models.prefill``), so no weights are copied. It is chosen per (language,
+native decoder (``models.whisper.prefill``), so no weights are copied. It is chosen per (language,
 words per language) once, and falls back to the full vocabulary (``None``) when
 - the language has no word list;
 - the native decoder is not built;
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from speechpipe.models.home import speechpipe_home
-from speechpipe.models.prefill import NativePrefill, native_prefill, rows_step_disagreement
-from speechpipe.models.whisper_vocab import (
+from speechpipe.models.whisper.prefill import NativePrefill, native_prefill, rows_step_disagreement
+from speechpipe.models.whisper.vocab import (
     RestrictedVocabulary,
     restricted_vocabulary,
     vocabulary_languages,
@@ -41,7 +41,7 @@ class WhisperDecoders:
                  eot: int, vocab_size: int, rows_step: int = 0):
         self.model_dir = model_dir
         # the most rows a decoder step multiplies in place, 0: none (the application decides
-        # from ``pipeline.asr_inplace_step`` and the CPU: ``models.prefill.rows_step_choice``)
+        # from ``pipeline.asr_inplace_step`` and the CPU: ``prefill.rows_step_choice``)
         self.rows_step = rows_step
         self.budget_bytes = budget_bytes
         self._cpu_threads = cpu_threads
@@ -63,7 +63,7 @@ class WhisperDecoders:
         self.rows_step_refused: str | None = None
 
     def native(self) -> NativePrefill | None:
-        """The native prefix-prefill decoders (``models.prefill``), None when unavailable."""
+        """The native prefix-prefill decoders (``whisper.prefill``), None if unavailable."""
         with self._native_lock:
             if not self._native_checked:
                 self._native_checked = True
@@ -89,7 +89,7 @@ class WhisperDecoders:
 
     def verify_native(self, disagreement: Callable[[NativePrefill], str | None]) -> None:
         """Keep the native decoder only when it decodes what ``generate`` does here
-        (``disagreement``: ``models.prefill.prefill_disagreement`` for the engine, run once);
+        (``disagreement``: ``prefill.prefill_disagreement`` for the engine, run once);
         else decode with ``generate`` (and the full vocabulary) from now on, logged."""
         native = self.native()
         if self.native_verified is not None or native is None:
@@ -135,7 +135,7 @@ class WhisperDecoders:
         """The restriction that decodes ``language`` (captions, and translation into
         English) with ``words`` words per language: the tokens of that language's and
         English's ``words`` most frequent words when a word list exists for it
-        (models/whisper_vocab.py); else, or with 0, None (the full vocabulary)."""
+        (models/whisper/vocab.py); else, or with 0, None (the full vocabulary)."""
         if not words:
             return None
         with self.lock:

@@ -30,7 +30,7 @@ class BatchOptions:
     # it always gets its beam; eight on two cores mostly do not (docs/design.md; 1 against 2
     # at 8 sessions: commit p95 0.61 / 0.71 s, EndOffset p95 3.37 / 3.51 s). 0: never
     greedy_partials_backlog: int = 1
-    # the urgent lane (``models.asr_lanes``; Linux): this many more threads, on a second copy
+    # the urgent lane (``workers.asr_lanes``; Linux): this many more threads, on a second copy
     # of the model, take only the decodes a listener waits for, while the ``workers`` run at
     # ``background_nice``: a commit overtakes running partials instead of waiting for them
     # (docs/design.md, "The urgent lane"). 0: no lane, every worker at the same priority

@@ -1,5 +1,5 @@
 """Text MT whose forced target prefix is read in one pass (the translator's counterpart of
-``models.prefill`` for Whisper).
+``models.whisper.prefill`` for Whisper).
 
 An open segment's update forces the segment's committed translation as ``target_prefix``;
 CTranslate2's ``translate_batch`` reads it one decoder step per token (~7.5 ms a token for
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from speechpipe.models.prefill import native_prefill
+from speechpipe.models.whisper.prefill import native_prefill
 
 log = logging.getLogger(__name__)
 

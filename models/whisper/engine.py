@@ -3,7 +3,7 @@
 Only the audio of the utterance is encoded (a short mel input, not 30 s of padding), and one
 encoder output serves both the source-caption decode (``transcribe``) and the English decode
 (``translate``); reasons and figures in ``docs/design.md``. This module is synchronous;
-the shared worker (``models.batching.AsrBatcher``) runs it on a dedicated thread so nothing
+the shared worker (``models.workers.batching.AsrBatcher``) runs it on a dedicated thread so nothing
 blocks the event loop.
 
 Batching (``run_batch``; ``run`` is a batch of one, so both give identical results):
@@ -13,7 +13,7 @@ Batching (``run_batch``; ``run`` is a batch of one, so both give identical resul
   one encoder call and ``generate`` calls; requests in different buckets are never padded
   together.
 - which decodes of a bucket share a ``generate`` call (decoder, beam size, context length,
-  ``max_length``, prefill) is planned by ``models.batch_plan``, from each request alone.
+  ``max_length``, prefill) is planned by ``models.whisper.batch_plan``, from each request alone.
 
 Guards against words from nothing (unguarded decodes loop on real clips here):
 - 1 s of trailing silence is appended before encoding, which gives Whisper its end-of-audio
@@ -40,14 +40,18 @@ import numpy as np
 from numpy.typing import NDArray
 
 from speechpipe.errors import LanguageError, ModelError
-from speechpipe.models.asr_lanes import load_whisper_model
-from speechpipe.models.batch_plan import SAMPLE_RATE, BatchPlan, Prompt, plan_batch
-from speechpipe.models.prefill import RESTRICTED_BUDGET_BYTES, NativePrefill, prefill_disagreement
-from speechpipe.models.whisper_align import align_words, source_time
-from speechpipe.models.whisper_decoders import WhisperDecoders
-from speechpipe.models.whisper_prompts import WHISPER_LANGUAGES, WhisperPrompts
-from speechpipe.models.whisper_stats import EngineStats
-from speechpipe.models.whisper_vocab import RestrictedVocabulary
+from speechpipe.models.whisper.align import align_words, source_time
+from speechpipe.models.whisper.batch_plan import SAMPLE_RATE, BatchPlan, Prompt, plan_batch
+from speechpipe.models.whisper.decoders import WhisperDecoders
+from speechpipe.models.whisper.prefill import (
+    RESTRICTED_BUDGET_BYTES,
+    NativePrefill,
+    prefill_disagreement,
+)
+from speechpipe.models.whisper.prompts import WHISPER_LANGUAGES, WhisperPrompts
+from speechpipe.models.whisper.stats import EngineStats
+from speechpipe.models.whisper.vocab import RestrictedVocabulary
+from speechpipe.models.workers.asr_lanes import load_whisper_model
 from speechpipe.stages.language_vote import top_languages
 from speechpipe.stages.loop_guard import guarded_decode
 from speechpipe.stages.model_api import DecodeResult, DecodeTask, WhisperRequest, WhisperResult
@@ -78,12 +82,12 @@ class WhisperEngine:
         self.encode_bucket_s, self.trailing_silence_s = encode_bucket_s, trailing_silence_s
         self.model_dir, self.cpu_threads = Path(model_dir), cpu_threads
         self.stats = EngineStats()
-        # the model, and the CTranslate2 threads it started (``models.asr_lanes``)
+        # the model, and the CTranslate2 threads it started (``models.workers.asr_lanes``)
         self.model, self.native_threads = load_whisper_model(self.model_dir, cpu_threads,
                                                              num_workers)
         self.tokenizer = self.model.hf_tokenizer
         self.feature_extractor = self.model.feature_extractor
-        self.prompts = WhisperPrompts(self.tokenizer)  # prompt ids (models.whisper_prompts)
+        self.prompts = WhisperPrompts(self.tokenizer)  # prompt ids (models.whisper.prompts)
         self.eot = self.prompts.eot
         self.languages = self.prompts.languages()
         # the native decoders and each language's vocabulary restriction
@@ -142,7 +146,7 @@ class WhisperEngine:
         """The CTranslate2 model that decodes ``language`` with ``words`` words per language,
         and its vocabulary restriction (``WhisperDecoders.vocabulary``; None: the full
         vocabulary). The model is always the one shared full model: a restriction only
-        selects rows of its output layer (``models.prefill``), no weights are copied."""
+        selects rows of its output layer (``models.whisper.prefill``), no weights are copied."""
         return ct2_whisper(self.model), self.decoders.vocabulary(language, words)
 
     def restricted_memory(self) -> dict[str, int]:
@@ -360,7 +364,7 @@ class WhisperEngine:
         self, audio: NDArray[np.float32], encoded_row: NDArray[np.float32] | None,
         language: str, text: str, offset: int,
     ) -> float | None:
-        """``models.whisper_align.source_time`` of ``text`` on ``audio`` (encoded again
+        """``models.whisper.align.source_time`` of ``text`` on ``audio`` (encoded again
         unless ``encoded_row`` is given)."""
         if encoded_row is None:
             encoded_row = self._encode_rows([self.mel(audio)])[0]
@@ -386,7 +390,7 @@ class WhisperEngine:
         batch = [WhisperRequest(audio=audio, language="en", tasks=tasks),
                  WhisperRequest(audio=audio[: SAMPLE_RATE // 2], language=None,
                                 tasks=(DecodeTask("translate", "Hello"),), partial=True),
-                 # a prefix long enough for the prompt pass to read (models.prefill)
+                 # a prefix long enough for the prompt pass to read (models.whisper.prefill)
                  WhisperRequest(audio=audio, language="en", partial=True, prefill=True,
                                 tasks=(DecodeTask("translate", "Hello there, my friend"),))]
         for outcome in self.run_batch(batch):

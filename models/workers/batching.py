@@ -30,7 +30,7 @@
   requests still wait is decoded greedy (``greedy_partials`` counts them); decodes that
   commit everything keep their beam.
 - **Errors** fail only the requests that caused them (``WorkerError``); the thread goes on.
-- **Deadlines and a breaker** (``models.worker_guard``): each engine call has a deadline from
+- **Deadlines and a breaker** (``models.workers.guard``): each engine call has a deadline from
   the measured p99 of recent calls; a call past it fails its requests with ``WorkerTimeout``
   and a new thread takes the stuck one's place (the stuck one exits when, if ever, its call
   returns). Repeated failures open the breaker: new requests fail at once with
@@ -40,7 +40,7 @@
 - ``BatchOptions(enabled=False)`` runs one request per engine call: the no-batching baseline.
 - ``workers`` threads take calls concurrently (one CTranslate2 thread each), so a batch never
   waits for another session's long one to finish.
-- **The urgent lane** (``models.asr_lanes``; with an ``urgent_engine``): ``urgent_workers``
+- **The urgent lane** (``models.workers.asr_lanes``; with an ``urgent_engine``): ``urgent_workers``
   more threads, on a model of their own, take only the decodes that commit and (with
   ``urgent_first_words``, the default) an utterance's first words (``urgent_classes``),
   while the ``workers`` threads and their model's CTranslate2 threads run at
@@ -66,11 +66,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from speechpipe.errors import SpeechpipeError, Superseded, WorkerError, WorkerUnavailable
-from speechpipe.models import faults
-from speechpipe.models.asr_lanes import lower_priority, lower_this_thread
-from speechpipe.models.batch_options import BatchOptions
-from speechpipe.models.whisper_engine import WhisperEngine, WhisperRequest, WhisperResult
-from speechpipe.models.worker_guard import LatencyBudget, WorkerGuard
+from speechpipe.models.whisper.engine import WhisperEngine, WhisperRequest, WhisperResult
+from speechpipe.models.workers import faults
+from speechpipe.models.workers.asr_lanes import lower_priority, lower_this_thread
+from speechpipe.models.workers.batch_options import BatchOptions
+from speechpipe.models.workers.guard import LatencyBudget, WorkerGuard
 
 __all__ = [
     "AsrBatcher",
@@ -109,7 +109,7 @@ URGENCIES = ("commit", "first_words", "refresh")
 
 
 def urgent_classes(options: BatchOptions) -> frozenset[str]:
-    """The ``urgency`` classes the urgent lane takes (``models.asr_lanes``): the decodes that
+    """The ``urgency`` classes the urgent lane takes (``asr_lanes``): the decodes that
     commit; with ``urgent_first_words``, an utterance's first words too."""
     return frozenset({"commit", "first_words"} if options.urgent_first_words else {"commit"})
 
@@ -304,7 +304,7 @@ class AsrBatcher:
         lane takes when there is one."""
         import numpy as np
 
-        from speechpipe.models.whisper_engine import DecodeTask
+        from speechpipe.models.whisper.engine import DecodeTask
 
         audio = (np.random.default_rng(1).standard_normal(16_000) * 0.01).astype(np.float32)
         tasks = (DecodeTask("transcribe"), DecodeTask("translate"))

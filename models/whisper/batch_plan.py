@@ -1,6 +1,6 @@
 """Batch planning for Whisper decodes: which decodes of one encode bucket share a
 ``generate`` call. Pure: the prompts come in as token ids, no model, no tokenizer
-(``models.whisper_engine`` builds them and runs the plan).
+(``models.whisper.engine`` builds them and runs the plan).
 
 - CTranslate2 requires the same number of special tokens after ``<|startoftranscript|>`` in
   a batch (and the same number of ``<|startofprev|>`` context tokens before it: context
@@ -10,8 +10,8 @@
   capped sequence counts what it generated): it is decided per request, the largest its
   tasks need (``generate_max_length``, exact: no token generated past the cap), rounded up
   to ``MAX_LENGTH_STEP``; requests share a call when their values match.
-- A restricted decoder (``models.whisper_vocab``) is one per language and word count, and
-  the prefix tokens read in the prompt pass (``models.prefill``) are decided per request:
+- A restricted decoder (``models.whisper.vocab``) is one per language and word count, and
+  the prefix tokens read in the prompt pass (``models.whisper.prefill``) are decided per request:
   both are part of the group too.
 So a request's results (text and scores) are the same in any batch, and its tasks share one
 call.
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from speechpipe.models.prefill import prefill_text_tokens
+from speechpipe.models.whisper.prefill import prefill_text_tokens
 from speechpipe.stages.model_api import DecodeTask, WhisperRequest
 
 __all__ = ["SAMPLE_RATE", "MAX_LENGTH_STEP", "CONTEXT_BUCKET_TOKENS", "generate_max_length",
@@ -76,7 +76,7 @@ class Item:
     new_tokens: int
     n_context: int
     max_length: int
-    prefilled: int = 0  # prefix tokens read in the prompt pass (models.prefill)
+    prefilled: int = 0  # prefix tokens read in the prompt pass (models.whisper.prefill)
 
 
 class GroupKey(NamedTuple):
@@ -104,7 +104,7 @@ def plan_batch(
     """Group the decodes of one encode bucket. Per request ``row``: ``languages[row]`` the
     language it decodes, ``prompts[row]`` one prompt per task, ``restricted[row]`` whether
     its decoder has a vocabulary restriction (``request.vocabulary_words`` words); ``prefill``
-    whether the native prompt pass is there (``models.prefill``)."""
+    whether the native prompt pass is there (``models.whisper.prefill``)."""
     items: list[Item] = []
     groups: dict[GroupKey, list[int]] = {}
     for row, request in enumerate(requests):

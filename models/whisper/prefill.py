@@ -10,7 +10,7 @@ was; see the C++ file's header for why the results equal ``generate``'s.
 - ``prefill_text_tokens`` decides how much of a request's prefixes the prompt pass reads,
   from the request alone (so a request's result never depends on its batch);
 - ``NativePrefill`` gives each worker thread its own native decoder per model folder, and
-  per vocabulary restriction (``models.whisper_vocab``): a restricted decoder shares the
+  per vocabulary restriction (``models.whisper.vocab``): a restricted decoder shares the
   model's weights and holds only its gathered output-layer rows (~19 MB for 36k tokens of
   Whisper base), at most ``restricted_budget_bytes`` of them in all, least recently used
   evicted (gathering them again costs ~20 ms).

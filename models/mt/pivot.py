@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speechpipe.models.ct2_worker import Ct2TranslationWorker
+from speechpipe.models.mt.ct2_worker import Ct2TranslationWorker
 from speechpipe.stages.model_api import TextMtRequest, TextMtResult
 from speechpipe.stages.text_mt_options import TextMtOptions
 

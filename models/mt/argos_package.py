@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
 from speechpipe.errors import InputError, LanguageError, ModelError
-from speechpipe.models.ct2_folder import whisper_code
+from speechpipe.models.mt.ct2_folder import whisper_code
 
 __all__ = ["ArgosPackage", "read_argos_package", "install_argos_package", "ARGOS_SUFFIX"]
 

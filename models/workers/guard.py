@@ -219,7 +219,7 @@ class WorkerGuard:
         # the watchdog starts the threads that replace stuck ones, and on Linux a thread is
         # born with its creator's nice value: started here, by the guard's creator, it runs
         # at the process's priority, not at the nice 10 of the ASR worker whose first call
-        # would otherwise start it (``models.asr_lanes``): an urgent lane's replacement
+        # would otherwise start it (``models.workers.asr_lanes``): an urgent lane's replacement
         # would run below the lane
         _WATCHDOG.start()
 

@@ -1,11 +1,11 @@
 """Bring-your-own text MT: a loaded CTranslate2 Marian/OPUS-MT, NLLB or M2M-100 model.
 
 ``Ct2TextTranslator`` (sync, thread-safe) loads a converted model folder (its family and
-languages come from ``speechpipe.models.ct2_folder``), maps Whisper's language codes to the
+languages come from ``speechpipe.models.mt.ct2_folder``), maps Whisper's language codes to the
 family's tokens and runs prefix-constrained ``translate_batch``. Multi-target Marian models
 pick the target with a ``>>xx<<`` token at the start of the *source*; NLLB and M2M-100 force
 the target-language token as the first target token. The async front many sessions share is
-``speechpipe.models.ct2_worker.Ct2TranslationWorker``.
+``speechpipe.models.mt.ct2_worker.Ct2TranslationWorker``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal, overload
 
 from speechpipe.errors import InputError, LanguageError, ModelError, SpeechpipeError, WorkerError
-from speechpipe.models.ct2_folder import (
+from speechpipe.models.mt.ct2_folder import (
     _M2M_TOKEN,
     _MARIAN_TOKEN,
     _NLLB_TOKEN,
@@ -31,8 +31,8 @@ from speechpipe.models.ct2_folder import (
     _tokenizer_paths,
     _whisper_code,
 )
-from speechpipe.models.heap import malloc_trim
-from speechpipe.models.mt_prefill import PrefixReader, probe_tokens
+from speechpipe.models.mt.prefill import PrefixReader, probe_tokens
+from speechpipe.models.workers.heap import malloc_trim
 from speechpipe.stages.model_api import TextMtRequest, TextMtResult
 
 __all__ = ["Ct2Options", "TextMtRequest", "TextMtResult", "Ct2TextTranslator"]
@@ -172,7 +172,7 @@ class Ct2TextTranslator:
         self._translator_lock = threading.Lock()
         self._translator: Any = self._load_translator()
         # greedy requests decode in the native reader where it decodes the same
-        # (models/mt_prefill.py), its forced prefix read in one pass; the Translator's copy of
+        # (models/mt/prefill.py), its forced prefix read in one pass; the Translator's copy of
         # the weights is then let go and loaded again only for beam search. None:
         # translate_batch serves every request
         self._prefix_reader: PrefixReader | None = None

@@ -5,7 +5,7 @@ The choice reads only ``$SPEECHPIPE_HOME/registry.json`` (no model loads), in th
 1. an installed text-MT pair for (source, target): ``text``;
 2. the target is English: Whisper's own ``translate`` task, ``whisper`` (so the X -> English
    default never changes with what else is installed);
-3. an installed Apertium pair for (source, target) (``models.apertium``, rule-based): ``text``
+3. an installed Apertium pair for (source, target) (``models.mt.apertium``, rule-based): ``text``
    with the hop ``apertium:MODE`` -- direct, never through English when a direct pair is there;
 4. two installed pairs source->en and en->target: ``text+text`` (the captions are translated
    twice; Whisper then runs one decode per step instead of two, and captions commit sooner
@@ -153,7 +153,7 @@ def choose_route(
 def install_hint(source: str, target: str) -> str:
     """The command that makes ``source`` reach ``target``: the Debian package of a direct
     Apertium pair, else of an English one (Whisper's English as the pivot), else a pull."""
-    from speechpipe.models.apertium import install_hint as apt_hint
+    from speechpipe.models.mt.apertium import install_hint as apt_hint
 
     for pair in ((source, target), ("en", target)):
         line = apt_hint(*pair) if pair[0] != "auto" else None

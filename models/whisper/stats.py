@@ -1,4 +1,4 @@
-"""The Whisper engine's work counters (``models.whisper_engine``; ``bench cost`` reads them)."""
+"""The Whisper engine's work counters (``models.whisper.engine``; ``bench cost`` reads them)."""
 
 from __future__ import annotations
 

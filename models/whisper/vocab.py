@@ -11,7 +11,7 @@ English needs German and English tokens only.
 the tokens such a decoder keeps: the tokens of the most frequent words of the given
 languages (``wordfreq``'s lists, in the forms " word", " Word" and "word"), every token of
 one character (the bytes: any text can still be spelled), every token without a letter
-(digits, punctuation) and every special token. The native decoder (``models.prefill``)
+(digits, punctuation) and every special token. The native decoder (``models.whisper.prefill``)
 scores only those rows of the one shared output layer; no weights are copied, so a new
 language costs ~19 MB per worker thread, not a ~200 MB model (docs/design.md, "Memory that
 does not grow with languages"). ``RestrictedVocabulary`` maps between the kept tokens' own
@@ -38,8 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from speechpipe.models import faults
-from speechpipe.models.heap import malloc_trim
+from speechpipe.models.workers import faults
+from speechpipe.models.workers.heap import malloc_trim
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ def restricted_vocabulary(full_dir: Path, languages: Iterable[str], words: int,
     computed once (~1 s of tokenizing) and cached as a small JSON file under ``cache_root``
     (~0.3 MB; written to a temporary name, then renamed: crash- and race-safe). The weights
     are never copied: the native decoder gathers the kept rows of the shared output layer
-    (``models.prefill``)."""
+    (``models.whisper.prefill``)."""
     from tokenizers import Tokenizer
 
     full_dir = Path(full_dir)
@@ -212,7 +212,7 @@ def _kept_in_subprocess(full_dir: Path, languages: list[str], words: int) -> lis
     import sys
 
     code = ("import json, sys; from tokenizers import Tokenizer; "
-            "from speechpipe.models.whisper_vocab import kept_token_ids; "
+            "from speechpipe.models.whisper.vocab import kept_token_ids; "
             "print(json.dumps(kept_token_ids(Tokenizer.from_file(sys.argv[1]), "
             "sys.argv[2].split(','), int(sys.argv[3]))))")
     try:

@@ -4,7 +4,7 @@ normal priority, the rest below it (``docs/design.md``, "The urgent lane").
 Why the kernel and not the queue: on a full machine (eight sessions on two cores) a decode
 that commits the end of a phrase waited 0.32 s on average, as long as a partial, although the
 queue served it first: it waited for a call already running to finish, and a CTranslate2 call
-cannot be interrupted. Linux's scheduler can. The shared ASR worker (``models.batching``) runs
+cannot be interrupted. Linux's scheduler can. The shared ASR worker (``workers.batching``) runs
 its usual workers at ``batching.background_nice`` (10) and ``batching.urgent_workers`` more
 threads at the process's own priority, on a second copy of the model whose CTranslate2
 threads are left at that priority. The urgent threads take only the decodes that commit and
@@ -20,7 +20,7 @@ lane (``urgent_lane_workers``): without the kernel's help it is one more thread 
 priority, measured no better than none, and its model copy costs the memory.
 
 A thread is born with its creator's nice value: the watchdog that starts the threads
-replacing stuck ones is started by the guard's creator (``models.worker_guard``), so a
+replacing stuck ones is started by the guard's creator (``models.workers.guard``), so a
 replacement urgent thread runs at the process's priority, not at the usual workers'.
 """
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from speechpipe.models.batch_plan import SAMPLE_RATE, Item
+from speechpipe.models.whisper.batch_plan import SAMPLE_RATE, Item
 from speechpipe.stages.agreement import normalize_word
 from speechpipe.stages.model_api import DecodeResult, WhisperRequest
 

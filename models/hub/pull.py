@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from speechpipe.errors import InputError, ModelError, SpeechpipeError
-from speechpipe.models.hub_guard import (
+from speechpipe.models.hub.guard import (
     COMMIT,
     UnsafeHubAnswer,
     answered,
@@ -40,7 +40,7 @@ from speechpipe.models.hub_guard import (
     guard_hub_client,
     shown,
 )
-from speechpipe.models.mt_routes import MULTILINGUAL, PAIR_CATALOGUE
+from speechpipe.models.mt.routes import MULTILINGUAL, PAIR_CATALOGUE
 
 __all__ = ["PullItem", "resolve_pull", "download_repo", "download_voice", "catalogue_lines",
            "DEFAULT_VOICES", "VOICE_REPO"]

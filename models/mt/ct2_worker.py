@@ -2,7 +2,7 @@
 
 ``Ct2TranslationWorker`` micro-batches requests that arrive together into one
 ``translate_batch`` on a dedicated thread. Each batch has a deadline from the worker's
-measured p99, and the worker a circuit breaker (``models.worker_guard``): a batch past its
+measured p99, and the worker a circuit breaker (``models.workers.guard``): a batch past its
 deadline fails with ``WorkerTimeout`` for its requests and a new thread serves the queue;
 while the breaker is open, requests are refused at once (``WorkerUnavailable``).
 """
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from functools import partial
 
 from speechpipe.errors import InputError, WorkerError
-from speechpipe.models import faults
-from speechpipe.models.ct2_translator import Ct2TextTranslator, TextMtRequest, TextMtResult
-from speechpipe.models.worker_guard import GuardedExecutor, LatencyBudget, WorkerGuard
+from speechpipe.models.mt.ct2_translator import Ct2TextTranslator, TextMtRequest, TextMtResult
+from speechpipe.models.workers import faults
+from speechpipe.models.workers.guard import GuardedExecutor, LatencyBudget, WorkerGuard
 
 __all__ = ["Ct2TranslationWorker"]
 

@@ -43,9 +43,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from speechpipe.errors import LanguageError, WorkerError
-from speechpipe.models import faults
-from speechpipe.models.apertium_options import ApertiumOptions
-from speechpipe.models.worker_guard import LatencyBudget, WorkerGuard
+from speechpipe.models.mt.apertium_options import ApertiumOptions
+from speechpipe.models.workers import faults
+from speechpipe.models.workers.guard import LatencyBudget, WorkerGuard
 from speechpipe.stages.agreement import normalize_word
 from speechpipe.stages.model_api import TextMtRequest, TextMtResult
 from speechpipe.stages.text_mt_options import TextMtOptions

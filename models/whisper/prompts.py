@@ -9,7 +9,7 @@ A decode's prompt is laid out as::
   newest tokens (``context_ids``), so decodes batch independently of their batch;
 - the forced prefix (``DecodeTask.prefix``: the window's committed text) follows the task
   tokens; CTranslate2 returns it as the first tokens of the sequence (``Prompt.n_prefix``);
-- a restricted decoder (``models.whisper_vocab``) has ids of its own: the prompt is spelled
+- a restricted decoder (``models.whisper.vocab``) has ids of its own: the prompt is spelled
   with its kept tokens (``WhisperPrompts.prompts``).
 """
 
@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from speechpipe.models.batch_plan import CONTEXT_BUCKET_TOKENS, Prompt
+from speechpipe.models.whisper.batch_plan import CONTEXT_BUCKET_TOKENS, Prompt
 from speechpipe.stages.model_api import WhisperRequest
 
 if TYPE_CHECKING:
-    from speechpipe.models.whisper_vocab import RestrictedVocabulary
+    from speechpipe.models.whisper.vocab import RestrictedVocabulary
 
 __all__ = ["WHISPER_LANGUAGES", "SPECIAL_TOKENS", "Tokenizer", "WhisperPrompts"]
 

@@ -1,0 +1,1 @@
+"""``speechpipe models pull`` through huggingface_hub, with the hub's answers checked first."""
