@@ -138,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_offline_arguments(evaluate)
     _add_session_arguments(evaluate, pace="realtime")
+    from speechpipe.bench.record import add_record_flags
+
+    add_record_flags(evaluate)  # --record: one row in benchmarks/results.jsonl
 
     config = commands.add_parser(
         "config", help="print the effective configuration tree (serve's arguments apply)"
@@ -368,16 +371,19 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """``speechpipe eval``: score the clips of a manifest."""
+    """``speechpipe eval``: score the clips of a manifest (``--record``: and append the
+    figures to the results file, ``speechpipe.bench.record``)."""
+    from speechpipe.bench.record import recorded
     from speechpipe.evaluation.command import run_eval
 
-    return run_eval(args, _options(args), _request(args))
+    return recorded(lambda args: run_eval(args, _options(args), _request(args)))(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # a --record row's command
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -13,7 +13,7 @@ ways, and a figure from one says little about another:
 - **Text MT**: the native prefix reader (``models.mt.prefill.PrefixReader``) or
   CTranslate2's ``translate_batch``; both multiply with CTranslate2's int8 GEMM.
 
-``speechpipe serve`` prints ``speechpipe: decoder ...`` once ready; the benches that start a
+``speechpipe serve`` prints ``speechpipe: decoder ...`` before ``ready``; the benches that start a
 server read it back from its log (``parse_decoder_line``), the others ask their own pipeline.
 """
 
@@ -101,7 +101,9 @@ def pipeline_decoder_paths(pipeline: Any, cpu: CpuInfo | None = None) -> list[De
     """The decoder paths of a warmed-up ``Pipeline``: Whisper's, then each loaded
     CTranslate2 text-MT model's (``Ct2TextTranslator.prefix_reads`` None: no native reader)."""
     cpu = cpu or cpu_info()
-    paths = [whisper_decoder_path(pipeline.engine, cpu)]
+    engine = getattr(pipeline, "engine", None)  # a test's stand-in may have none
+    paths = ([whisper_decoder_path(engine, cpu)]
+             if hasattr(getattr(engine, "decoders", None), "native_verified") else [])
     for worker in getattr(pipeline, "_text_mt", {}).values():
         translator = getattr(worker, "translator", None)
         if translator is not None and hasattr(translator, "prefix_reads"):

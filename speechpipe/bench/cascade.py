@@ -135,6 +135,7 @@ def register_cascade(kinds: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     import sys
 
+    from speechpipe.bench.record import note
     from speechpipe.errors import SpeechpipeError
 
     if not args.file and not args.prefix_sweep:
@@ -158,6 +159,7 @@ def _run(args: argparse.Namespace) -> int:
                 print(f"speechpipe bench cascade: {exc}", file=sys.stderr)
                 return 1
             print_prefix_sweep(rows)
+            note({"prefix_sweep": rows})  # --record (speechpipe.bench.record)
             if args.report:
                 write_text_file(args.report, json.dumps({"prefix_sweep": rows}, indent=2) + "\n",
                                 "the report")
@@ -188,14 +190,11 @@ def _run(args: argparse.Namespace) -> int:
           f"{total_audio:.1f} s; caption commit -> translation commit p95 "
           f"{pooled['commit_to_commit_s']['p95']} s over {pooled['commit_to_commit_s']['n']} "
           f"caption commits")
+    report = {"model": args.model or f"opus-size {args.weights}", "settings": args.settings,
+              "mt_threads": threads, "all_files": pooled, "runs": records}
+    note(report)  # --record (speechpipe.bench.record)
     if args.report:
-        write_text_file(args.report, json.dumps({"model": args.model or
-                                                 f"opus-size {args.weights}",
-                                                 "settings": args.settings,
-                                                 "mt_threads": threads,
-                                                 "all_files": pooled,
-                                                 "runs": records}, indent=2) + "\n",
-                        "the report")
+        write_text_file(args.report, json.dumps(report, indent=2) + "\n", "the report")
     return 0
 
 
@@ -222,7 +221,9 @@ def _translate_files(args: argparse.Namespace, model: str
     import threading
 
     from speechpipe.bench.cost import threads_cpu
+    from speechpipe.bench.record import print_decoder
     from speechpipe.config import with_overrides
+    from speechpipe.decoder_path import pipeline_decoder_paths
     from speechpipe.file_translation import translate_audio
     from speechpipe.session import Pipeline, PipelineOptions, apply_process_limits
     from speechpipe.stages.request import SessionRequest
@@ -257,6 +258,7 @@ def _translate_files(args: argparse.Namespace, model: str
                 figures["mt_cpu_per_audio_s"] = (round(mt_cpu / run.input_seconds, 5)
                                                  if run.input_seconds else None)
                 out.append(figures)
+            print_decoder(pipeline_decoder_paths(pipeline))  # the paths the figures ran on
         return out
 
     return asyncio.run(run_all()), options.mt_threads

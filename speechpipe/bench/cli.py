@@ -8,7 +8,8 @@ __all__ = ["register"]
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    """Add ``bench load|soak|mt|cost|room`` to the command's subparsers."""
+    """Add ``bench load|soak|mt|cost|room|cascade|drill`` to the command's subparsers, each
+    with ``--record`` (``speechpipe.bench.record``)."""
     bench = commands.add_parser("bench", help="load and latency benchmarks")
     kinds = bench.add_subparsers(dest="bench_kind", required=True)
     mt = kinds.add_parser("mt", help="incremental text MT: work per update vs utterance length")
@@ -35,10 +36,17 @@ def register(commands: argparse._SubParsersAction) -> None:
     from speechpipe.bench.drill import register_drill
 
     register_drill(kinds)  # bench drill: worker faults injected into a live server
+    from speechpipe.bench.record import add_record_flags, recorded
+
+    for parser in kinds.choices.values():  # --record: one row in benchmarks/results.jsonl
+        add_record_flags(parser)
+        parser.set_defaults(handler=recorded(parser.get_default("handler")))
 
 
 def _bench_mt(args: argparse.Namespace) -> int:
     from speechpipe.bench.mt import run_mt_growth_bench
+    from speechpipe.bench.record import note
 
-    run_mt_growth_bench(args.model, source_lang=args.source_lang, target_lang=args.target_lang)
+    note(run_mt_growth_bench(args.model, source_lang=args.source_lang,
+                             target_lang=args.target_lang))
     return 0

@@ -374,7 +374,9 @@ def print_rows(rows: list[dict[str, Any]], out: Any = None) -> None:
 
 
 def _run_cost(args: argparse.Namespace) -> int:
+    from speechpipe.bench.record import note, print_decoder
     from speechpipe.config import with_overrides
+    from speechpipe.decoder_path import pipeline_decoder_paths
     from speechpipe.errors import InputError
     from speechpipe.evaluation.compare import variant_pipelines
     from speechpipe.machine import describe_cpu
@@ -420,6 +422,7 @@ def _run_cost(args: argparse.Namespace) -> int:
         print(f"command: speechpipe {' '.join(sys.argv[1:])}")
         print(f"machine: {describe_cpu()}; load average at start "
               + " ".join(f"{x:.2f}" for x in os.getloadavg()), flush=True)
+        print_decoder(pipeline_decoder_paths(pipeline))  # the path the figures ran on
         run = 0
         plan = [(count, item, label, view) for _ in range(args.repeat) for count in counts
                 for item in inputs for label, view in views]
@@ -446,6 +449,7 @@ def _run_cost(args: argparse.Namespace) -> int:
         print(f"over {args.repeat} interleaved runs:")
         print_summary(summary)
     print("machine: load average at end " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    note({"rows": rows, "summary": summary})  # --record (speechpipe.bench.record)
     if args.report:
         write_text_file(args.report, json.dumps({"rows": rows, "summary": summary}, indent=2),
                         "the report")

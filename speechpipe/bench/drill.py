@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from typing import Any
 import numpy as np
 
 from speechpipe.bench.own_samples import own_samples
+from speechpipe.bench.record import note, print_decoder
+from speechpipe.decoder_path import pipeline_decoder_paths
 
 __all__ = ["PLAN", "register_drill", "run_drill"]
 
@@ -182,6 +185,7 @@ async def run_drill(sessions: int = 4, seconds: float = 8.0) -> list[DrillRow]:
     audio = _audio(seconds)
     rows = []
     async with app.running():
+        print_decoder(pipeline_decoder_paths(pipeline))  # warmed up by app.running()
         for label, point, kind, times in PLAN:
             row = await _one_fault(app, label, point, kind, times, sessions, audio)
             rows.append(row)
@@ -223,4 +227,5 @@ def _bench_drill(args: argparse.Namespace) -> int:
     print("| fault | sessions completed / failed / refused | detect s | recover s | breaker | "
           "clients saw |\n|---|---|---|---|---|---|", flush=True)
     rows = asyncio.run(run_drill(args.sessions, args.seconds))
+    note({"faults": [dataclasses.asdict(row) for row in rows]})  # --record
     return 0 if all(row.failed == 0 and row.refused == 0 for row in rows) else 1

@@ -69,6 +69,7 @@ from speechpipe.bench.load_level import (
     solo_demand,
 )
 from speechpipe.bench.load_starts import StartCase, print_cases, run_start_case, run_start_cases
+from speechpipe.bench.record import note
 from speechpipe.bench.server_process import ServerProcess, scrape
 from speechpipe.bench.stats import percentile, rounded_percentile
 from speechpipe.machine import describe_cpu, usable_cores
@@ -334,14 +335,14 @@ def _bench_load_main(args: Any) -> int:
     print(f"machine: {describe_cpu()}; load average "
           + " ".join(f"{v:.2f}" for v in os.getloadavg()), flush=True)
     if args.starts:
-        asyncio.run(run_start_cases(
+        note(asyncio.run(run_start_cases(
             url=args.url, sessions=min(args.sessions, args.max_sessions),
             recordings=args.recordings, gap_s=args.gap, stagger_s=args.stagger,
             languages=[lang.strip() for lang in args.languages.split(",") if lang.strip()],
             clips_manifest=args.clips, capacity=args.capacity, server_args=args.server_arg,
-            report_path=args.report, frame_ms=args.frame_ms, target_lang=args.target_lang))
+            report_path=args.report, frame_ms=args.frame_ms, target_lang=args.target_lang)))
         return 0
-    asyncio.run(run_load_bench(
+    note(asyncio.run(run_load_bench(
         url=args.url, sessions=args.sessions, ramp=args.ramp, steps=list(iter_steps(args.steps)),
         batching=args.batching, duration_s=args.duration, target_p95=args.target_p95,
         rule=ListenerRule(args.end_p50, args.end_p95, args.start_p50), variants=args.variant,
@@ -349,5 +350,5 @@ def _bench_load_main(args: Any) -> int:
         clips_manifest=args.clips, server_args=args.server_arg, report_path=args.report,
         frame_ms=args.frame_ms, mix_languages=args.mix_languages,
         detect_language=args.detect_language, solo=args.solo,
-    ))
+    )))  # --record: the figures --report writes (speechpipe.bench.record)
     return 0

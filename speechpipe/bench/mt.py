@@ -25,7 +25,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from speechpipe.bench.record import print_decoder
 from speechpipe.bench.stats import percentile_ms
+from speechpipe.decoder_path import mt_decoder_path
 from speechpipe.models.mt.ct2_translator import Ct2TextTranslator, TextMtRequest
 from speechpipe.stages.text_mt import IncrementalTextTranslation, TextMtOptions
 
@@ -122,6 +124,7 @@ def run_mt_growth_bench(
         }
         out(f"MT growth bench: {report['model']} ({report['family']}), "
             f"{words_per_update} committed words per update")
+        print_decoder([mt_decoder_path(native=translator.prefix_reads is not None)], out=out)
         out(f"{'policy':<10} {'words':>5} {'updates':>7} {'median ms':>9} {'p95 ms':>7} "
             f"{'tok/upd':>8} {'max tok':>7} {'total tok':>9}")
         for name in policies:

@@ -48,6 +48,12 @@ _BENCH_TOPICS = {"eval": "quality", "load": "load", "soak": "long-speech", "mt":
                  "cost": "cost", "room": "rooms", "cascade": "cost", "drill": "faults"}
 # keys of a figures mapping that hold per-clip or per-utterance detail, not figures
 _DETAIL_KEYS = {"clips", "utterances", "per_clip", "samples", "events", "runs_detail"}
+# the figures a summary names first, wherever they sit in a bench's figures
+HEADLINE = frozenset({
+    "bleu", "asr_bleu", "wer", "median_start_offset", "median_end_offset", "cpu_per_audio_s",
+    "first_p50", "end_p50", "end_p95", "heard", "commit_lag_p95", "start_offset_p50",
+    "end_offset_p50", "end_offset_p95", "mt_cpu_per_audio_s", "per_100_cpu_s",
+    "spread_sockets_p95_ms", "chunk", "message", "rss_slope_mb_per_min", "held"})
 _ISA_SLUG = {"AMX": "amx", "AVX-512 VNNI": "avx512-vnni", "AVX-512": "avx512", "AVX2": "avx2",
              "AVX": "avx", "SSE": "sse"}
 
@@ -87,7 +93,8 @@ def compact_figures(figures: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(value, float):
             return None if not math.isfinite(value) else float(f"{value:.4g}")
         if isinstance(value, Mapping):
-            return {str(k): clean(v) for k, v in value.items() if k not in _DETAIL_KEYS}
+            return {str(k): clean(v) for k, v in value.items()
+                    if not (k in _DETAIL_KEYS and isinstance(v, (list, tuple, Mapping)))}
         if isinstance(value, (list, tuple)):
             return [clean(v) for v in value]
         if value is None or isinstance(value, (bool, int, str)):
@@ -97,29 +104,27 @@ def compact_figures(figures: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def summarize(figures: Mapping[str, Any], limit: int = 12) -> str:
-    """The figures in one line for the table: the first ``limit`` scalar figures, nested
-    names joined by ``.`` (``solo.end_p95 3.88``)."""
-    found: list[str] = []
+    """The figures in one line for the table: at most ``limit`` scalar figures, nested names
+    joined by ``.`` (``cases[solo].end_p95 3.88``), the headline ones (``HEADLINE``: BLEU,
+    offsets, CPU per audio second, ...) first."""
+    found: list[tuple[str, str, Any]] = []  # (path, leaf name, value)
 
-    def walk(prefix: str, value: Any) -> None:
-        if len(found) >= limit:
-            return
+    def walk(prefix: str, name: str, value: Any) -> None:
         if isinstance(value, Mapping):
             for key, item in value.items():
-                walk(f"{prefix}.{key}" if prefix else str(key), item)
+                walk(f"{prefix}.{key}" if prefix else str(key), str(key), item)
         elif isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
             for index, item in enumerate(value):
                 label = item.get("label") or item.get("case") or item.get("input") or index
-                walk(f"{prefix}[{label}]", {k: v for k, v in item.items()
-                                            if k not in ("label", "case", "input")})
-        elif isinstance(value, bool) or value is None:
-            return
-        elif isinstance(value, (int, float, str)) and prefix:
-            if isinstance(value, str) and len(value) > 40:
-                return
-            found.append(f"{prefix} {value}")
-    walk("", figures)
-    return ", ".join(found)
+                walk(f"{prefix}[{label}]", name, {k: v for k, v in item.items()
+                                                  if k not in ("label", "case", "input")})
+        elif isinstance(value, (int, float, str)) and not isinstance(value, bool) and prefix:
+            if not (isinstance(value, str) and len(value) > 40):
+                found.append((prefix, name, value))
+    walk("", "", figures)
+    chosen = [f for f in found if f[1] in HEADLINE] or found
+    chosen += [f for f in found if f not in chosen]
+    return ", ".join(f"{path} {value}" for path, _, value in chosen[:limit])
 
 
 def build_row(*, argv: Sequence[str], date: str, cpu: CpuInfo, figures: Mapping[str, Any],

@@ -50,8 +50,9 @@ from typing import Any
 import numpy as np
 
 from speechpipe.bench.own_samples import own_samples
+from speechpipe.bench.record import note
 from speechpipe.bench.room_listeners import run_listeners
-from speechpipe.bench.room_spread import spread, spread_lines
+from speechpipe.bench.room_spread import arrival_times, spread, spread_lines
 from speechpipe.bench.server_process import (
     PeakRss,
     ServerProcess,
@@ -61,6 +62,7 @@ from speechpipe.bench.server_process import (
     metric,
     metrics_text,
 )
+from speechpipe.bench.stats import percentile_ms
 from speechpipe.errors import InputError
 from speechpipe.transport.client import ClientRun, ListenerRun, listen_room, stream_session
 
@@ -430,6 +432,18 @@ def run_room_bench(listeners: int, clip: Path, source_lang: str,
               f"with 4012 listener_too_slow (the others' spread above includes them)")
     ok = (identical and within and held and closed_ok == listeners
           and spoke.close_code == alone.close_code == 1000)
+    read, at_sockets = spread(runs), spread(runs, arrival_times)
+    note({  # --record (speechpipe.bench.record): the figures printed above
+        "listeners": listeners, "clip": clip.name, "plays": repeat,
+        "lone_cpu_s": lone_cpu, "room_cpu_s": room_cpu, "fanout_cpu_s": fanout,
+        "cpu_check": within, "identical": identical, "closed_normally": closed_ok,
+        "spread_read_p95_ms": {"chunk": percentile_ms(read[0], 95),
+                               "message": percentile_ms(read[1], 95)},
+        "spread_sockets_p95_ms": {"chunk": percentile_ms(at_sockets[0], 95),
+                                  "message": percentile_ms(at_sockets[1], 95)},
+        "written_within_50ms": share, "per_100_cpu_s": hundred,
+        "per_100_rss_mb": per_hundred(joined_rss, rss_before, listeners),
+        "speaker_end_offset_s": {"lone": lone_end, "room": room_end}, "ok": ok})
     return 0 if ok else 1
 
 

@@ -248,4 +248,9 @@ def run_storm_bench(rate: float, count: int, addresses: int, audio: np.ndarray, 
     print(f"  target:   storm /healthz p99 {health * 1000:.1f} ms <= 50 ms: "
           f"{'yes' if health <= 0.05 else 'NO'}; caption lag p95 {lag:+.2f} s vs baseline "
           f"<= +0.10 s: {'yes' if lag <= 0.1 else 'NO'}")
+    from speechpipe.bench.record import note
+
+    note({"rate": rate, "count": count, "addresses": addresses, "clip": clip_name,
+          "baseline": base.line("baseline").strip(), "storm": storm.line("storm").strip(),
+          "health_p99_s": health, "caption_lag_p95_rise_s": lag})  # --record
     return 0 if base.speaker_close == storm.speaker_close == 1000 else 1

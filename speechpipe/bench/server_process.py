@@ -15,6 +15,9 @@ import urllib.request
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
+from speechpipe.bench.record import print_decoder
+from speechpipe.decoder_path import DecoderPath, parse_decoder_line
+
 __all__ = ["SPEECHPIPE", "BENCH_SERVE_ARGS", "ServerProcess", "PeakRss", "rss_mb", "scrape",
            "metric", "metric_sums", "metrics_text", "endpoint", "loopback_opener"]
 
@@ -51,6 +54,8 @@ class ServerProcess:
         self.log = tempfile.NamedTemporaryFile(prefix="speechpipe-bench-", suffix=".log",
                                                delete=False)
         self.port = 0
+        # the decoder paths the server reported once ready (``speechpipe.decoder_path``)
+        self.decoder: list[DecoderPath] = []
 
     def __enter__(self) -> ServerProcess:
         cmd = [*self.command, "serve", "--host", "127.0.0.1",
@@ -65,6 +70,11 @@ class ServerProcess:
             if found:
                 self.port = int(found.group(1))
             if "speechpipe: ready" in text and self.port:
+                # the server prints its decoder line before "ready" (``speechpipe.serve``)
+                self.decoder = parse_decoder_line(text)  # printed with the bench's figures
+                extra = " ".join(self.extra)
+                print_decoder(self.decoder, label="server" + (f" {extra}" if extra and
+                                                              len(extra) <= 60 else ""))
                 return self
             if self.proc.poll() is not None:
                 break

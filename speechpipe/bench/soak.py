@@ -38,7 +38,9 @@ from typing import Any
 import numpy as np
 
 from speechpipe.bench.own_samples import own_samples
+from speechpipe.bench.record import note, print_decoder
 from speechpipe.bench.server_process import rss_mb as process_rss_mb
+from speechpipe.decoder_path import pipeline_decoder_paths
 from speechpipe.models.workers.heap import malloc_trim
 from speechpipe.transport.file_output import write_text_file
 
@@ -356,6 +358,8 @@ async def run_soak(
         apply_process_limits(options)
         pipeline = await asyncio.to_thread(Pipeline.load, options)
         await asyncio.to_thread(pipeline.warm_up)
+    if hasattr(pipeline, "engine"):  # the decoder the sessions run on
+        print_decoder(pipeline_decoder_paths(pipeline))
     report = SoakReport(minutes=minutes)
     limits = ServerLimits(quotas=Quotas(max_sessions_per_ip=None))
     try:
@@ -502,6 +506,7 @@ def _bench_soak(args: argparse.Namespace) -> int:
         trim=args.malloc_trim,
     ))
     print_report(report)
+    note(report.as_dict())  # --record (speechpipe.bench.record)
     if args.report:
         write_text_file(args.report, json.dumps(report.as_dict(), indent=1) + "\n", "the report")
         print(f"wrote {args.report}")

@@ -14,7 +14,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from speechpipe.bench.record import note, print_decoder
 from speechpipe.config import PipelineOptions, with_overrides
+from speechpipe.decoder_path import pipeline_decoder_paths
 from speechpipe.errors import InputError
 from speechpipe.evaluation.compare import (
     compare_variants,
@@ -93,6 +95,7 @@ def run_eval(args: argparse.Namespace, options: PipelineOptions, request: Sessio
             pipeline, clips, request, detect_language=args.detect_language, offline=offline,
             on_run=subtitles.write if subtitles is not None else None,
             progress=sys.stderr.isatty()))
+        decoder = pipeline_decoder_paths(pipeline)  # text MT loads with its first session
     finally:
         pipeline.close()
     report["settings"] = {"pace": request.pace, "mode": request.mode,
@@ -100,7 +103,9 @@ def run_eval(args: argparse.Namespace, options: PipelineOptions, request: Sessio
     if offline is not None:
         report["offline_reference"] = offline.summary()
     print_provenance()
+    print_decoder(decoder)  # the paths the figures ran on (speechpipe.decoder_path)
     print_report(report)
+    note(report)  # --record: the aggregate (speechpipe.bench.record leaves the clips out)
     if args.report:
         _write_report(args.report, report)
     return 0
@@ -145,6 +150,8 @@ def _run_comparison(args: argparse.Namespace, pipeline: Pipeline, clips: list[di
         for variant in report["variants"].values():
             variant["offline_reference"] = report["offline_reference"]
     print_comparison(report)
+    print_decoder(pipeline_decoder_paths(pipeline))  # the paths the figures ran on
+    note(report)  # --record (speechpipe.bench.record)
     if args.report:
         _write_report(args.report, report)
     return 0

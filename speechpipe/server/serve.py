@@ -295,6 +295,17 @@ async def run_server(
             loader.result()  # a model error ends the server with its message
             if node is not None:
                 await _join_cluster(app, node)
+            if app.pipeline is not None:
+                # which decoder runs, on which kernel: before "ready", so the benches that
+                # start a server find it once it is ready (bench/server_process.py)
+                from speechpipe.decoder_path import (
+                    SERVER_PREFIX,
+                    describe_decoders,
+                    pipeline_decoder_paths,
+                )
+
+                print(SERVER_PREFIX + describe_decoders(pipeline_decoder_paths(app.pipeline)),
+                      file=sys.stderr, flush=True)
             print("speechpipe: ready", file=sys.stderr, flush=True)
             from speechpipe.machine import describe_cpu
 

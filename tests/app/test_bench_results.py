@@ -148,6 +148,10 @@ def test_summaries_and_compaction() -> None:
     assert summarize({"a": 1, "b": {"c": 2.5, "d": True, "e": None}, "f": "x" * 50}) == \
         "a 1, b.c 2.5"
     assert summarize({str(i): i for i in range(20)}, limit=3) == "0 0, 1 1, 2 2"
+    # the headline figures first, wherever they sit
+    assert summarize({"clips_seen": 49, "aggregate": {"rtf": 0.4, "bleu": 35.36},
+                      "cases": [{"case": "solo", "end_p95": 3.88}]}) == \
+        "aggregate.bleu 35.36, cases[solo].end_p95 3.88, clips_seen 49, aggregate.rtf 0.4"
     assert compact_figures({"t": (1, float("inf")), "p": Path("x")}) == {"t": [1, None], "p": "x"}
 
 
@@ -200,8 +204,10 @@ def test_record_appends_one_row_after_a_run_that_noted_figures(
     assert record.Recording.active is None
 
 
-def test_nothing_is_recorded_without_the_flag_a_failure_or_figures(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_nothing_is_recorded_without_the_flag_or_figures_a_failed_check_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(record, "_git", lambda *words: None)  # not a checkout: null fields
     path = tmp_path / "results.jsonl"
     ran = []
 
@@ -215,13 +221,16 @@ def test_nothing_is_recorded_without_the_flag_a_failure_or_figures(
     assert record.recorded(lambda args: 3)(_args(tmp_path)) == 3
     assert "not recorded: the run reported no figures" in capsys.readouterr().err
 
-    def failing(args: argparse.Namespace) -> int:
+    assert not path.exists()
+
+    def failing(args: argparse.Namespace) -> int:  # measured, one of its checks failed
         record.note({"x": 1})
         return 1
 
     assert record.recorded(failing)(_args(tmp_path)) == 1
-    assert "exit code 1" in capsys.readouterr().err
-    assert not path.exists()
+    row = json.loads(path.read_text())
+    assert row["figures"] == {"x": 1, "exit_code": 1}
+    assert (row["commit"], row["dirty"]) == (None, None)
 
 
 def test_a_bad_record_path_or_subject_fails_before_the_run(tmp_path: Path) -> None:
