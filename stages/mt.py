@@ -13,7 +13,7 @@ Both read source/target ``TextHypothesis`` items and write target-side ones down
 from __future__ import annotations
 
 from speechpipe.stages.channels import Channel
-from speechpipe.stages.frames import TextHypothesis
+from speechpipe.stages.frames import OutputEvent, TextHypothesis
 
 __all__ = ["SpeechTranslationPassthrough"]
 
@@ -21,8 +21,10 @@ __all__ = ["SpeechTranslationPassthrough"]
 class SpeechTranslationPassthrough:
     """The MT stage for Whisper speech translation: hypotheses pass through unchanged."""
 
-    async def run(self, inbox: Channel[TextHypothesis], outbox: Channel[TextHypothesis]) -> None:
-        """Forward Whisper's translation hypotheses from ``source`` to ``target``."""
+    async def run(self, inbox: Channel[TextHypothesis], outbox: Channel[TextHypothesis],
+                  events: Channel[OutputEvent] | None = None) -> None:
+        """Forward Whisper's translation hypotheses from ``source`` to ``target`` (the ASR
+        put them on ``events`` already)."""
         try:
             async for hypothesis in inbox:
                 await outbox.put(hypothesis)

@@ -369,15 +369,16 @@ class TextMtStage:
         self._revision = 0
         self._events: Channel[OutputEvent] | None = None
 
-    async def run(self, inbox: Channel[TextHypothesis], outbox: Channel[TextHypothesis]) -> None:
+    async def run(self, inbox: Channel[TextHypothesis], outbox: Channel[TextHypothesis],
+                  events: Channel[OutputEvent] | None = None) -> None:
         """Translate until ``inbox`` is closed and drained; then close ``outbox`` (the stage
-        contract).
+        contract, ``stages.stage``).
 
-        With ``events`` (given to the constructor), every target hypothesis is also put there
-        (for the client and the trace), and translation errors become ``ErrorEvent``s there
-        unless ``on_error`` is set.
+        With ``events`` (given here or to the constructor), every target hypothesis is also
+        put there (for the client and the trace), and translation errors become
+        ``ErrorEvent``s there unless ``on_error`` is set.
         """
-        self._events = self.events
+        self._events = events if events is not None else self.events
         try:
             while True:
                 try:

@@ -36,8 +36,8 @@ from speechpipe.stages.phrases import (
     voice_text,
 )
 
-__all__ = ["TtsStage", "Speak", "CatchUpOptions", "catch_up_speed", "span_speed",
-           "words_source_time", "phrase_speed"]
+__all__ = ["TtsStage", "CaptionsOnly", "Speak", "CatchUpOptions", "catch_up_speed",
+           "span_speed", "words_source_time", "phrase_speed"]
 
 # speak(text, speed, due): ``due`` is the monotonic time the phrase's listener runs out of
 # speech (a live session's queued speech ends then; None: not live, no deadline). One voice
@@ -90,6 +90,24 @@ def phrase_speed(options: CatchUpOptions, *, now_s: float, queued_until_s: float
     return span_speed(max(now_s, queued_until_s) - source_s, options, finishing)
 
 
+class CaptionsOnly:
+    """The TTS stage's place without speech (``SessionRequest.speech`` off): the captions
+    reached the events from the ASR and MT stages already; it drains its inbox, then closes
+    its outbox (the events channel) as the TTS stage does (the stage contract)."""
+
+    async def run(self, inbox: Channel[TextHypothesis], outbox: Channel[OutputEvent],
+                  events: Channel[OutputEvent] | None = None) -> None:
+        """Read ``inbox`` to its end; close ``outbox``."""
+        try:
+            while True:
+                try:
+                    await inbox.get()
+                except ChannelClosed:
+                    return
+        finally:
+            outbox.close()
+
+
 class TtsStage:
     """Speaks committed target text in phrases, on the stream's timeline."""
 
@@ -112,9 +130,12 @@ class TtsStage:
         self._last_target: dict[int, TextHypothesis] = {}  # newest per open utterance
         self._handed: dict[int, int] = {}  # per open utterance: words cut into phrases so far
 
-    async def run(self, inbox: Channel[TextHypothesis], outbox: Channel[OutputEvent]) -> None:
+    async def run(self, inbox: Channel[TextHypothesis], outbox: Channel[OutputEvent],
+                  events: Channel[OutputEvent] | None = None) -> None:
         """Speak the target hypotheses from ``inbox`` as ``SpeechChunk`` events into
-        ``outbox``; close it when ``inbox`` is closed and drained (the stage contract)."""
+        ``outbox``; close it when ``inbox`` is closed and drained (the stage contract,
+        ``stages.stage``). The speech is the client's events: in a session ``outbox`` is
+        the events channel, so closing it ends the session's events."""
         try:
             await self._run(inbox, outbox)
         finally:

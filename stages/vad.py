@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from speechpipe.stages.channels import Channel, ChannelClosed
-from speechpipe.stages.frames import FRAME_SAMPLES, STREAM_RATE, AudioFrame, VadEvent
+from speechpipe.stages.frames import FRAME_SAMPLES, STREAM_RATE, AudioFrame, OutputEvent, VadEvent
 from speechpipe.stages.vad_options import VadOptions
 
 __all__ = ["VadOptions", "VadCore", "VadStage", "LabeledAudio", "merge_labeled"]
@@ -175,8 +175,10 @@ class VadStage:
         """Change the forced-cut length from now on."""
         self.core.set_max_utterance_s(seconds)
 
-    async def run(self, inbox: Channel[AudioFrame], outbox: Channel[LabeledAudio]) -> None:
-        """Label audio from ``inbox`` as speech or not, with VAD events, into ``outbox``."""
+    async def run(self, inbox: Channel[AudioFrame], outbox: Channel[LabeledAudio],
+                  events: Channel[OutputEvent] | None = None) -> None:
+        """Label audio from ``inbox`` as speech or not, with VAD events, into ``outbox``
+        (the stage contract, ``stages.stage``; it writes no events)."""
         try:
             while True:
                 try:
