@@ -90,8 +90,10 @@ def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
         extra = []
         if row.get("commit") and str(row["commit"]) not in str(row["summary"]):
             extra.append(f"commit {row['commit']}{' (dirty)' if row.get('dirty') else ''}")
-        if row.get("load"):
-            extra.append("load {before} before, {after} after".format(**row["load"]))
+        load = row.get("load") or {}
+        said = [f"{load[k]} {k}" for k in ("before", "after") if load.get(k) is not None]
+        if said:
+            extra.append("load " + ", ".join(said))
         if row.get("decoder"):
             extra.append("decoder " + "; ".join(
                 f"{d['part'].upper()} {d['path']}, {d['kernel']}" for d in row["decoder"]))
