@@ -7,7 +7,7 @@ One CTranslate2 thread, the embedded Whisper base weights, the engine's own enco
 (audio + 1 s of silence): for each window length, ``generate`` on one fixed encoder output
 with ``beam`` hypotheses for each of ``items`` identical prompts, the end-of-text token
 suppressed so every call takes exactly ``--tokens`` steps. Prints the best of three calls
-and the milliseconds per step. Run it on a quiet machine (docs/benchmarks.md, "A third
+and the milliseconds per step. Run it on a quiet machine (docs/benchmarks-history.md, "A third
 machine"). A call's items are what ``WhisperEngine`` batches (the captions and the
 translation of a request, and requests of other sessions); its beams share the encoder
 output's cross-attention keys and values, its items do not. With ``--inplace`` (and a

@@ -10,7 +10,7 @@ tail. It is fed each decode's continuation (``update``) and commits words by its
   ``align_margin_s`` before the end of its audio (AlignAtt's rule on words: what the model
   attends to near the end of the audio may still change). The edge rule below bounds it
   too: never the last word, never past the frontier. Not the default: one decode's words
-  are contradicted by the utterance's own final decode far more often (docs/benchmarks.md,
+  are contradicted by the utterance's own final decode far more often (docs/benchmarks-history.md,
   "Commit after one decode, under load").
 
 Nothing at a window's edge is final (``settle_margin_s`` > 0, the default): between pauses, an

@@ -27,7 +27,7 @@ class PhraseOptions:
     # (space-separated; "": any word may end one). A phrase cut after an article,
     # preposition, conjunction or possessive is spoken as a fragment ("planet and,", "in
     # the,") that the listener mishears; held, the word opens the next phrase instead
-    # (docs/benchmarks.md, "What the voice loses")
+    # (docs/benchmarks-history.md, "What the voice loses")
     no_end_words: str = FUNCTION_WORDS
     # just in time, phrases a listener can parse (docs/design.md; the policy before issue 20:
     # min_words=1, clause_cut=false, keep_units=false):

@@ -4,8 +4,8 @@ Whisper's output layer scores all 51,865 tokens of its vocabulary at every decod
 the batch sizes of live decoding (one or two items of five beams) a step reads every weight
 once, and the output layer is over half of those bytes: on the measuring machine a step of
 two items on 3 s of audio costs 6.5 ms with the full vocabulary and 4.5 ms with 14.6k tokens
-(docs/benchmarks.md, "A vocabulary for the languages at hand"). A German speech translated to
-English needs German and English tokens only.
+(docs/benchmarks-history.md, "A vocabulary for the languages at hand"). A German speech
+translated to English needs German and English tokens only.
 
 ``restricted_vocabulary`` chooses (once, cached under the model's home as a list of ids)
 the tokens such a decoder keeps: the tokens of the most frequent words of the given

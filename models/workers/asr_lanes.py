@@ -64,7 +64,7 @@ def urgent_lane_workers(requested: int) -> int:
     priority the lane is a third thread at the workers' priority; measured with the
     priorities nearly equal (``batching.background_nice=1``, the stand-in on this Linux
     machine), eight synchronized sessions' first audio and end p95 were no better than with
-    no lane (docs/benchmarks.md, "First words in the lane"), and the second model costs
+    no lane (docs/benchmarks-history.md, "First words in the lane"), and the second model costs
     ~100 MB."""
     if requested and not PER_THREAD_PRIORITY:
         log.info("no urgent ASR lane: threads have no priorities of their own on %s",

@@ -23,13 +23,14 @@ e.g. ``--compare asr.windowing=false`` for the unbounded windows of earlier buil
 ``--repeat N`` runs every (input, sessions, variant) N times, interleaved, and adds a summary:
 the median and range of the CPU per audio second, commit lag p95 and EndOffset over the
 repeats, and each variant's median CPU against the first variant's. On a 2-core VM the same
-build measured 0.306-0.368 CPU-s per audio second on one input in eight runs (docs/benchmarks.md,
-"Seventh round"): one run cannot decide a bar or a 5 % difference. Every row also gives the
-CPU time the hypervisor took from the machine during its run (``steal``, ``/proc/stat``, as
-a share of the run's wall time x cores): a run with steal was not on a quiet machine. Sessions of
-one run are offset (a rotated playlist, or leading silence for a file) so that they never send
-identical requests, and each gets its own phrase-cache namespace
-(``SessionRequest.phrase_cache``) so that no session is served another's phrases.
+build measured 0.306-0.368 CPU-s per audio second on one input in eight runs
+(docs/benchmarks-history.md, "Seventh round"): one run cannot decide a bar or a 5 %
+difference. Every row also gives the CPU time the hypervisor took from the machine during its
+run (``steal``, ``/proc/stat``, as a share of the run's wall time x cores): a run with steal
+was not on a quiet machine. Sessions of one run are offset (a rotated playlist, or leading
+silence for a file) so that they never send identical requests, and each gets its own
+phrase-cache namespace (``SessionRequest.phrase_cache``) so that no session is served
+another's phrases.
 """
 
 from __future__ import annotations

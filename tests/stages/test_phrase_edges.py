@@ -1,7 +1,7 @@
 """Issue 72: what the voice is handed. A phrase cut before the end of its utterance does not
 end on a function word (article, preposition, conjunction, possessive): spoken alone with its
 pause, "planet and," was heard "plan it in" and "in the," "end up"
-(``benchmarks/voice_losses.py``; docs/benchmarks.md, "What the voice loses")."""
+(``benchmarks/voice_losses.py``; docs/benchmarks-history.md, "What the voice loses")."""
 
 from __future__ import annotations
 
