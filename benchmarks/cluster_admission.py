@@ -34,7 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.cluster_scenario import (  # noqa: E402  (a script beside the repo)
+from tests.support.cluster import (  # noqa: E402  (a script beside the repo)
     HEAD_PORT,
     SCRIPTED_SPEECHPIPE,
     Client,

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.cluster_scenario import BIN, HEAD_PORT, Procs, start_head  # noqa: E402
+from tests.support.cluster import BIN, HEAD_PORT, Procs, start_head  # noqa: E402
 
 PLAIN, NODE = 8800, 8801
 

@@ -89,6 +89,30 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     return None
 
 
+# The tiers are folders: tests/unit and tests/cli are the fast tiers (what plain pytest runs),
+# and a test under tests/slow, tests/browser or tests/cluster gets that tier's mark from its
+# folder (test files never mark their own tier: tests/unit/house/test_test_layout.py).
+TIER_FOLDERS = ("unit", "cli", "slow", "browser", "cluster")
+TESTS = Path(__file__).resolve().parent
+
+
+def tier_of(path: Path) -> str | None:
+    """The tier folder a test file sits in (``tests/<tier>/...``), None outside them."""
+    try:
+        folder = Path(path).resolve().relative_to(TESTS).parts[0]
+    except (ValueError, IndexError):
+        return None
+    return folder if folder in TIER_FOLDERS else None
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by mark
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = tier_of(item.path)
+        if tier in TIER_MARKS:
+            item.add_marker(tier)
+
+
 def _unmarked(item: pytest.Item) -> bool:
     return not any(item.get_closest_marker(mark) for mark in TIER_MARKS)
 

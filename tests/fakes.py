@@ -15,8 +15,8 @@
 - ``WavTrack``: a WebRTC microphone stand-in paced from a recording;
 - ``FakeHub``: the Hugging Face hub on loopback, for ``speechpipe models pull``.
 
-Fakes that must be modules of their own: ``tests/voices/scripted_tts.py`` (a TTS engine,
-registered by import path: the seam's example) and ``tests/fake_sounddevice`` (an importable
+Fakes that must be modules of their own: ``tests/support/scripted_tts.py`` (a TTS engine,
+registered by import path: the seam's example) and ``tests/support/fake_sounddevice`` (an importable
 ``sounddevice``)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Shared test helpers (fakes: ``tests/fakes.py``; fixtures: ``conftest.py``). Test modules
-share code only through these modules, never by importing one another (tests/app/test_layers.py
-checks it).
+share code only through these modules, never by importing one another
+(tests/unit/house/test_test_layout.py checks it).
 
 - the sample folders: ``OWN_SAMPLES`` (the project's ``samples/``) and ``shared_clip`` etc. for
   the real recordings in ``../shared/samples`` (tests skip where that folder is absent);
@@ -522,7 +522,7 @@ def run_scenario(factory: pytest.TempPathFactory, *flags: str,
     if why:
         pytest.skip(why)
     out = factory.mktemp("cluster") / "scenario.json"
-    script = script or ROOT / "tests" / "e2e" / "cluster_scenario.py"
+    script = script or ROOT / "tests" / "support" / "cluster.py"
     argv = " ".join(f'"{part}"' for part in (sys.executable, script, out, *flags))
     proc = subprocess.Popen(
         ["unshare", "-n", "--", "sh", "-c", f"ip link set lo up && exec {argv}"],

@@ -5,7 +5,7 @@
 means) are the only place a code is defined — as websockets keeps ``CloseCode`` with its
 explanations and httpx's ``codes`` carry their phrases. The quotas (``quota_error``), the
 metrics' label set (``SERVER_CLOSE_CODES``) and the exception-to-close mapping
-(``refusal_close``) derive from them, and ``tests/transport/test_codes.py`` holds both against
+(``refusal_close``) derive from them, and ``tests/unit/transport/test_codes.py`` holds both against
 the two tables of ``docs/protocol.md``. A new close code is one ``CloseCode`` row (with its
 ``ErrorCode`` row when an error event goes with it) plus its row in the docs.
 """

@@ -16,7 +16,7 @@ Each document holds its block between ``<!-- generated: NAME ... -->`` and
   summary, so a newer figure replaces an older one here too.
 
 Pure but for ``main`` (which reads and writes the files); the fast tier runs ``generate`` on
-the committed files (tests/app/test_bench_tables.py).
+the committed files (tests/unit/bench/test_bench_tables.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Only Ray's transport is replaced (``method.remote(...).future()`` answered in process), so
 the ledger can be made unreachable or restarted at will; the real-Ray path is covered by
-``tests/e2e/test_cluster_ray.py``. Also: Ray stays out of plain ``speechpipe serve``, and
+``tests/cluster/test_cluster_ray.py``. Also: Ray stays out of plain ``speechpipe serve``, and
 ``--cluster`` without Ray fails with one line.
 """
 

@@ -1,4 +1,4 @@
-"""The TTS engine seam: a test-only engine (``tests/voices/scripted_tts.py``), registered
+"""The TTS engine seam: a test-only engine (``tests/support/scripted_tts.py``), registered
 here, is found, loaded, spoken through the shared worker, guarded by the privacy rule and
 heard by a live client, with no other change to the code."""
 
@@ -15,7 +15,7 @@ import pytest
 from speechpipe.voices.engines import ENGINES, load_synthesizer, register_engine, unregister_engine
 from speechpipe.voices.registry import list_voices, resolve_voice
 from speechpipe.voices.tts_worker import TtsWorker
-from tests.voices import scripted_tts
+from tests.support import scripted_tts
 
 
 @pytest.fixture
