@@ -1,8 +1,9 @@
 """A stand-in for the ``sounddevice`` package, put on ``PYTHONPATH`` by
 ``tests/slow/commands/test_client_cli.py``: the test machine has no sound device (nor
 PortAudio), so the CLI's ``--mic`` and playback paths would otherwise never run. Only the
-device is fake: the "microphone" plays the WAV named by ``$FAKE_MIC`` at real time in the block size asked for,
-then silence; the "loudspeaker" appends what it is given (int16 bytes) to ``$FAKE_SPEAKER``."""
+device is fake: the "microphone" plays the WAV named by ``$FAKE_MIC`` at real time in the
+block size asked for, then silence; the "loudspeaker" appends what it is given (int16 bytes)
+to ``$FAKE_SPEAKER``."""
 
 from __future__ import annotations
 
