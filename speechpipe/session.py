@@ -1,14 +1,8 @@
 """Session assembly: models loaded once per process, one pipeline of stages per session.
 
-::
-
-    push() ─► [input] ─► VadStage ─► [labeled] ─► AsrStage ─► [source] ─► MT ─► [target] ─► TtsStage
-                                                      │                                   │
-                                                      └──────────── events ◄──────────────┘
-
-Channel policies: input audio COALESCE at real-time pace (BLOCK when replaying as fast as the
-machine goes, so every decode step is taken), labeled audio COALESCE, text BLOCK, events
-BLOCK (committed text and audio are never dropped). A session's stages run in one
+``Pipeline`` loads the models and owns the shared workers (ASR, the voices, text MT); a
+session's stages and channels are built by ``speechpipe.pipeline_build`` from what its
+request resolves to, and ``PipelineSession`` only starts them: a session's stages run in one
 ``asyncio.TaskGroup``; leaving the session cancels and awaits all of them.
 """
 
@@ -16,11 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Any, cast
+from collections.abc import AsyncIterator
+from typing import Any
 
 import numpy as np
 
@@ -35,13 +28,10 @@ from speechpipe.models.whisper.engine import WhisperEngine
 from speechpipe.models.whisper.prefill import rows_step_choice
 from speechpipe.models.whisper.weights import resolve_whisper_model
 from speechpipe.models.workers.asr_lanes import lane_engine, urgent_lane_workers
-from speechpipe.models.workers.batching import (
-    PRIORITY_LIVE,
-    PRIORITY_REPLAY,
-    AsrBatcher,
-    SessionAsr,
-)
+from speechpipe.models.workers.batching import PRIORITY_LIVE, PRIORITY_REPLAY, AsrBatcher
 from speechpipe.models.workers.guard import WorkerHealth
+from speechpipe.pipeline_build import CountedDetections as _CountedDetections  # noqa: F401
+from speechpipe.pipeline_build import SessionParts, build_stages
 from speechpipe.routing import (
     ResolvedRequest,
     TextTranslator,
@@ -49,26 +39,21 @@ from speechpipe.routing import (
     check_output_rate,
     check_request,
     describe_engines,
-    mt_policy,
     request_route,
 )
 from speechpipe.stages.asr import AsrStage
-from speechpipe.stages.cache import LruCache
-from speechpipe.stages.channels import Channel, ChannelClosed, Overflow
+from speechpipe.stages.channels import ChannelClosed
 from speechpipe.stages.clock import BasisStreamClock, StreamClock, WallStreamClock
 from speechpipe.stages.faithfulness import SileroSpeech
-from speechpipe.stages.frames import STREAM_RATE, AudioFrame, OutputEvent, TextHypothesis
-from speechpipe.stages.ladder import MODE_FLOOR, DegradeState, SessionLadder
+from speechpipe.stages.frames import AudioFrame, OutputEvent
+from speechpipe.stages.ladder import DegradeState, SessionLadder
 from speechpipe.stages.language_vote import LanguageVote
-from speechpipe.stages.model_api import WhisperRequest, WhisperResult
-from speechpipe.stages.mt import SpeechTranslationPassthrough
 from speechpipe.stages.request import SessionRequest
-from speechpipe.stages.text_mt import TextMtStage
 from speechpipe.stages.translation_memory import TranslationMemory
-from speechpipe.stages.tts import TtsStage
-from speechpipe.stages.vad import LabeledAudio, VadStage, merge_labeled
-from speechpipe.voices.engines import ENGINES, load_synthesizer
+from speechpipe.stages.vad import VadStage
+from speechpipe.voices.engines import TtsEngine
 from speechpipe.voices.registry import VoiceInfo, resolve_voice
+from speechpipe.voices.speaker import PhraseCache, Speaker, VoiceWorkers, phrase_namespace
 from speechpipe.voices.tts_worker import TtsWorker
 
 __all__ = [
@@ -77,9 +62,6 @@ __all__ = [
 ]  # ResolvedRequest, check_*, describe_engines: re-exported from ``speechpipe.routing``
 
 log = logging.getLogger("speechpipe.session")
-
-def _merge_frames(first: AudioFrame, second: AudioFrame) -> AudioFrame:
-    return AudioFrame(np.concatenate([first.samples, second.samples]), first.pts)
 
 
 def limit_blas_threads(threads: int = 1) -> None:
@@ -94,10 +76,6 @@ def apply_process_limits(options: PipelineOptions) -> None:
     (CLI, server) that own their process; a library host decides for itself."""
     if options.blas_threads is not None:
         limit_blas_threads(options.blas_threads)
-
-
-# the phrase-cache namespaces of sessions that get one of their own (``phrase_namespace``)
-_SESSION_NAMESPACES = itertools.count(1)
 
 
 def inplace_rows(setting: str) -> int:
@@ -121,9 +99,7 @@ class Pipeline:
                                   urgent_engine=self.urgent_engine)
         self.degrade = DegradeState()  # the server's degrade level (speechpipe.server.degrade)
         self.live_sessions: set[PipelineSession] = set()
-        self._tts: dict[str, TtsWorker] = {}
-        self._phrase_caches: dict[str, LruCache[tuple[str, str, int, float], np.ndarray]] = {}
-        self._tts_lock = threading.Lock()
+        self.voices = VoiceWorkers(self._check_open)  # a worker and phrase cache per voice
         self._text_mt: dict[str, Ct2TranslationWorker | ApertiumTranslator] = {}
         self._text_mt_lock = threading.Lock()
         self.mt_memory = TranslationMemory(options.translation_memory_items)
@@ -172,10 +148,7 @@ class Pipeline:
         progress finish first. Blocking, idempotent; any thread may call it."""
         self._closed = True
         self.whisper.close()
-        with self._tts_lock:
-            tts_workers = list(self._tts.values())
-        for worker in tts_workers:
-            worker.close()
+        self.voices.close()
         with self._text_mt_lock:
             mt_workers = list(self._text_mt.values())
         for mt_worker in mt_workers:
@@ -190,9 +163,7 @@ class Pipeline:
         self.engine.release()
         if self.urgent_engine is not None:
             self.urgent_engine.release()
-        with self._tts_lock:
-            self._tts.clear()
-            self._phrase_caches.clear()
+        self.voices.clear()
         with self._text_mt_lock:
             self._text_mt.clear()
 
@@ -273,11 +244,9 @@ class Pipeline:
     def worker_health(self) -> list[WorkerHealth]:
         """Every shared worker's breaker, deadline and counters (``models.workers.guard``):
         ``/readyz`` and the metrics read it."""
-        with self._tts_lock:
-            tts = list(self._tts.values())
         with self._text_mt_lock:
             mt = list(self._text_mt.values())
-        return [self.whisper.guard.health(), *(w.guard.health() for w in tts),
+        return [self.whisper.guard.health(), *(w.guard.health() for w in self.voices.loaded()),
                 *(w.guard.health() for w in mt)]
 
     def text_mt_worker(self, spec: str) -> Ct2TranslationWorker | ApertiumTranslator:
@@ -317,113 +286,61 @@ class Pipeline:
 
     def tts_worker(self, voice: VoiceInfo) -> TtsWorker:
         """The shared TTS worker for ``voice`` (loaded on first use; blocking)."""
-        with self._tts_lock:
-            worker = self._tts.get(voice.name)
-            if worker is None:
-                self._check_open()
-                # an engine's options are the pipeline group its registry entry names
-                # (options.piper, options.espeak)
-                entry = ENGINES.get(voice.engine)
-                group = (entry.options_group if entry is not None else "") or voice.engine
-                engine_options = getattr(self.options, group, None)
-                worker = TtsWorker(load_synthesizer(voice, engine_options), voice.name)
-                self._tts[voice.name] = worker
-                self._phrase_caches[voice.name] = LruCache(self.options.phrase_cache_items)
-            return worker
+        return self.voices.worker(voice, self._engine_options, self.options.phrase_cache_items)
 
-    def phrase_cache(
-        self, voice: VoiceInfo,
-    ) -> LruCache[tuple[str, str, int, float], np.ndarray]:
+    def _engine_options(self, entry: TtsEngine) -> Any:
+        # an engine's options are the pipeline group its registry entry names
+        return getattr(self.options, entry.options_group or entry.name, None)
+
+    def phrase_cache(self, voice: VoiceInfo) -> PhraseCache:
         """The shared cache of synthesized phrases for ``voice``, keyed by (namespace, text,
         rate, speed); a session's namespace is ``phrase_namespace``'s."""
         self.tts_worker(voice)
-        return self._phrase_caches[voice.name]
+        return self.voices.cache(voice)
 
     def phrase_namespace(self, request: SessionRequest) -> str:
-        """A new session's namespace in the phrase caches: the request's own when it names one
-        (in-process callers: ``--compare``'s variants, ``bench cost``), else one no other
-        session has had when ``options.phrase_cache_per_session`` (the bench servers), else
-        ``""``, the one every session shares."""
-        if request.phrase_cache:
-            return request.phrase_cache
-        if self.options.phrase_cache_per_session:
-            # NUL first: no name a caller gives is one of these
-            return f"\0session {next(_SESSION_NAMESPACES)}"
-        return ""
+        """A new session's namespace in the phrase caches (``voices.speaker``): the
+        request's own, else one of its own under ``options.phrase_cache_per_session``, else
+        the shared ``""``."""
+        return phrase_namespace(request.phrase_cache, self.options.phrase_cache_per_session)
+
+    def speaker(self, resolved: ResolvedRequest) -> Speaker | None:
+        """A new session's ``Speaker`` (its voice loaded on first use; blocking); None for
+        captions only."""
+        if resolved.voice is None:
+            return None
+        namespace = self.phrase_namespace(resolved.request)
+        worker = self.tts_worker(resolved.voice)
+        return Speaker(worker, self.phrase_cache(resolved.voice), namespace=namespace,
+                       rate=resolved.request.output_sample_rate,
+                       deadline_order=self.options.tts_deadline_order)
+
+    def prepare_decoder(self, resolved: ResolvedRequest) -> None:
+        """Load the decoder of the session's vocabulary now, not in its first decode
+        (blocking)."""
+        words = resolved.asr.vocabulary_words
+        prepare = getattr(self.engine, "decoder", None)
+        if words and resolved.source_lang and prepare is not None:
+            prepare(resolved.source_lang, words)
+
+    async def lend(self, resolved: ResolvedRequest, clock: StreamClock,
+                   detections: LanguageVote) -> SessionParts:
+        """What a new session runs on: its speaker and ASR client, the shared state."""
+        speaker = await asyncio.to_thread(self.speaker, resolved)
+        await asyncio.to_thread(self.prepare_decoder, resolved)
+        priority = PRIORITY_LIVE if resolved.request.priority == "live" else PRIORITY_REPLAY
+        return SessionParts(self.whisper.client(priority), clock, self.degrade, detections,
+                            self.mt_memory, self.speech, speaker)
 
     def session(self, request: SessionRequest) -> PipelineSession:
         """A new session for ``request`` (a ``LiveSession``); use it with ``async with``."""
         return PipelineSession(self, request)
 
 
-async def _captions_only(inbox: Channel[TextHypothesis], events: Channel[OutputEvent]) -> None:
-    """The TTS stage's place without speech (``SessionRequest.speech`` off): the captions
-    reached ``events`` from the ASR and MT stages already; drain the target channel, then
-    close ``events`` as the TTS stage does (the stage contract)."""
-    try:
-        while True:
-            try:
-                await inbox.get()
-            except ChannelClosed:
-                return
-    finally:
-        events.close()
-
-
-class _WithoutTargetText:
-    """The events channel as the ASR stage sees it under the pivot: Whisper's English
-    (target-side hypotheses) is dropped there, the rest goes through. The ASR only ``put``s."""
-
-    def __init__(self, events: Channel[OutputEvent]) -> None:
-        self._events = events
-
-    async def put(self, event: OutputEvent) -> None:
-        if isinstance(event, TextHypothesis) and event.side == "target":
-            return
-        await self._events.put(event)
-
-
 def _replace(options: Any, **changes: Any) -> Any:
     import dataclasses
 
     return dataclasses.replace(options, **changes)
-
-
-class _CountedDetections:
-    """A session's ASR client that also counts every language detection (a request without
-    a language) in ``vote``, each worth the seconds of audio it heard: what the session's
-    ``language_candidates`` are read from. The futures are the client's own, untouched."""
-
-    def __init__(self, client: SessionAsr, vote: LanguageVote) -> None:
-        self.client = client
-        self.vote = vote
-
-    def _count(self, request: WhisperRequest,
-               pending: Awaitable[WhisperResult] | None) -> Awaitable[WhisperResult] | None:
-        if pending is None or request.language is not None:
-            return pending
-        future = asyncio.ensure_future(pending)  # the client's future itself
-
-        def counted(done: asyncio.Future[WhisperResult]) -> None:
-            if done.cancelled() or done.exception() is not None:
-                return
-            result = done.result()
-            self.vote.add(result.language_probs or ((result.language, result.language_prob),),
-                          len(request.audio) / STREAM_RATE)
-
-        future.add_done_callback(counted)
-        return future
-
-    def __call__(self, request: WhisperRequest) -> Awaitable[WhisperResult]:
-        pending = self._count(request, self.client(request))
-        assert pending is not None
-        return pending
-
-    def replace(self, old: WhisperRequest, new: WhisperRequest) -> Awaitable[WhisperResult] | None:
-        return self._count(new, self.client.replace(old, new))
-
-    def withdraw(self, old: WhisperRequest) -> bool:
-        return self.client.withdraw(old)
 
 
 class PipelineSession:
@@ -449,101 +366,14 @@ class PipelineSession:
         pipeline = self.pipeline
         self.resolved = resolved = await asyncio.to_thread(pipeline.resolve, self.request)
         self.engines = describe_engines(resolved)
-        options = pipeline.options
-        rate = self.request.output_sample_rate
-        namespace = pipeline.phrase_namespace(self.request)
-        voice = resolved.voice
-        if voice is not None:
-            tts_worker = await asyncio.to_thread(pipeline.tts_worker, voice)
-            cache = pipeline.phrase_cache(voice)
-        words = resolved.asr.vocabulary_words
-        prepare = getattr(pipeline.engine, "decoder", None)
-        if words and resolved.source_lang and prepare is not None:
-            # the decoder of this language's vocabulary loads here, not in the first decode
-            await asyncio.to_thread(prepare, resolved.source_lang, words)
-
-        async def speak(text: str, speed: float = 1.0, due: float | None = None) -> np.ndarray:
-            key = (namespace, text, rate, speed)
-            cached = cache.get(key)
-            if cached is not None:
-                return cached
-            if not options.tts_deadline_order:
-                due = None  # first in, first out
-            samples = await tts_worker.synthesize(text, rate, speed, due)
-            cache.put(key, samples)
-            return samples
-
-        if self.request.pace == "realtime":
-            self.input: Channel[AudioFrame] = Channel(
-                options.input_capacity_frames, Overflow.COALESCE, merge=_merge_frames, name="input"
-            )
-        else:
-            self.input = Channel(options.fast_input_capacity_frames, Overflow.BLOCK, name="input")
-        if self.request.pace == "realtime":
-            labeled: Channel[LabeledAudio] = Channel(
-                options.input_capacity_frames, Overflow.COALESCE, merge=merge_labeled,
-                name="labeled",
-            )
-        else:  # every hop blocks, so the ASR sees the audio in small steps, as it would live
-            labeled = Channel(1, Overflow.BLOCK, name="labeled")
-        source: Channel[TextHypothesis] = Channel(64, name="source")
-        target: Channel[TextHypothesis] = Channel(64, name="target")
-        self._events: Channel[OutputEvent] = Channel(512, name="events")
-        self.vad = vad = VadStage(options.vad)
-        live = self.request.pace == "realtime"
-        asr_client = _CountedDetections(pipeline.whisper.client(
-            PRIORITY_LIVE if self.request.priority == "live" else PRIORITY_REPLAY
-        ), self._detections)
-        pivot = resolved.route.kind == "whisper+text"
-        # with the pivot, Whisper's English is not the client's target: it stays off events
-        asr_events = (cast("Channel[OutputEvent]", _WithoutTargetText(self._events)) if pivot
-                      else self._events)
-        self.ladder = SessionLadder(resolved.asr, pipeline.degrade,
-                                    floor=MODE_FLOOR.get(self.request.mode, 0))
-        self.asr = asr = AsrStage(
-            asr_client,
-            self.clock,
-            options=self.ladder,
-            language=resolved.source_lang,
-            translate=resolved.route.whisper_translates,
-            # the pivot: Whisper's English is the text MT's source
-            target_language="en" if pivot else self.request.target_lang,
-            queue=asr_client if live else None,  # live: stale partials are superseded
-            faithfulness=options.faithful,
-            speech=pipeline.speech,
-        )
-        tts = TtsStage(speak, self.clock, rate, options.phrases, catch_up=options.catch_up)
-        mt: SpeechTranslationPassthrough | TextMtStage
-        if resolved.text_mt is None:
-            mt = SpeechTranslationPassthrough()
-        else:
-            mt = TextMtStage(
-                resolved.text_mt.translate,
-                source_lang="en" if pivot else resolved.source_lang or "auto",
-                target_lang=self.request.target_lang,
-                clock=self.clock,
-                memory=pipeline.mt_memory,
-                forward_source=True,
-                options=mt_policy(resolved.text_mt, options.text_mt),
-                events=self._events,
-                translate_side="target" if pivot else "source",
-                direct_languages=getattr(resolved.text_mt, "languages", frozenset()),
-            )
-        # The pipeline, in order: every stage runs ``run(inbox, outbox)`` and closes its
-        # outbox when its inbox is drained, so closing the input drains the whole chain. The
-        # ASR stage also writes events (errors, the trace) straight to the client's channel:
-        # its own contract, ``run(inbox, outbox, events)``, is left as it is while the ASR
-        # commit code is rewritten (issue 22).
-        stages: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = [
-            ("vad", lambda: vad.run(self.input, labeled)),
-            ("asr", lambda: asr.run(labeled, source, asr_events)),
-            ("mt", lambda: mt.run(source, target)),
-            ("tts", lambda: tts.run(target, self._events) if voice is not None
-             else _captions_only(target, self._events)),
-        ]
+        parts = await pipeline.lend(resolved, self.clock, self._detections)
+        built = build_stages(resolved, pipeline.options, parts)
+        self.input, self._events = built.input, built.events
+        self.vad, self.asr, self.ladder = built.vad, built.asr, built.ladder
         self._stack = contextlib.AsyncExitStack()
         group = await self._stack.enter_async_context(asyncio.TaskGroup())
-        self._tasks = [group.create_task(run(), name=name) for name, run in stages]
+        self._tasks = [group.create_task(stage.run(), name=name)
+                       for name, stage in built.stages.items()]
         pipeline.sessions_started += 1
         pipeline.live_sessions.add(self)
         return self
