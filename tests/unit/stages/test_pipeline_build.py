@@ -1,7 +1,7 @@
 """A session's pipeline as ``build_stages`` builds it (``speechpipe.pipeline_build``), without a
 model: the stages in order, each between the channels ``CHAIN`` names, the channels' policies
 at each pace, the MT and TTS places by route and request, and the ASR's view of the events
-under the pivot. The sessions themselves run in the slow tier (tests/e2e)."""
+under the pivot. The sessions themselves run in the slow tier."""
 
 from __future__ import annotations
 
