@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from speechpipe.models.whisper.batch_plan import SAMPLE_RATE, Item
+from speechpipe.models.whisper.batch_plan import SAMPLE_RATE, Item, Kept
+from speechpipe.models.whisper.generate import storage_view
 from speechpipe.stages.agreement import normalize_word
 from speechpipe.stages.model_api import DecodeResult, WhisperRequest
 
@@ -26,19 +27,18 @@ def align_words(
     model: Any, tokenizer: Any, requests: Sequence[WhisperRequest], encoded: NDArray[np.float32],
     languages: list[tuple[str, float]],
     items: list[Item],
-    generated: dict[int, tuple[list[int], float, float, bool]],
+    generated: Sequence[Kept],
     decodes: list[list[DecodeResult]],
 ) -> bool:
     """Add ``word_ends`` to the decodes whose request asked for them (``model``: the
-    CTranslate2 Whisper model, ``tokenizer`` its Hugging Face tokenizer): one ``align`` call
+    CTranslate2 Whisper model, ``tokenizer`` its Hugging Face tokenizer; ``generated``: what
+    each item kept, by item): one ``align`` call
     (cross-attention of the alignment heads, DTW) per language and task. Returns whether
     anything was aligned."""
-    import ctranslate2
-
     wanted: dict[tuple[str, str], list[int]] = {}
     for member, item in enumerate(items):
         request = requests[item.row]
-        if (item.task.task in request.word_times and generated[member][0]
+        if (item.task.task in request.word_times and generated[member].ids
                 and may_commit(request, item.task.task, decodes[item.row])):
             wanted.setdefault((languages[item.row][0], item.task.task), []).append(member)
     for (language, task_name), members in wanted.items():
@@ -46,11 +46,10 @@ def align_words(
         start = [tokenizer.token_to_id(name) for name in (
             "<|startoftranscript|>", f"<|{language}|>", f"<|{task_name}|>")]
         # prefix + new tokens (the context before the sot sequence is not aligned)
-        texts = [items[m].prompt[items[m].n_context + 4:] + generated[m][0]
+        texts = [items[m].prompt[items[m].n_context + 4:] + generated[m].ids
                  for m in members]
         frames = [max(2, len(requests[r].audio) // 160) for r in rows]  # mel frames, 100/s
-        memory = ctranslate2.StorageView.from_array(np.ascontiguousarray(encoded[rows]))
-        results = model.align(memory, start, texts, frames)
+        results = model.align(storage_view(encoded[rows]), start, texts, frames)
         for member, text, result in zip(members, texts, results, strict=True):
             row, task, n_prefix = items[member].row, items[member].task, items[member].n_prefix
             token_start: dict[int, float] = {}
@@ -104,11 +103,10 @@ def source_time(
     of a text (``tokens``) at character ``offset`` starts, by aligning the transcript to the
     audio (cross-attention, as faster-whisper's word timestamps do; ``whisper``:
     faster-whisper's model). None when the alignment cannot place it."""
-    import ctranslate2
     from faster_whisper.tokenizer import Tokenizer
 
     tokenizer = Tokenizer(whisper.hf_tokenizer, True, task="transcribe", language=language)
-    view = ctranslate2.StorageView.from_array(np.ascontiguousarray(encoded_row[None]))
+    view = storage_view(encoded_row[None])
     frames = n_audio * 100 // SAMPLE_RATE  # mel frames (100 a second)
     try:
         words = whisper.find_alignment(tokenizer, [tokens], view, frames)[0]

@@ -14,7 +14,8 @@
   the prefix tokens read in the prompt pass (``models.whisper.prefill``) are decided per request:
   both are part of the group too.
 So a request's results (text and scores) are the same in any batch, and its tasks share one
-call.
+call. What an item keeps of its call's sequence (``keep``: the new ids within its cap) is
+decided by the item alone too.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from speechpipe.models.whisper.generate import Generated
 from speechpipe.models.whisper.prefill import prefill_text_tokens
 from speechpipe.stages.model_api import DecodeTask, WhisperRequest
 
 __all__ = ["SAMPLE_RATE", "MAX_LENGTH_STEP", "CONTEXT_BUCKET_TOKENS", "generate_max_length",
-           "new_tokens", "Prompt", "Item", "GroupKey", "BatchPlan", "plan_batch"]
+           "new_tokens", "Prompt", "Item", "GroupKey", "BatchPlan", "plan_batch", "Kept", "keep"]
 
 SAMPLE_RATE = 16_000
 MAX_LENGTH_STEP = 4  # max_length granularity: requests within a step share generate calls
@@ -124,3 +126,23 @@ def plan_batch(
             items.append(Item(row, p.task, p.ids, p.n_prefix, n, p.n_context, length,
                               prefilled))
     return BatchPlan(items, groups)
+
+
+class Kept(NamedTuple):
+    """What an item's decode keeps of its sequence (``keep``)."""
+    ids: list[int]  # the new ids within the item's cap, special tokens dropped
+    avg_logprob: float
+    no_speech_prob: float
+    hit_cap: bool  # the item generated its whole cap (the length cap stopped it)
+    made: int  # new tokens generated, kept or not
+
+
+def keep(item: Item, generated: Generated, eot: int) -> Kept:
+    """``generated`` (``models.whisper.generate``: the forced prefix, then the new ids) as
+    ``item``'s decode keeps it; the average log-probability is over the whole sequence."""
+    tokens = generated.ids[item.n_prefix:]  # the forced prefix comes back first
+    ids = [i for i in tokens[:item.new_tokens] if i < eot]
+    score = generated.score
+    avg_logprob = float(score) / max(1, len(generated.ids)) if score is not None else 0.0
+    return Kept(ids, avg_logprob, generated.no_speech_prob, len(tokens) >= item.new_tokens,
+                len(tokens))

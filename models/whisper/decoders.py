@@ -10,6 +10,10 @@ words per language) once, and falls back to the full vocabulary (``None``) when
   full vocabulary costs less, docs/benchmarks.md), logged once;
 - the kept set cannot be read (a foreign tokenizer, a missing word list, a read-only home),
   logged; sessions go on.
+
+``for_group`` hands out the decoder of one group of a batch plan behind one interface
+(``models.whisper.generate``): the native decoder when the group reads prefix tokens in the
+prompt pass or has a restriction, CTranslate2's ``generate`` otherwise.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from speechpipe.models.home import speechpipe_home
+from speechpipe.models.whisper.batch_plan import GroupKey
+from speechpipe.models.whisper.generate import Ct2Decoder, Decoder, NativeDecoder
 from speechpipe.models.whisper.prefill import NativePrefill, native_prefill, rows_step_disagreement
 from speechpipe.models.whisper.vocab import (
     RestrictedVocabulary,
@@ -142,6 +148,18 @@ class WhisperDecoders:
             if (language, words) not in self.chosen:
                 self.chosen[language, words] = self._load(language, words)
             return self.chosen[language, words]
+
+    def for_group(self, model: Any, key: GroupKey, native: NativePrefill | None) -> Decoder:
+        """The decoder of one plan group (``model``: the shared CTranslate2 Whisper model;
+        ``native``: the native decoders, None when no request of the batch wants them). A
+        restriction needs the native decoder (``vocabulary`` gives none without it); with
+        nothing to read at once and no restriction, ``generate`` decodes."""
+        vocabulary = self.vocabulary(key.decoder_language, key.words)
+        if native is not None and (key.prefilled or vocabulary is not None):
+            restriction = (None if vocabulary is None
+                           else (f"{key.decoder_language}-{key.words}", vocabulary.kept))
+            return NativeDecoder(native.decoder(self.model_dir, restriction))
+        return Ct2Decoder(model)
 
     def memory(self) -> dict[str, int]:
         """What the vocabulary restrictions hold now: ``decoders`` (per worker thread and

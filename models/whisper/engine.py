@@ -41,8 +41,16 @@ from numpy.typing import NDArray
 
 from speechpipe.errors import LanguageError, ModelError
 from speechpipe.models.whisper.align import align_words, source_time
-from speechpipe.models.whisper.batch_plan import SAMPLE_RATE, BatchPlan, Prompt, plan_batch
+from speechpipe.models.whisper.batch_plan import (
+    SAMPLE_RATE,
+    BatchPlan,
+    Kept,
+    Prompt,
+    keep,
+    plan_batch,
+)
 from speechpipe.models.whisper.decoders import WhisperDecoders
+from speechpipe.models.whisper.generate import decoder_steps, step_budget, storage_view
 from speechpipe.models.whisper.prefill import (
     RESTRICTED_BUDGET_BYTES,
     NativePrefill,
@@ -120,17 +128,11 @@ class WhisperEngine:
 
     def encode(self, audio: NDArray[np.float32]):  # -> ctranslate2.StorageView
         """Encode 16 kHz audio (canonical length) with Whisper's encoder."""
-        import ctranslate2
-
-        mel = ctranslate2.StorageView.from_array(self.mel(audio))
-        return ct2_whisper(self.model).encode(mel, to_cpu=True)
+        return ct2_whisper(self.model).encode(storage_view(self.mel(audio)), to_cpu=True)
 
     def _encode_rows(self, mels: Sequence[NDArray[np.float32]]) -> NDArray[np.float32]:
         """Encoder outputs ``[batch, positions, dims]`` for mels of equal length."""
-        import ctranslate2
-
-        stacked = np.ascontiguousarray(np.concatenate(mels, axis=0))
-        output = ct2_whisper(self.model).encode(ctranslate2.StorageView.from_array(stacked),
+        output = ct2_whisper(self.model).encode(storage_view(np.concatenate(mels, axis=0)),
                                                 to_cpu=True)
         return np.array(output, dtype=np.float32)  # a copy: the StorageView is freed after
 
@@ -200,8 +202,6 @@ class WhisperEngine:
 
     def _run_bucket(self, requests: Sequence[WhisperRequest]) -> list[WhisperResult]:
         """Requests of one encode bucket: one encoder call, shared generate calls."""
-        import ctranslate2
-
         t0 = time.perf_counter()
         encoded = self._encode_rows([self.mel(r.audio) for r in requests])
         t1 = time.perf_counter()
@@ -212,9 +212,8 @@ class WhisperEngine:
                 detected.append(())
                 languages.append((request.language, 1.0))
             else:
-                one_row = np.ascontiguousarray(encoded[row : row + 1])
-                view = ctranslate2.StorageView.from_array(one_row)
-                detected.append(self.detect_language(view, request.detect_among))
+                detected.append(self.detect_language(storage_view(encoded[row : row + 1]),
+                                                     request.detect_among))
                 languages.append((request.language, 1.0) if request.language
                                  else detected[-1][0])
         t2 = time.perf_counter()
@@ -231,7 +230,7 @@ class WhisperEngine:
         plan = plan_batch(requests, [language for language, _ in languages], prompts,
                           restricted, native is not None)
         items, groups = plan.items, plan.groups
-        generated, counts = self._generate(plan, encoded, native)
+        generated, counts = self.generate(plan, encoded, native)
         t3 = time.perf_counter()
         decodes: list[list[DecodeResult]] = [[] for _ in requests]
         captions: dict[int, list[str]] = {}  # each request's captions, for its translation
@@ -240,7 +239,7 @@ class WhisperEngine:
             spoken = None
             if item.task.task == "translate":
                 spoken = captions.get(item.row, [])
-            ids, avg_logprob, no_speech_prob, hit_cap = generated[member]
+            ids, avg_logprob, no_speech_prob, hit_cap, _ = generated[member]
             decode = guarded_decode(requests[item.row], item.task, self.tokenizer.decode(ids),
                                     avg_logprob, no_speech_prob, hit_cap, spoken=spoken)
             if item.task.task == "transcribe":
@@ -287,63 +286,34 @@ class WhisperEngine:
             for row in range(len(requests))
         ]
 
-    def _generate(
+    def generate(
         self, plan: BatchPlan, encoded: NDArray[np.float32], native: NativePrefill | None,
-    ) -> tuple[dict[int, tuple[list[int], float, float, bool]], dict[str, float]]:
-        """Run a plan's ``generate`` calls: per item, (kept new ids, average log-probability,
-        no-speech probability, whether it hit its cap); and the token and step counters."""
-        import ctranslate2
-
-        items, groups = plan.items, plan.groups
-        generated: dict[int, tuple[list[int], float, float, bool]] = {}
-        made = kept = forced = prefilled_total = steps_run = 0
-        for (decoder_language, words, beam_size, n_context, length, prefilled), members \
-                in groups.items():
-            model, vocabulary = self.decoder(decoder_language, words)
-            rows = [items[m].row for m in members]
-            prompts = [items[m].prompt for m in members]
-            # generate's step budget (generate_max_length), less the tokens read at once
-            steps = min(length // 2, length - n_context - 3) - prefilled
-            # a restriction needs the native decoder (``decoder`` gives none without it);
-            # with nothing to read at once it returns generate's ids and scores
-            if native is not None and (prefilled or vocabulary is not None):
-                restriction = (None if vocabulary is None
-                               else (f"{decoder_language}-{words}", vocabulary.kept))
-                cpu0 = time.thread_time()  # it runs on this thread (one CTranslate2 thread)
-                outputs = native.decoder(self.model_dir, restriction).generate(
-                    np.ascontiguousarray(encoded[rows]), prompts,
-                    prompt_tokens=n_context + 3 + prefilled, sot_index=n_context,
-                    beam_size=beam_size, max_steps=steps)
+    ) -> tuple[list[Kept], dict[str, float]]:
+        """Run a plan's groups, one decoder call each (``WhisperDecoders.for_group``: native or
+        CTranslate2's ``generate``, one interface): what each item keeps (``batch_plan.keep``),
+        in item order; and the token and step counters."""
+        items = plan.items
+        kept: dict[int, Kept] = {}
+        steps = 0
+        for key, members in plan.groups.items():
+            decoder = self.decoders.for_group(ct2_whisper(self.model), key, native)
+            cpu0 = time.thread_time()  # the native decoder runs on this thread
+            sequences = decoder.generate(
+                encoded[[items[m].row for m in members]], [items[m].prompt for m in members],
+                beam_size=key.beam_size, n_context=key.n_context, max_length=key.max_length,
+                prefilled=key.prefilled)
+            if decoder.native:
                 self.stats.add(native_cpu_s=time.thread_time() - cpu0)
-                sequences = [(list(o.ids), o.score, o.no_speech_prob) for o in outputs]
-            else:
-                memory = ctranslate2.StorageView.from_array(np.ascontiguousarray(encoded[rows]))
-                sequences = [
-                    (list(o.sequences_ids[0]), o.scores[0] if o.scores else None,
-                     o.no_speech_prob)
-                    for o in model.generate(
-                        memory, prompts, beam_size=beam_size, max_length=length,
-                        return_scores=True, return_no_speech_prob=True, suppress_blank=False)
-                ]
-            # decoder steps this call ran: its longest item's (one step per token it did not
-            # read in the prompt pass, plus the end-of-text step), the step budget at most
-            steps_run += min(max(len(s[0]) - items[m].prefilled + 1
-                                 for m, s in zip(members, sequences, strict=True)), steps)
-            for member, (full, score, no_speech_prob) in zip(members, sequences, strict=True):
-                item = items[member]
-                # CTranslate2 returns the forced prefix tokens as part of the sequence
-                tokens = full[item.n_prefix:]
-                hit_cap = len(tokens) >= item.new_tokens
-                ids = [i for i in tokens[:item.new_tokens] if i < self.eot]
-                made += len(tokens)
-                kept += len(ids)
-                forced += item.n_prefix
-                prefilled_total += item.prefilled
-                avg_logprob = float(score) / max(1, len(full)) if score is not None else 0.0
-                generated[member] = (ids, avg_logprob, float(no_speech_prob), hit_cap)
-        return generated, {"generated_tokens": made, "kept_tokens": kept,
-                           "forced_tokens": forced, "prefilled_tokens": prefilled_total,
-                           "decoder_steps": steps_run}
+            steps += decoder_steps(sequences, key.prefilled,
+                                   step_budget(key.max_length, key.n_context, key.prefilled))
+            for member, sequence in zip(members, sequences, strict=True):
+                kept[member] = keep(items[member], sequence, self.eot)
+        return [kept[m] for m in range(len(items))], {
+            "generated_tokens": sum(k.made for k in kept.values()),
+            "kept_tokens": sum(len(k.ids) for k in kept.values()),
+            "forced_tokens": sum(item.n_prefix for item in items),
+            "prefilled_tokens": sum(item.prefilled for item in items),
+            "decoder_steps": steps}
 
     def _first_decode(self, request: WhisperRequest) -> DecodeResult:
         """A request's first decode, run alone (``stages.redecode``'s second decodes)."""

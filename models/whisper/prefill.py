@@ -117,33 +117,29 @@ def prefill_disagreement(engine: Any, native: NativePrefill) -> str | None:
     extra read in the prompt pass the search is ``generate``'s own, so its ids and score
     must be equal (score within 1e-4); with the prefix read in the prompt pass, the prefix
     must come back as given. None when both hold, else what differs. (Texts after a prefix
-    read at once may differ from ``generate``'s in a near tie, so they are not compared.)"""
-    import ctranslate2
+    read at once may differ from ``generate``'s in a near tie, so they are not compared.)
+    Both sides are decoders of ``models.whisper.generate``, as the engine calls them."""
     import numpy as np
+
+    from speechpipe.models.whisper.generate import Ct2Decoder, NativeDecoder
 
     audio = (np.random.default_rng(0).standard_normal(32_000) * 0.01).astype(np.float32)
     encoded = engine._encode_rows([engine.mel(audio)])
     prefix = engine.prompts.text_ids(AGREEMENT_PREFIX)
     prompt = engine.prompts.sot("en", "transcribe") + prefix
-    length = 2 * (len(prefix) + 12)
-    budget = min(length // 2, length - 3)
+    call = {"beam_size": 5, "n_context": 0, "max_length": 2 * (len(prefix) + 12)}
     model, _ = engine.decoder("en", 0)  # the full vocabulary: generate's own model
-    reference = model.generate(
-        ctranslate2.StorageView.from_array(encoded), [prompt], beam_size=5, max_length=length,
-        return_scores=True, return_no_speech_prob=True, suppress_blank=False)[0]
-    decoder = native.reference_decoder(engine.model_dir)
-    alone = decoder.generate(encoded, [prompt], prompt_tokens=3, sot_index=0, beam_size=5,
-                             max_steps=budget)[0]
-    want, got = list(reference.sequences_ids[0]), list(alone.ids)
-    if got != want or abs(float(alone.score) - float(reference.scores[0])) > 1e-4:
+    reference = Ct2Decoder(model).generate(encoded, [prompt], prefilled=0, **call)[0]
+    decoder = NativeDecoder(native.reference_decoder(engine.model_dir))
+    alone = decoder.generate(encoded, [prompt], prefilled=0, **call)[0]
+    want, got = reference.ids, alone.ids
+    if got != want or abs(float(alone.score or 0.0) - float(reference.score or 0.0)) > 1e-4:
         return (f"ids {got} score {alone.score:.5f} where generate gives {want} "
-                f"score {reference.scores[0]:.5f}")
-    read = decoder.generate(encoded, [prompt], prompt_tokens=3 + len(prefix) - 1, sot_index=0,
-                            beam_size=5, max_steps=budget - len(prefix) + 1)[0]
-    if list(read.ids[: len(prefix)]) != prefix:
-        return f"the prefix read in the prompt pass came back as {list(read.ids[:len(prefix)])}"
+                f"score {reference.score:.5f}")
+    read = decoder.generate(encoded, [prompt], prefilled=len(prefix) - 1, **call)[0]
+    if read.ids[: len(prefix)] != prefix:
+        return f"the prefix read in the prompt pass came back as {read.ids[:len(prefix)]}"
     return None
-
 
 
 def rows_step_choice(setting: str, *, repacks_weights: bool, avx2: bool = True) -> int:
