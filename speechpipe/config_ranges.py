@@ -1,7 +1,7 @@
 """What each option may be: the range of every numeric leaf (``RANGES``) and the rule of
 every string leaf (``TEXTS``), as data, with the value types that check one value (``Range``,
 ``Text``). ``speechpipe.config`` applies them to the tree (``check_leaf``, ``check_config``);
-``tests/app/test_config_bounds.py`` holds every leaf of the tree to one. Pure: no option
+``tests/unit/config/test_config_bounds.py`` holds every leaf of the tree to one. Pure: no option
 dataclass is imported here."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ _COUNT = _r(0, 1_000_000)
 _DAY = 86_400.0
 _WINDOW = 30.0  # Whisper hears 30 s at most
 
-# Every numeric leaf's range, declared here (``tests/app/test_config_bounds.py`` holds every
+# Every numeric leaf's range, declared here (``tests/unit/config/test_config_bounds.py`` holds every
 # leaf of the tree to one with both ends): finite, no lower than what works (0 only where it
 # means "off", "none" or "all"), no higher than a value still sane on one machine, so that no
 # flag, file or ``--set`` can hand an engine a beam of 100000 or a step of 1e308.

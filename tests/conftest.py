@@ -52,7 +52,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # MKL), and a packed output layer cannot be restricted: the engine then decodes with the
     # full vocabulary. Off for the run, so the restricted decoders (models/whisper/prefill.py) are
     # tested on every CPU; the packed default has its own test in fresh processes
-    # (tests/models/test_prefill.py). Inherited by the subprocesses the tests start.
+    # (tests/slow/models/test_prefill.py). Inherited by the subprocesses the tests start.
     os.environ.setdefault("CT2_PACKED_GEMM", "0")
     # The subprocesses the tests start (the CLI, a hundred times and more) import the same
     # modules: where the environment says not to write bytecode (PYTHONDONTWRITEBYTECODE), each

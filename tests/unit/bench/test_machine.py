@@ -65,7 +65,12 @@ def test_mkl_forced_on_amd_is_called_out() -> None:
     assert "non-Intel CPU" in line and "unset CT2_USE_MKL" in line
 
 
-def test_no_gemm_claim_off_x86_and_no_crash_on_an_empty_cpuinfo() -> None:
+def test_no_gemm_claim_off_x86_and_no_crash_on_an_empty_cpuinfo(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # an empty cpuinfo names no model: the fallback asks platform.processor(), which runs
+    # ``uname -p`` in a subprocess the first time; here it answers as on many ARM boards
+    monkeypatch.setattr(platform, "processor", lambda: "")
     arm = parse_cpuinfo("", cores=8, env={}, machine="aarch64")
     assert arm.gemm == "" and arm.isa == ""
     assert "int8 GEMM" not in describe_cpu(arm)

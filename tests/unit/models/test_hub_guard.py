@@ -1,6 +1,6 @@
 """``models/hub/guard.py``: the hub's answers that huggingface_hub would turn into paths, checked
-on plain ``requests`` responses (the loopback hub in ``tests/app/test_models_pull.py`` runs the
-same checks through the real client)."""
+on plain ``requests`` responses (the loopback hub in ``tests/cli/models_cli/test_models_pull.py``
+runs the same checks through the real client)."""
 
 from __future__ import annotations
 

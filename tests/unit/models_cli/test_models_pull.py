@@ -1,0 +1,39 @@
+"""``speechpipe models pull``'s refusals in process: a long value is echoed in a bounded
+part (the pulls themselves, as a user runs them: the cli tier)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("huggingface_hub")
+pytest.importorskip("ctranslate2")
+
+CT2_REPO = "speechpipe-test/opus-mt-en-es-ct2"
+
+
+def pull(tmp_path: Path, endpoint: str, *args: str, offline: bool = False):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(SPEECHPIPE_HOME=str(tmp_path / "home"), HF_HOME=str(tmp_path / "hf"),
+               HF_ENDPOINT=endpoint, HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_ETAG_TIMEOUT="5",
+               HF_HUB_DOWNLOAD_TIMEOUT="10")
+    if offline:
+        env["HF_HUB_OFFLINE"] = "1"
+    return subprocess.run([sys.executable, "-m", "speechpipe", "models", *args],
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args", [["x" * 100_000], ["--name", "n" * 100_000, CT2_REPO]])
+def test_a_refusal_echoes_a_bounded_part_of_a_long_value(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        args: list[str]) -> None:
+    from speechpipe.cli import main
+
+    monkeypatch.setenv("SPEECHPIPE_HOME", str(tmp_path / "home"))
+    assert main(["models", "pull", *args]) == 2  # refused before the hub is asked
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and len(err) < 300, err[:400]
