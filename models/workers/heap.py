@@ -15,10 +15,11 @@ def malloc_trim() -> bool:
     """Hand freed heap memory back to the OS (glibc only). False where unavailable; the
     memory then stays reusable by this process."""
     import ctypes
-    import ctypes.util
 
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        # the process's own symbols, libc's among them: no library search (ctypes.util's
+        # find_library runs ``ldconfig -p`` in a subprocess, once a call)
+        libc = ctypes.CDLL(None)
         return bool(libc.malloc_trim(0))
     except (OSError, AttributeError):
         return False
