@@ -8,18 +8,20 @@ partial's continuation that starts its sentence over is cut there, before agreem
 commit a loop's first words (``cut_restart``). ``guard_words`` runs them in that order;
 ``guarded_decode`` makes a decode's result of its text (the guards, and the no-speech guard:
 a decode whose no-speech probability is high and whose log-probability is low is dropped,
-faster-whisper's rule).
+faster-whisper's rule); ``guarded_decodes`` does so for every decode of an engine pass.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from speechpipe.stages.model_api import DecodeResult, DecodeTask, WhisperRequest
 
 __all__ = ["cut_repetition", "cut_restatement", "cut_restart", "guard_words",
-           "guarded_decode", "cut_capped_restatement", "cut_forced_restatement",
+           "guarded_decode", "DecodedText", "guarded_decodes", "cut_capped_restatement",
+           "cut_forced_restatement",
            "SPOKEN_REPEAT_WORDS",
            "SPOKEN_REPEAT_COPIES"]
 
@@ -345,3 +347,32 @@ def guarded_decode(
         cut=was_cut,
         truncated=hit_cap,
     )
+
+
+class DecodedText(NamedTuple):
+    """One decode of an engine pass, as ``guarded_decodes`` reads it."""
+    row: int  # its request's index in the pass
+    task: DecodeTask
+    text: str  # the new tokens' text
+    avg_logprob: float
+    no_speech_prob: float
+    hit_cap: bool
+
+
+def guarded_decodes(requests: Sequence[WhisperRequest],
+                    decoded: Sequence[DecodedText]) -> list[list[DecodeResult]]:
+    """Each request's decodes (``guarded_decode``), in its task order. The captions go
+    first, so that a translation's loop guard keeps the repetitions its captions hold."""
+    decodes: list[list[DecodeResult]] = [[] for _ in requests]
+    captions: dict[int, list[str]] = {}  # each request's captions, for its translation
+    for one in sorted(decoded, key=lambda d: d.task.task != "transcribe"):
+        spoken = captions.get(one.row, []) if one.task.task == "translate" else None
+        decode = guarded_decode(requests[one.row], one.task, one.text, one.avg_logprob,
+                                one.no_speech_prob, one.hit_cap, spoken=spoken)
+        if one.task.task == "transcribe":
+            captions[one.row] = [*one.task.prefix.split(), *decode.continuation.split()]
+        decodes[one.row].append(decode)
+    for row, request in enumerate(requests):  # in the request's task order
+        order = [t.task for t in request.tasks]
+        decodes[row].sort(key=lambda d: order.index(d.task) if d.task in order else 0)
+    return decodes

@@ -1,14 +1,19 @@
 """What the stages need from the models: the request and result types of ASR and text MT.
 
 The stages (``asr.py``, ``text_mt.py``) build requests and read results; the engines in
-``speechpipe.models`` (``whisper_engine.py``, ``ct2_translator.py``) accept and return them.
-Defining them here keeps imports flowing downward: models import stages, never the reverse.
+``speechpipe.models`` (``models/whisper/engine.py``, ``models/mt/ct2_translator.py``) accept
+and return them. Defining them here keeps imports flowing downward: models import stages,
+never the reverse. A Whisper request is decoded by the decode program
+(``stages.decode_program``) over the engine's one pass per encode bucket (``WhisperPass``);
+both run a batch bucket by bucket (``run_by_bucket``).
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -21,6 +26,8 @@ __all__ = [
     "WhisperRequest",
     "DecodeResult",
     "WhisperResult",
+    "WhisperPass",
+    "run_by_bucket",
     "TextMtRequest",
     "TextMtResult",
 ]
@@ -137,6 +144,50 @@ class WhisperResult:
     # the request's ``detect_among``: those only, renormalized over them); empty: the
     # language was given
     language_probs: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WhisperPass:
+    """A request's result after one engine pass (its decodes as generated, guarded and
+    aligned, no second decodes), and the encoder output it was decoded on ``[positions,
+    dims]``, which the decode program aligns against (coverage recovery)."""
+    result: WhisperResult
+    encoder_output: NDArray[np.float32]
+
+
+_Request = TypeVar("_Request")
+_Result = TypeVar("_Result")
+
+
+def run_by_bucket(
+    requests: Sequence[_Request], bucket: Callable[[_Request], int],
+    run: Callable[[list[_Request]], Sequence[_Result]],
+) -> list[_Result | Exception]:
+    """Run ``requests`` one encode ``bucket`` at a time (``run``: a bucket's requests, one
+    result each). ``results[i]`` is request i's result, or the exception that failed it: a
+    failing bucket is run again request by request, so an error reaches only the request
+    that caused it."""
+    buckets: dict[int, list[int]] = {}
+    for index, request in enumerate(requests):
+        buckets.setdefault(bucket(request), []).append(index)
+    results: list[_Result | Exception | None] = [None] * len(requests)
+    for indices in buckets.values():
+        group = [requests[i] for i in indices]
+        try:
+            outcomes: list[_Result | Exception] = list(run(group))
+        except Exception as exc:
+            outcomes = [exc] if len(group) == 1 else [_alone(run, r) for r in group]
+        for index, outcome in zip(indices, outcomes, strict=True):
+            results[index] = outcome
+    return [r for r in results if r is not None]
+
+
+def _alone(run: Callable[[list[_Request]], Sequence[_Result]],
+           request: _Request) -> _Result | Exception:
+    try:
+        return run([request])[0]
+    except Exception as exc:
+        return exc
 
 
 @dataclass(frozen=True, slots=True)

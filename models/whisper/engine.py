@@ -18,14 +18,14 @@ Batching (``run_batch``; ``run`` is a batch of one, so both give identical resul
 Guards against words from nothing (unguarded decodes loop on real clips here):
 - 1 s of trailing silence is appended before encoding, which gives Whisper its end-of-audio
   cue (without it short inputs loop, e.g. "así, así, así"); ``max_length`` follows the audio;
-- the text loop guards and the no-speech guard of ``stages.loop_guard`` (``guarded_decode``)
+- the text loop guards and the no-speech guard of ``stages.loop_guard`` (``guarded_decodes``)
   cut a continuation that loops, and drop one where Whisper heard no speech.
 The ASR stage adds the commit guard (``stages.faithfulness``): no words where a neural VAD
 heard no speech, no translation without source words.
 
-Second decodes (``stages.redecode``): a translation that is not English is decoded again
-with ``<|en|>``; coverage recovery translates the audio a short translation left out (its
-source time from a cross-attention alignment on the encoder output already computed).
+The engine computes; what to decode a second time (a translation not in English, the audio
+a short translation left out) is decided by the decode program over its passes
+(``stages.decode_program``), which the engine never calls.
 """
 
 from __future__ import annotations
@@ -61,14 +61,21 @@ from speechpipe.models.whisper.stats import EngineStats
 from speechpipe.models.whisper.vocab import RestrictedVocabulary
 from speechpipe.models.workers.asr_lanes import load_whisper_model
 from speechpipe.stages.language_vote import top_languages
-from speechpipe.stages.loop_guard import guarded_decode
-from speechpipe.stages.model_api import DecodeResult, DecodeTask, WhisperRequest, WhisperResult
-from speechpipe.stages.redecode import keep_to_english, recover_coverage
+from speechpipe.stages.loop_guard import DecodedText, guarded_decodes
+from speechpipe.stages.model_api import (
+    DecodeResult,
+    DecodeTask,
+    WhisperPass,
+    WhisperRequest,
+    WhisperResult,
+    run_by_bucket,
+)
 
 __all__ = ["WhisperEngine", "WhisperRequest", "DecodeTask", "DecodeResult", "WhisperResult",
            "WHISPER_LANGUAGES", "EngineStats", "ct2_whisper"]
 
-TRAILING_SILENCE_S = ENCODE_BUCKET_S = 1.0  # silence after the audio, length step ("Batching")
+TRAILING_SILENCE_S = 1.0  # silence after the audio ("Batching" above)
+ENCODE_BUCKET_S = 1.0  # encode lengths are multiples of this
 
 
 def ct2_whisper(model: Any) -> Any:  # -> ctranslate2.models.Whisper
@@ -87,8 +94,10 @@ class WhisperEngine:
         encode_bucket_s: float = ENCODE_BUCKET_S, trailing_silence_s: float = TRAILING_SILENCE_S,
         restricted_budget_bytes: int = RESTRICTED_BUDGET_BYTES, rows_step: int = 0,
     ):
-        self.encode_bucket_s, self.trailing_silence_s = encode_bucket_s, trailing_silence_s
-        self.model_dir, self.cpu_threads = Path(model_dir), cpu_threads
+        self.encode_bucket_s = encode_bucket_s
+        self.trailing_silence_s = trailing_silence_s
+        self.model_dir = Path(model_dir)
+        self.cpu_threads = cpu_threads
         self.stats = EngineStats()
         # the model, and the CTranslate2 threads it started (``models.workers.asr_lanes``)
         self.model, self.native_threads = load_whisper_model(self.model_dir, cpu_threads,
@@ -171,120 +180,67 @@ class WhisperEngine:
     def context_ids(self, request: WhisperRequest) -> dict[str, list[int]]:
         return self.prompts.context_ids(request)  # ``WhisperPrompts.context_ids``
 
-    # -- whole requests --------------------------------------------------------------------
+    # -- one pass ---------------------------------------------------------------------------
     def run(self, request: WhisperRequest) -> WhisperResult:
-        """One request: a batch of one (the same code and result as inside any batch)."""
-        return self._run_bucket([request])[0]
+        """One request's pass: a bucket of one (the same code and result as in any batch)."""
+        return self.run_bucket([request])[0].result
 
     def run_batch(self, requests: Sequence[WhisperRequest]) -> list[WhisperResult | Exception]:
-        """Run requests together. ``results[i]`` is request i's result, or the exception that
-        failed it: a failing shared call is retried request by request, so an error reaches
-        only the request that caused it. Equal to ``run`` per request (see module docs)."""
-        buckets: dict[int, list[int]] = {}
-        for index, request in enumerate(requests):
-            buckets.setdefault(self.encode_samples(len(request.audio)), []).append(index)
-        results: list[WhisperResult | Exception | None] = [None] * len(requests)
-        for indices in buckets.values():
-            group = [requests[i] for i in indices]
-            try:
-                outcomes: list[WhisperResult | Exception] = list(self._run_bucket(group))
-            except Exception as exc:
-                outcomes = [exc] if len(group) == 1 else [self._run_alone(r) for r in group]
-            for index, outcome in zip(indices, outcomes, strict=True):
-                results[index] = outcome
-        return [r for r in results if r is not None]
+        """Each request's pass, bucket by bucket (``model_api.run_by_bucket``: an error
+        reaches only the request that caused it). Equal to ``run`` per request."""
+        return run_by_bucket(requests, lambda r: self.encode_samples(len(r.audio)),
+                             lambda group: [p.result for p in self.run_bucket(group)])
 
-    def _run_alone(self, request: WhisperRequest) -> WhisperResult | Exception:
-        try:
-            return self._run_bucket([request])[0]
-        except Exception as exc:
-            return exc
-
-    def _run_bucket(self, requests: Sequence[WhisperRequest]) -> list[WhisperResult]:
-        """Requests of one encode bucket: one encoder call, shared generate calls."""
+    def run_bucket(self, requests: Sequence[WhisperRequest]) -> list[WhisperPass]:
+        """Requests of one encode bucket, one pass: one encoder call, the detections, shared
+        generate calls, the guards, the word times. (Second decodes: ``stages.decode_program``.)"""
         t0 = time.perf_counter()
         encoded = self._encode_rows([self.mel(r.audio) for r in requests])
         t1 = time.perf_counter()
-        languages: list[tuple[str, float]] = []
-        detected: list[tuple[tuple[str, float], ...]] = []
-        for row, request in enumerate(requests):
-            if request.language and not request.detect_too:
-                detected.append(())
-                languages.append((request.language, 1.0))
-            else:
-                detected.append(self.detect_language(storage_view(encoded[row : row + 1]),
-                                                     request.detect_among))
-                languages.append((request.language, 1.0) if request.language
-                                 else detected[-1][0])
+        detected = [() if r.language and not r.detect_too else self.detect_language(
+            storage_view(encoded[row : row + 1]), r.detect_among)
+            for row, r in enumerate(requests)]
+        languages = [(r.language, 1.0) if r.language else found[0]
+                     for r, found in zip(requests, detected, strict=True)]
         t2 = time.perf_counter()
-        # a restricted decoder has ids of its own: prompts are mapped to them, outputs back
-        native = (self.prefill() if any(r.prefill or r.vocabulary_words for r in requests)
-                  else None)
-        prompts: list[list[Prompt]] = []
-        restricted: list[bool] = []
-        for row, request in enumerate(requests):
-            language = languages[row][0]
-            _, vocabulary = self.decoder(language, request.vocabulary_words)
-            prompts.append(self.prompts.prompts(request, language, vocabulary))
-            restricted.append(vocabulary is not None)
-        plan = plan_batch(requests, [language for language, _ in languages], prompts,
-                          restricted, native is not None)
-        items, groups = plan.items, plan.groups
+        plan, native = self._plan(requests, [language for language, _ in languages])
         generated, counts = self.generate(plan, encoded, native)
         t3 = time.perf_counter()
-        decodes: list[list[DecodeResult]] = [[] for _ in requests]
-        captions: dict[int, list[str]] = {}  # each request's captions, for its translation
-        for member in sorted(range(len(items)), key=lambda m: items[m].task.task != "transcribe"):
-            item = items[member]
-            spoken = None
-            if item.task.task == "translate":
-                spoken = captions.get(item.row, [])
-            ids, avg_logprob, no_speech_prob, hit_cap, _ = generated[member]
-            decode = guarded_decode(requests[item.row], item.task, self.tokenizer.decode(ids),
-                                    avg_logprob, no_speech_prob, hit_cap, spoken=spoken)
-            if item.task.task == "transcribe":
-                captions[item.row] = [*item.task.prefix.split(), *decode.continuation.split()]
-            decodes[item.row].append(decode)
-        for row, request in enumerate(requests):  # in the request's task order
-            order = [t.task for t in request.tasks]
-            decodes[row].sort(key=lambda d: order.index(d.task) if d.task in order else 0)
+        texts = [DecodedText(item.row, item.task, self.tokenizer.decode(kept.ids),
+                             kept.avg_logprob, kept.no_speech_prob, kept.hit_cap)
+                 for item, kept in zip(plan.items, generated, strict=True)]
+        decodes = guarded_decodes(requests, texts)  # the loop and no-speech guards
         aligned = align_words(ct2_whisper(self.model), self.tokenizer, requests, encoded,
-                              languages, items, generated, decodes)
+                              languages, plan.items, generated, decodes)
         t4 = time.perf_counter()
         self.stats.add(
             encode_calls=1, encode_s=t1 - t0,
             encoded_s=len(requests) * self.encode_samples(len(requests[0].audio)) / SAMPLE_RATE,
-            generate_calls=len(groups), decode_items=len(items), decode_s=t3 - t2,
-            **counts,
-            context_tokens=sum(item.n_context for item in items),
+            generate_calls=len(plan.groups), decode_items=len(plan.items), decode_s=t3 - t2,
+            **counts, context_tokens=sum(item.n_context for item in plan.items),
             align_s=t4 - t3 if aligned else 0.0)
-        for row, request in enumerate(requests):
-            if request.check_target_language and languages[row][0] != "en":
-                decodes[row] = keep_to_english(request, languages[row][0], decodes[row],
-                                               self._first_decode)
-        recover_s = [0.0] * len(requests)
-        for row, request in enumerate(requests):
-            if request.recover_coverage:
-                t_recover = time.perf_counter()
-                decodes[row] = self._recover_coverage(
-                    request, encoded[row], languages[row][0], decodes[row])
-                if any(d.recovered for d in decodes[row]):  # an extra decode ran
-                    recover_s[row] = time.perf_counter() - t_recover
-        return [
-            WhisperResult(
-                language=languages[row][0],
-                language_prob=languages[row][1],
-                language_probs=detected[row],
-                decodes=tuple(decodes[row]),
-                encode_s=t1 - t0,
-                decode_s=t3 - t2,
-                timings={"asr.encode": t1 - t0, "asr.langid": t2 - t1, "asr.decode": t3 - t2,
-                         **({"asr.align": t4 - t3} if aligned else {}),
-                         **({"asr.recover": recover_s[row]} if recover_s[row] else {})},
-                batch_requests=len(requests),
-            )
-            for row in range(len(requests))
-        ]
+        timings = {"asr.encode": t1 - t0, "asr.langid": t2 - t1, "asr.decode": t3 - t2,
+                   **({"asr.align": t4 - t3} if aligned else {})}
+        return [WhisperPass(WhisperResult(
+            language=languages[row][0], language_prob=languages[row][1],
+            language_probs=detected[row], decodes=tuple(decodes[row]), encode_s=t1 - t0,
+            decode_s=t3 - t2, timings=dict(timings), batch_requests=len(requests)),
+            encoded[row]) for row in range(len(requests))]
+
+    def _plan(self, requests: Sequence[WhisperRequest], languages: list[str],
+              ) -> tuple[BatchPlan, NativePrefill | None]:
+        """The bucket's prompts (a restricted decoder's spelled with its kept tokens) and
+        their plan (``batch_plan.plan_batch``); the native decoders when a request wants
+        them (prefill or a restriction), else None."""
+        native = (self.prefill() if any(r.prefill or r.vocabulary_words for r in requests)
+                  else None)
+        prompts: list[list[Prompt]] = []
+        restricted: list[bool] = []
+        for request, language in zip(requests, languages, strict=True):
+            _, vocabulary = self.decoder(language, request.vocabulary_words)
+            prompts.append(self.prompts.prompts(request, language, vocabulary))
+            restricted.append(vocabulary is not None)
+        return plan_batch(requests, languages, prompts, restricted, native is not None), native
 
     def generate(
         self, plan: BatchPlan, encoded: NDArray[np.float32], native: NativePrefill | None,
@@ -315,30 +271,15 @@ class WhisperEngine:
             "prefilled_tokens": sum(item.prefilled for item in items),
             "decoder_steps": steps}
 
-    def _first_decode(self, request: WhisperRequest) -> DecodeResult:
-        """A request's first decode, run alone (``stages.redecode``'s second decodes)."""
-        return self._run_bucket([request])[0].decodes[0]
-
-    def _recover_coverage(
-        self, request: WhisperRequest, encoded_row: NDArray[np.float32], language: str,
-        decodes: list[DecodeResult],
-    ) -> list[DecodeResult]:
-        """``stages.redecode.recover_coverage`` with this engine's alignment (from the audio's
-        start, on the encoder output already computed) and decodes."""
-        def source_time(audio_from: int, text: str, offset: int) -> float | None:
-            return self._source_time(request.audio[audio_from:], encoded_row
-                                     if not audio_from else None, language, text, offset)
-        return recover_coverage(request, language, decodes, source_time, self._first_decode)
-
-    def _source_time(
-        self, audio: NDArray[np.float32], encoded_row: NDArray[np.float32] | None,
+    def source_time(
+        self, audio: NDArray[np.float32], encoder_output: NDArray[np.float32] | None,
         language: str, text: str, offset: int,
     ) -> float | None:
         """``models.whisper.align.source_time`` of ``text`` on ``audio`` (encoded again
-        unless ``encoded_row`` is given)."""
-        if encoded_row is None:
-            encoded_row = self._encode_rows([self.mel(audio)])[0]
-        return source_time(self.model, len(audio), encoded_row, language,
+        unless ``encoder_output`` is given): for ``stages.decode_program``'s recovery."""
+        if encoder_output is None:
+            encoder_output = self._encode_rows([self.mel(audio)])[0]
+        return source_time(self.model, len(audio), encoder_output, language,
                            self.prompts.text_ids(text), offset)
 
     def release(self) -> None:

@@ -3,7 +3,7 @@
 ::
 
     session A ─┐ submit(request, priority, deadline)
-    session B ─┼──► queue ──► worker thread: engine.run_batch(most urgent + its bucket)
+    session B ─┼──► queue ──► worker thread: program.run_batch(most urgent + its bucket)
     session C ─┘      ▲  replace / withdraw a queued partial       │
                       └──────────── futures resolved ◄────────────┘
 
@@ -71,9 +71,12 @@ from speechpipe.models.workers import faults
 from speechpipe.models.workers.asr_lanes import lower_priority, lower_this_thread
 from speechpipe.models.workers.batch_options import BatchOptions
 from speechpipe.models.workers.guard import LatencyBudget, WorkerGuard
+from speechpipe.stages.decode_program import program_over
 
 __all__ = [
     "AsrBatcher",
+    "BatchRunner",
+    "batch_runner",
     "BatchObserver",
     "BatchOptions",
     "BatchStats",
@@ -178,8 +181,26 @@ class _Entry:
         return (self.priority, self.deadline, self.seq)
 
 
+class BatchRunner(Protocol):
+    """What a worker thread calls with a batch (one encode bucket): ``results[i]`` is request
+    i's result or the exception that failed it."""
+
+    def run_batch(self, requests: Sequence[WhisperRequest]) -> list[WhisperResult | Exception]:
+        ...
+
+
+def batch_runner(engine: WhisperEngine | BatchRunner) -> BatchRunner:
+    """A Whisper engine is run through the decode program (``stages.decode_program``: its
+    passes, then the second decodes the requests ask for: the language check, coverage
+    recovery); anything else decodes whole requests itself (a scripted engine) and runs
+    as it is."""
+    runner: BatchRunner = program_over(engine)
+    return runner
+
+
 class AsrBatcher:
-    """``await batcher.recognize(request)``; ``batcher.client(priority)`` per session."""
+    """``await batcher.recognize(request)``; ``batcher.client(priority)`` per session. Each
+    engine call runs a batch through ``batch_runner(engine)``."""
 
     def __init__(
         self,
@@ -207,6 +228,8 @@ class AsrBatcher:
         self._retired: set[threading.Thread] = set()  # stuck past a deadline, replaced
         self.last_dispatch = 0.0  # clock time the latest engine call began (drills: recovery)
         self.urgent_engine = urgent_engine if self.options.urgent_workers else None
+        self._runners = {False: batch_runner(engine), True: batch_runner(
+            self.urgent_engine if self.urgent_engine is not None else engine)}
         self._urgent = urgent_classes(self.options)
         urgent = self.options.urgent_workers if self.urgent_engine is not None else 0
         if urgent:  # the usual workers' CTranslate2 threads go below the urgent lane's
@@ -502,7 +525,7 @@ class AsrBatcher:
         return chosen
 
     def _run(self, batch: list[_Entry], urgent: bool = False) -> None:
-        engine = self.urgent_engine if urgent and self.urgent_engine is not None else self.engine
+        runner = self._runners[urgent]
         start = self._clock()
         waits = [max(0.0, start - e.arrival) for e in batch]
         requests = [e.request for e in batch]
@@ -511,10 +534,10 @@ class AsrBatcher:
         call = self.guard.start_call(lambda error: self._abandon(batch, me, error, urgent))
         try:
             faults.hit("asr")  # a test seam: a no-op unless a test arms it
-            outcomes: list[WhisperResult | Exception] = engine.run_batch(requests)
+            outcomes: list[WhisperResult | Exception] = runner.run_batch(requests)
         except Exception as exc:  # the whole call failed: find the culprit, request by request
             outcomes = ([exc] if len(batch) == 1
-                        else [self._run_alone(engine, r) for r in requests])
+                        else [self._run_alone(runner, r) for r in requests])
         seconds = self._clock() - start
         worker_ok = not any(isinstance(o, Exception) and not isinstance(o, SpeechpipeError)
                             for o in outcomes)
@@ -547,10 +570,10 @@ class AsrBatcher:
 
 
     @staticmethod
-    def _run_alone(engine: WhisperEngine, request: WhisperRequest
+    def _run_alone(runner: BatchRunner, request: WhisperRequest
                    ) -> WhisperResult | Exception:
         try:
-            return engine.run_batch([request])[0]
+            return runner.run_batch([request])[0]
         except Exception as exc:
             return exc
 

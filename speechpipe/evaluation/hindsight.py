@@ -12,7 +12,7 @@ utterance ends, still showed 17 % "regret" against the offline decode (docs/benc
 Here each utterance's audio (its ``vad.start`` less the ASR stage's pre-roll, to its
 ``vad.end`` plus ``END_PAD_S``, the VAD's end detection) is decoded once more by the loaded
 engine with the request the pipeline itself makes when an utterance ends
-(``UtteranceDecoder.request("final")``: its beam, length cap, vocabulary, language check)
+(``UtteranceDecoder.request(DecodeKind.FINAL)``: its beam, length cap, vocabulary, language check)
 but with no forced prefix and no context: what the same model says for the whole utterance
 once it has heard all of it. A committed word it does not contain is a word the streaming
 policy would take back if it could. It runs after the clip's streamed run, on the loaded
@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from speechpipe.stages.asr_options import AsrOptions
+from speechpipe.stages.decode_program import program_over
 from speechpipe.stages.frames import STREAM_RATE
 from speechpipe.stages.model_api import DecodeTask, WhisperRequest
 
@@ -82,10 +83,12 @@ def hindsight_texts(engine: Any, audio: np.ndarray, spans: Sequence[tuple[float,
                     language: str, options: AsrOptions, translate: bool,
                     padding_s: tuple[float, float] = (0.0, 0.0)) -> list[tuple[str, str]]:
     """(captions, translation) of each span (seconds) of ``audio`` (16 kHz int16), decoded
-    by ``engine`` (``models.whisper.engine.WhisperEngine``) as the pipeline's final decode
-    with nothing forced, with ``padding_s`` seconds of silence before and after the span;
-    the translation is "" without ``translate``. Blocking."""
+    by ``engine`` (``models.whisper.engine.WhisperEngine``, through the decode program as in
+    the pipeline: ``stages.decode_program``) as the pipeline's final decode with nothing
+    forced, with ``padding_s`` seconds of silence before and after the span; the translation
+    is "" without ``translate``. Blocking."""
     before, after = (np.zeros(int(s * STREAM_RATE), np.float32) for s in padding_s)
+    program = program_over(engine)  # the language check runs as in the pipeline
     out = []
     for start, end in spans:
         piece = np.asarray(audio[int(start * STREAM_RATE): int(end * STREAM_RATE)])
@@ -93,7 +96,7 @@ def hindsight_texts(engine: Any, audio: np.ndarray, spans: Sequence[tuple[float,
             out.append(("", ""))
             continue
         heard = np.concatenate([before, piece.astype(np.float32) / 32768.0, after])
-        result = engine.run(hindsight_request(heard, language, options, translate))
+        result = program.run(hindsight_request(heard, language, options, translate))
         texts = {d.task: "" if d.wrong_language else (d.glued + d.continuation).strip()
                  for d in result.decodes}
         out.append((texts.get("transcribe", ""), texts.get("translate", "")))

@@ -13,6 +13,7 @@ from speechpipe.evaluation.evaluate import count_unfaithful, utterance_texts
 from speechpipe.file_translation import translate_audio
 from speechpipe.models.whisper.engine import DecodeTask, WhisperRequest
 from speechpipe.session import Pipeline
+from speechpipe.stages.decode_program import DecodeProgram
 from speechpipe.stages.faithfulness import FaithfulnessOptions
 from speechpipe.stages.request import SessionRequest
 from speechpipe.transport.file_replay import read_audio
@@ -73,18 +74,19 @@ def three_sentences() -> np.ndarray:
 
 
 def test_recovery_translates_what_a_short_first_pass_left_out(pipeline):
-    """The real engine, given a translate decode that stopped after "Hello!" (Whisper's
-    known failure, scripted here because it does not happen on every input), aligns the
-    captions, translates the rest of the audio on its own and appends it."""
+    """The decode program on the real engine, given a translate decode that stopped after
+    "Hello!" (Whisper's known failure, scripted here because it does not happen on every
+    input), aligns the captions, translates the rest of the audio on its own and appends it."""
     engine = pipeline.engine
+    program = DecodeProgram(engine)
     audio = three_sentences().astype(np.float32) / 32768.0
     request = WhisperRequest(audio=audio, language="fr", recover_coverage=True,
                              tasks=(DecodeTask("transcribe"), DecodeTask("translate")))
-    first = engine.run(request)
+    first = program.run(request)
     assert first.decodes[1].recovered == 0  # the full decode covered everything itself
     short = [first.decodes[0], dataclasses.replace(first.decodes[1], continuation="Hello!")]
     encoded = engine._encode_rows([engine.mel(audio)])[0]
-    recovered = engine._recover_coverage(request, encoded, "fr", short)[1]
+    recovered = program.recover_coverage(request, encoded, "fr", short)[1]
     assert recovered.recovered >= 1 and not recovered.coverage_short
     english = recovered.continuation.lower()
     assert english.startswith("hello!")
