@@ -52,6 +52,7 @@ from speechpipe.stages.frames import (
 )
 from speechpipe.stages.language_vote import LanguageVote
 from speechpipe.stages.model_api import (
+    DecodeKind,
     WhisperRequest,
     WhisperResult,
 )
@@ -66,7 +67,7 @@ __all__ = [
 Recognize = Callable[[WhisperRequest], Awaitable[WhisperResult]]
 
 # decode kinds that run in flight on a shared worker while the stage goes on taking audio
-_IN_FLIGHT_KINDS = ("partial", "hush")
+_IN_FLIGHT_KINDS = (DecodeKind.PARTIAL, DecodeKind.HUSH)
 
 
 class QueuedDecodes(Protocol):
@@ -93,10 +94,10 @@ class _InFlight:
     basis: int
     pending: asyncio.Future[WhisperResult]
     queued: float
-    kind: str = "partial"
+    kind: DecodeKind = DecodeKind.PARTIAL
 
 
-def _marked(decoder: UtteranceDecoder, kind: str) -> WhisperRequest:
+def _marked(decoder: UtteranceDecoder, kind: DecodeKind) -> WhisperRequest:
     """``decoder``'s request, marked ``opening`` when it is a partial of an utterance with
     nothing committed yet on the side the listener hears: its first words, which a shared
     worker serves with the finals, ahead of partials that only refresh tentative text
@@ -114,7 +115,8 @@ def overtakes_partial(decoder: UtteranceDecoder, partial_basis: int) -> bool:
     partial will not have heard every voiced sample and the silence after it (``covered``):
     then the decode now due runs whatever the partial says, and waiting for it only adds
     its remaining time to the commit (``asr.commit_overtakes_partial``)."""
-    return (decoder.options.commit_overtakes_partial and decoder.due() in ("pause", "final")
+    return (decoder.options.commit_overtakes_partial
+            and decoder.due() in (DecodeKind.PAUSE, DecodeKind.FINAL)
             and not decoder.hears_voice_end(partial_basis))
 
 
@@ -326,7 +328,7 @@ class AsrStage:
             await self._retire(current, outbox, events)
             await self._step(current, outbox, events)
 
-    def _launch(self, decoder: UtteranceDecoder, kind: str = "partial") -> None:
+    def _launch(self, decoder: UtteranceDecoder, kind: DecodeKind = DecodeKind.PARTIAL) -> None:
         """Submit a partial (or hush) decode in flight, or supersede the partial still queued
         when a step's worth of newer audio (or a hush) has arrived since."""
         assert self.queue is not None
@@ -372,7 +374,7 @@ class AsrStage:
                 and self.queue is not None):
             if self.queue.withdraw(inflight.request):
                 self.superseded += 1
-            elif inflight.kind == "partial" and overtakes_partial(decoder, inflight.basis):
+            elif inflight.kind == DecodeKind.PARTIAL and overtakes_partial(decoder, inflight.basis):
                 # already running, and it did not hear up to the pause: its result would be
                 # decoded over at once, so the commit does not wait for it
                 self.overtaken += 1
@@ -403,12 +405,12 @@ class AsrStage:
         if outcome is None:
             return
         changed, timings = outcome
-        if (kind == "hush" and decoder.due() == "pause" and decoder.covered()
+        if (kind == DecodeKind.HUSH and decoder.due() == DecodeKind.PAUSE and decoder.covered()
                 and decoder.language_to_redecode() is None):
             # the pause came while the hush decode ran: commit its hypothesis now, in one
             # hypothesis with nothing tentative (what the voice speaks as the finish), not as
             # a partial first and the commit a moment later
-            kind, changed = "pause", decoder.commit_last(pause=True)
+            kind, changed = DecodeKind.PAUSE, decoder.commit_last(pause=True)
         await self._emit(decoder, kind, inflight.basis, changed, timings, outbox, events)
 
     async def _step(
@@ -427,15 +429,16 @@ class AsrStage:
         basis = decoder.basis(kind)
         timings: tuple[StageTiming, ...] = ()
         # a last hypothesis in another language than the vote's leader is decoded again in it
-        redecode = (decoder.language_to_redecode()
-                    if kind in ("final", "pause") and not too_little_voice else None)
+        commits = kind in (DecodeKind.FINAL, DecodeKind.PAUSE)
+        redecode = (decoder.language_to_redecode() if commits and not too_little_voice
+                    else None)
         covered = decoder.covered() and redecode is None
-        if kind in ("final", "pause") and (covered or too_little_voice):
-            changed = decoder.commit_last(kind == "pause") if covered else [
+        if commits and (covered or too_little_voice):
+            changed = decoder.commit_last(kind == DecodeKind.PAUSE) if covered else [
                 ("source", decoder.text("source"), ""),
                 ("target", decoder.text("target"), ""),
             ][: 2 if decoder.translate else 1]
-            if kind == "pause":
+            if kind == DecodeKind.PAUSE:
                 decoder.pause_pending = False
         else:
             decoder.commit_in = decoder.commit_in or redecode
@@ -453,7 +456,8 @@ class AsrStage:
         await self._emit(decoder, kind, basis, changed, timings, outbox, events)
 
     async def _decode(
-        self, decoder: UtteranceDecoder, kind: str, basis: int, events: Channel[OutputEvent],
+        self, decoder: UtteranceDecoder, kind: DecodeKind, basis: int,
+        events: Channel[OutputEvent],
     ) -> tuple[list[tuple[str, str, str]], tuple[StageTiming, ...]] | None:
         """One sequential decode of ``kind``, applied; None when it was dropped or failed
         (a partial's failure; a final's commits its last hypothesis)."""
@@ -470,7 +474,7 @@ class AsrStage:
     async def _apply(
         self,
         decoder: UtteranceDecoder,
-        kind: str,
+        kind: DecodeKind,
         basis: int,
         result: WhisperResult | SpeechpipeError,
         queued: float,
@@ -479,7 +483,7 @@ class AsrStage:
         if isinstance(result, SpeechpipeError):
             await events.put(ErrorEvent(result.code, str(result), self.clock.stamp(basis),
                                         decoder.utterance))
-            if kind != "final":
+            if kind != DecodeKind.FINAL:
                 decoder.last_decode_end = basis
                 decoder.pause_pending = False
                 return None
@@ -502,7 +506,7 @@ class AsrStage:
             self._learn_language(decoder, kind)
         return changed, timings
 
-    def _learn_language(self, decoder: UtteranceDecoder, kind: str) -> None:
+    def _learn_language(self, decoder: UtteranceDecoder, kind: DecodeKind) -> None:
         """What the session keeps of an utterance that detected its language: the language,
         once found with confidence (``asr.keep_detected_language``: later utterances are
         decoded in it from their first words); else, at the utterance's end, its votes, so
@@ -514,7 +518,7 @@ class AsrStage:
         if decoder.language_locked and confidence >= options.language_confident:
             self.detected_language = decoder.language
             self.detected_confidence = confidence
-        elif kind == "final":
+        elif kind == DecodeKind.FINAL:
             if decoder.switched:  # the kept language is no longer spoken: detect again
                 self.detected_language = self.detected_confidence = None
             self.language_evidence = decoder.vote.carried()
@@ -559,14 +563,14 @@ class AsrStage:
     async def _emit(
         self,
         decoder: UtteranceDecoder,
-        kind: str,
+        kind: DecodeKind,
         basis: int,
         changed: list[tuple[str, str, str]],
         timings: tuple[StageTiming, ...],
         outbox: Channel[TextHypothesis],
         events: Channel[OutputEvent],
     ) -> None:
-        final = kind == "final"
+        final = kind == DecodeKind.FINAL
         if final:
             decoder.revision += 1
             if await self._retranslate_missing(decoder):

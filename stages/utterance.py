@@ -26,7 +26,7 @@ from speechpipe.stages.faithfulness import (
 )
 from speechpipe.stages.frames import STREAM_RATE
 from speechpipe.stages.language_vote import LanguageVote
-from speechpipe.stages.model_api import DecodeTask, WhisperRequest, WhisperResult
+from speechpipe.stages.model_api import DecodeKind, DecodeTask, WhisperRequest, WhisperResult
 from speechpipe.stages.utterance_edge import UtteranceEdge
 from speechpipe.stages.utterance_language import COMMIT_KINDS, UtteranceLanguage
 from speechpipe.stages.window import quiet_tail
@@ -151,14 +151,14 @@ class UtteranceDecoder(UtteranceLanguage, UtteranceEdge):
                 and self.end - self.window_start > self.options.max_window_s * STREAM_RATE):
             self._move_to_commit_point()
 
-    def tasks(self, kind: str = "final") -> tuple[DecodeTask, ...]:
+    def tasks(self, kind: DecodeKind = DecodeKind.FINAL) -> tuple[DecodeTask, ...]:
         """The Whisper tasks a decode of this ``kind`` runs, each with the window's committed
         text as forced prefix and the text committed before the window as context."""
         tasks = [DecodeTask("transcribe", self.source.committed_text, self.source_context)]
         if self.translate:
             tasks.append(DecodeTask("translate", self.target.committed_text,
                                     self.target_context))
-            if kind == "partial" and (not self.options.source_partials
+            if kind == DecodeKind.PARTIAL and (not self.options.source_partials
                                       or self._captions_decoded_lately()):
                 del tasks[0]  # captions catch up at their next step, a pause or the end
         return tuple(tasks)
@@ -168,7 +168,7 @@ class UtteranceDecoder(UtteranceLanguage, UtteranceEdge):
         since = self.end - max(self.last_caption_end, self.window_start)
         return since < self.options.caption_step_s * STREAM_RATE
 
-    def due(self) -> str | None:
+    def due(self) -> DecodeKind | None:
         """Which decode is due now: ``final``, ``pause``, ``cut``, ``hush``, ``partial`` or
         None. A ``hush`` decode is a partial that hears the silence a pause would start with:
         it is asked like a pause decode (beam, length cap, never superseded), applied like a
@@ -178,21 +178,21 @@ class UtteranceDecoder(UtteranceLanguage, UtteranceEdge):
         min_voiced = options.min_voiced_s * STREAM_RATE
         enough_voice = self.voiced_samples >= min_voiced
         if self.ended:
-            return "final"
+            return DecodeKind.FINAL
         if self.pause_pending and enough_voice and options.commit_on_pause:
-            return "pause"
+            return DecodeKind.PAUSE
         window_voice = self.voiced_samples - self.window_voiced_from >= min_voiced
         if options.windowing and window_voice and self._cut_due():
-            return "cut"
+            return DecodeKind.CUT
         if (self.hush_pending and self.last_decode_end < self.hush_at and enough_voice
                 and window_voice):
-            return "hush"
+            return DecodeKind.HUSH
         spoken = self.text("target" if self.translate else "source")
         early = count_words(spoken) < options.early_words
         step = int((options.early_step_s if early else options.step_s) * STREAM_RATE)
         since = self.end - max(self.last_decode_end, self.window_start)
         if enough_voice and window_voice and since >= step:
-            return "partial"
+            return DecodeKind.PARTIAL
         return None
 
     def covered(self) -> bool:
@@ -225,11 +225,11 @@ class UtteranceDecoder(UtteranceLanguage, UtteranceEdge):
             return True
         return quiet_tail(self._samples(self.window_start, self.end))
 
-    def basis(self, kind: str) -> int:
+    def basis(self, kind: DecodeKind) -> int:
         """Where the audio of this decode ends. A pause decode stops at the pause (plus a
         little silence), so committing everything never cuts a word that went on after it;
         every other decode hears all the audio there is."""
-        if kind == "pause":
+        if kind == DecodeKind.PAUSE:
             return min(self.end, self.pause_pts + int(0.2 * STREAM_RATE))
         return self.end
 
@@ -237,12 +237,12 @@ class UtteranceDecoder(UtteranceLanguage, UtteranceEdge):
         audio = np.concatenate(self.audio) if self.audio else np.zeros(0, np.int16)
         return audio[max(0, start - self.start_pts): max(0, end - self.start_pts)]
 
-    def request(self, kind: str) -> WhisperRequest:
+    def request(self, kind: DecodeKind) -> WhisperRequest:
         """The Whisper request for a decode of this ``kind`` over the window's audio up to
         ``basis``."""
         basis = self.basis(kind)
         audio = self._samples(self.window_start, basis)
-        partial = kind == "partial"
+        partial = kind == DecodeKind.PARTIAL
         if partial:
             cap = self.options.partial_max_new_tokens
         else:  # enough for the audio not yet committed, not for a loop
@@ -273,10 +273,10 @@ class UtteranceDecoder(UtteranceLanguage, UtteranceEdge):
             check_target_language=self.translate and self.options.check_target_language,
         ))
 
-    def _word_times(self, kind: str) -> tuple[str, ...]:
+    def _word_times(self, kind: DecodeKind) -> tuple[str, ...]:
         """Tasks whose words need alignment times: the partials of a side whose commit
         policy uses them (``stages.commit``)."""
-        if kind not in ("partial", "hush"):
+        if kind not in (DecodeKind.PARTIAL, DecodeKind.HUSH):
             return ()
         sides = [("transcribe", self.source)] + (
             [("translate", self.target)] if self.translate else [])
@@ -285,23 +285,24 @@ class UtteranceDecoder(UtteranceLanguage, UtteranceEdge):
                      if policy.wants_word_times or (policy.needs_word_times
                                                     and not self.language_locked))
 
-    def _align_starts(self, kind: str) -> tuple[tuple[str, frozenset[str]], ...]:
+    def _align_starts(self, kind: DecodeKind) -> tuple[tuple[str, frozenset[str]], ...]:
         """For the settling sides with a locked language: the first words a continuation
         must start with to commit anything, so the engine aligns only those decodes."""
-        if kind not in ("partial", "hush") or not self.language_locked:
+        if kind not in (DecodeKind.PARTIAL, DecodeKind.HUSH) or not self.language_locked:
             return ()
         sides = [("transcribe", self.source)] + (
             [("translate", self.target)] if self.translate else [])
         return tuple((task, policy.agreeing_starts) for task, policy in sides
                      if policy.rule == "agreement" and policy.wants_word_times)
 
-    def apply(self, result: WhisperResult, kind: str, basis_pts: int) -> list[tuple[str, str, str]]:
+    def apply(self, result: WhisperResult, kind: DecodeKind,
+              basis_pts: int) -> list[tuple[str, str, str]]:
         """Feed a decode result; return (side, committed, tentative) for each changed side."""
         result = self._guarded(result, basis_pts)
         self.last_decode_end = basis_pts
         if any(d.task == "transcribe" for d in result.decodes):
             self.last_caption_end = basis_pts
-        if kind == "hush" or basis_pts >= self.hush_at:
+        if kind == DecodeKind.HUSH or basis_pts >= self.hush_at:
             self.hush_pending = False  # this decode heard the hush
         self.last_truncated = any(d.truncated for d in result.decodes)
         commit_all = kind in COMMIT_KINDS
@@ -322,7 +323,7 @@ class UtteranceDecoder(UtteranceLanguage, UtteranceEdge):
                 self.wrong_language += 1
                 words = []
             target_by_agreement = (
-                kind == "pause" and decode.task == "translate"
+                kind == DecodeKind.PAUSE and decode.task == "translate"
                 and not self.options.commit_target_on_pause
             )
             if commit_all and not target_by_agreement:
@@ -360,15 +361,15 @@ class UtteranceDecoder(UtteranceLanguage, UtteranceEdge):
                             self.source_settled_pts,
                             self.window_start + int(policy.committed_end_s * STREAM_RATE))
             after = (self.text(side), self._shown(policy.tentative))
-            if after != before or kind == "final":
+            if after != before or kind == DecodeKind.FINAL:
                 changed.append((side, *after))
-        if kind == "pause" and self.commit_in is None:
+        if kind == DecodeKind.PAUSE and self.commit_in is None:
             self.pause_pending = False
         if commit_all:
             self.committed_at = basis_pts
-            if kind == "cut":  # a long window without a pause: the next starts here
+            if kind == DecodeKind.CUT:  # a long window without a pause: the next starts here
                 self._advance(basis_pts)
-            elif kind == "pause":
+            elif kind == DecodeKind.PAUSE:
                 self._mark_commit_point(basis_pts)
         elif self._stalled_at_commit_point(result):
             # the punctuation it ended with (held as the edge) is what the new speech
@@ -475,11 +476,11 @@ class UtteranceDecoder(UtteranceLanguage, UtteranceEdge):
                                            self.faithfulness.speech_threshold)
         self.evidence.add(samples)
 
-    def _with_recovery(self, kind: str, request: WhisperRequest) -> WhisperRequest:
+    def _with_recovery(self, kind: DecodeKind, request: WhisperRequest) -> WhisperRequest:
         """Decodes that commit everything (and a hush decode, which a pause may commit) also
         translate what a short translation left out."""
         options = self.faithfulness
-        if kind == "partial" or not self.translate or not options.recover:
+        if kind == DecodeKind.PARTIAL or not self.translate or not options.recover:
             return request
         return replace(request, recover_coverage=True, coverage_min_ratio=options.min_ratio,
                        coverage_min_words=options.min_source_words,
@@ -543,7 +544,7 @@ class UtteranceDecoder(UtteranceLanguage, UtteranceEdge):
             tentative = list(policy.tentative)
             self._glue_edge(side, policy, 0, tentative)
             policy.finalize()
-            self._hold_end(side, policy, "pause" if pause else "final")
+            self._hold_end(side, policy, DecodeKind.PAUSE if pause else DecodeKind.FINAL)
             if side == "source":
                 self.source_settled_pts = max(self.source_settled_pts, self.last_decode_end)
             out.append((side, self.text(side), ""))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from speechpipe.stages.agreement import normalize_word
 from speechpipe.stages.asr_options import AsrOptions
 from speechpipe.stages.commit import SENTENCE_END_MARKS, CommitPolicy, sentence_end_count
+from speechpipe.stages.model_api import DecodeKind
 
 __all__ = ["UtteranceEdge"]
 
@@ -85,10 +86,10 @@ class UtteranceEdge:
             return True  # no captions to rest on (not decoded, or none committed yet)
         return sentence_end_count(captions) > sentence_end_count(self.text("target"))
 
-    def _hold_end(self, side: str, policy: CommitPolicy, kind: str) -> None:
+    def _hold_end(self, side: str, policy: CommitPolicy, kind: DecodeKind) -> None:
         """Before anything is published: a sentence end on the last committed word is held
         unless the utterance ended (``asr.hold_sentence_end``)."""
-        if kind != "final" and self.options.hold_sentence_end:
+        if kind != DecodeKind.FINAL and self.options.hold_sentence_end:
             held = policy.hold_sentence_end()
             if held:
                 self.edge[side] = held

@@ -18,11 +18,12 @@ from speechpipe.stages.language_vote import (
     settle_language,
     switched_language,
 )
-from speechpipe.stages.model_api import WhisperResult
+from speechpipe.stages.model_api import DecodeKind, WhisperResult
 
 __all__ = ["COMMIT_KINDS", "UtteranceLanguage"]
 
-COMMIT_KINDS = ("final", "pause", "cut")  # decodes that commit everything they heard
+# decodes that commit everything they heard
+COMMIT_KINDS = (DecodeKind.FINAL, DecodeKind.PAUSE, DecodeKind.CUT)
 
 
 class UtteranceLanguage:
@@ -45,7 +46,7 @@ class UtteranceLanguage:
         @property
         def window_start(self) -> int: ...
 
-    def _detect_too(self, kind: str, basis: int) -> bool:
+    def _detect_too(self, kind: DecodeKind, basis: int) -> bool:
         """Does a decode in the session's kept language also detect (watching for a switch)?
         On ``language_min_s`` of audio or more: those that commit everything, the first
         partial (a final the last partial covered is not decoded) and, while another
