@@ -10,6 +10,7 @@ from speechpipe.stages.asr import AsrOptions, AsrStage
 from speechpipe.stages.channels import Channel
 from speechpipe.stages.clock import BasisStreamClock
 from speechpipe.stages.frames import STREAM_RATE, TextHypothesis, VadEvent
+from speechpipe.stages.model_api import DecodeKind
 from speechpipe.stages.vad import LabeledAudio
 
 WORDS = "uno dos tres cuatro cinco seis siete ocho nueve diez".split()
@@ -289,10 +290,10 @@ def test_only_a_commit_overtakes_and_only_a_partial_that_did_not_hear_the_pause(
                                translate=True)
     decoder.add(np.full(3 * STREAM_RATE, 100, np.int16), 3 * STREAM_RATE)
     decoder.last_voiced_end = 3 * STREAM_RATE
-    assert decoder.due() != "pause"
+    assert decoder.due() != DecodeKind.PAUSE
     assert not overtakes_partial(decoder, 2 * STREAM_RATE)  # a partial is due: no commit
     decoder.pause_pending, decoder.pause_pts = True, 3 * STREAM_RATE
-    assert decoder.due() == "pause"
+    assert decoder.due() == DecodeKind.PAUSE
     assert overtakes_partial(decoder, 2 * STREAM_RATE)
     assert overtakes_partial(decoder, 3 * STREAM_RATE)  # heard the voice end, not the silence
     margin = int(decoder.options.pause_commit_margin_s * STREAM_RATE)

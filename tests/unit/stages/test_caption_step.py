@@ -7,7 +7,7 @@ import numpy as np
 
 from speechpipe.stages.asr import AsrOptions, UtteranceDecoder
 from speechpipe.stages.frames import STREAM_RATE
-from speechpipe.stages.model_api import DecodeResult, WhisperResult
+from speechpipe.stages.model_api import DecodeKind, DecodeResult, WhisperResult
 
 
 def _decoder(**options: float) -> UtteranceDecoder:
@@ -26,7 +26,7 @@ def _land(decoder: UtteranceDecoder, tasks: tuple[str, ...], step: int = 0) -> N
     texts = {"transcribe": f"hola{step}", "translate": f"hello{step}"}
     decodes = tuple(DecodeResult(task, texts[task], -0.1, 0.0) for task in tasks)
     decoder.apply(WhisperResult(language="es", language_prob=1.0, decodes=decodes,
-                                encode_s=0.0, decode_s=0.0), "partial", decoder.end)
+                                encode_s=0.0, decode_s=0.0), DecodeKind.PARTIAL, decoder.end)
 
 
 def test_early_partials_decode_the_captions_every_other_step():
@@ -34,8 +34,8 @@ def test_early_partials_decode_the_captions_every_other_step():
     _hear(decoder, 0.5)
     asked = []
     for step in range(4):
-        assert decoder.due() == "partial"
-        tasks = tuple(t.task for t in decoder.request("partial").tasks)
+        assert decoder.due() == DecodeKind.PARTIAL
+        tasks = tuple(t.task for t in decoder.request(DecodeKind.PARTIAL).tasks)
         asked.append(tasks)
         _land(decoder, tasks, step)
         _hear(decoder, 0.25)
@@ -48,14 +48,15 @@ def test_a_pause_decode_always_decodes_the_captions():
     _hear(decoder, 0.5)
     _land(decoder, ("transcribe", "translate"))
     _hear(decoder, 0.25)
-    assert [t.task for t in decoder.request("pause").tasks] == ["transcribe", "translate"]
-    assert [t.task for t in decoder.request("partial").tasks] == ["translate"]
+    assert [t.task for t in decoder.request(DecodeKind.PAUSE).tasks] == ["transcribe", "translate"]
+    assert [t.task for t in decoder.request(DecodeKind.PARTIAL).tasks] == ["translate"]
 
 
 def test_with_the_default_cadence_every_partial_decodes_both():
     decoder = _decoder()  # early steps 0.5 s: never closer than caption_step_s
     _hear(decoder, 0.5)
     for _ in range(3):
-        assert [t.task for t in decoder.request("partial").tasks] == ["transcribe", "translate"]
+        tasks = decoder.request(DecodeKind.PARTIAL).tasks
+        assert [t.task for t in tasks] == ["transcribe", "translate"]
         _land(decoder, ("transcribe", "translate"))
         _hear(decoder, 0.5)

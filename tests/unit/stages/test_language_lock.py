@@ -24,7 +24,7 @@ from speechpipe.stages.language_vote import (
     switched_language,
     top_languages,
 )
-from speechpipe.stages.model_api import DecodeResult, WhisperRequest, WhisperResult
+from speechpipe.stages.model_api import DecodeKind, DecodeResult, WhisperRequest, WhisperResult
 from speechpipe.stages.vad import LabeledAudio
 
 OPTIONS = AsrOptions(step_s=0.5, early_step_s=0.5, language_lock_s=3.0,
@@ -48,7 +48,7 @@ def _decoded(decoder: UtteranceDecoder, language: str, prob: float, source: str,
         language=language, language_prob=prob, encode_s=0.0, decode_s=0.0,
         decodes=(DecodeResult("transcribe", source, -0.1, 0.0),
                  DecodeResult("translate", target, -0.1, 0.0)))
-    changed = decoder.apply(result, "partial", decoder.end)
+    changed = decoder.apply(result, DecodeKind.PARTIAL, decoder.end)
     return {side: (committed, tentative) for side, committed, tentative in changed}
 
 
@@ -81,7 +81,7 @@ def test_an_unsure_vote_waits_for_the_lock_time_then_fixes_its_leader():
     assert decoder.language_confidence == pytest.approx(0.6 * 6.0 / 9.0)
     # this decode was in Spanish, not the language fixed: nothing of it is committed
     assert decoder.text("target") == ""
-    assert decoder.request("partial").language == "pt"
+    assert decoder.request(DecodeKind.PARTIAL).language == "pt"
     for _ in range(2):  # decoded in Portuguese now: agreement as usual
         _hear(decoder, 0.5)
         _decoded(decoder, "pt", 0.9, "hola a todos y", "hello to everyone and")
@@ -135,9 +135,9 @@ def test_detection_among_languages_renormalizes_over_them():
 def test_the_fixed_language_is_asked_for_in_later_requests():
     decoder = _auto()
     _hear(decoder, 1.5)
-    assert decoder.request("partial").language is None  # detect
+    assert decoder.request(DecodeKind.PARTIAL).language is None  # detect
     _decoded(decoder, "fr", 0.9, "bonjour", "hello")
-    assert decoder.request("partial").language == "fr"
+    assert decoder.request(DecodeKind.PARTIAL).language == "fr"
 
 
 class ScriptedDetector:
@@ -266,20 +266,21 @@ def test_a_watched_utterance_detects_again_from_two_confident_other_answers():
     decoder = UtteranceDecoder(utterance=2, start_pts=0, options=OPTIONS, language="es",
                                language_confidence=0.9, translate=True, watch_switch=True)
     _hear(decoder, 1.0)
-    assert not decoder.request("partial").detect_too  # too little audio to trust
+    assert not decoder.request(DecodeKind.PARTIAL).detect_too  # too little audio to trust
     _hear(decoder, 0.5)
-    assert decoder.request("partial").detect_too
+    assert decoder.request(DecodeKind.PARTIAL).detect_too
     result = WhisperResult("es", 1.0, (DecodeResult("transcribe", "jeló", -0.1, 0.0),),
                            0.0, 0.0, language_probs=(("en", 0.9), ("es", 0.05)))
-    decoder.apply(result, "partial", decoder.end)
+    decoder.apply(result, DecodeKind.PARTIAL, decoder.end)
     assert not decoder.switched and decoder.language == "es"  # one answer is not enough
     _hear(decoder, 0.5)
-    assert decoder.request("partial").detect_too  # English led: the next partial checks too
-    decoder.apply(result, "partial", decoder.end)
+    # English led: the next partial checks too
+    assert decoder.request(DecodeKind.PARTIAL).detect_too
+    decoder.apply(result, DecodeKind.PARTIAL, decoder.end)
     assert decoder.switched and decoder.language == "en" and decoder.language_locked
     assert decoder.text("source") == ""  # decoded in Spanish: shown, not committed
-    assert decoder.request("partial").language == "en"
-    assert not decoder.request("partial").detect_too  # detecting on its own again
+    assert decoder.request(DecodeKind.PARTIAL).language == "en"
+    assert not decoder.request(DecodeKind.PARTIAL).detect_too  # detecting on its own again
 
 
 def test_a_watched_utterance_keeps_its_language_on_one_odd_answer():
@@ -289,14 +290,17 @@ def test_a_watched_utterance_keeps_its_language_on_one_odd_answer():
     _hear(kept, 1.5)
     odd = WhisperResult("fr", 1.0, (DecodeResult("transcribe", "nous", -0.1, 0.0),), 0.0, 0.0,
                         language_probs=(("ar", 0.86), ("he", 0.08), ("fr", 0.03)))
-    kept.apply(odd, "partial", kept.end)
+    kept.apply(odd, DecodeKind.PARTIAL, kept.end)
     _hear(kept, 0.5)
-    kept.apply(replace(odd, language_probs=(("ar", 0.35), ("fr", 0.31))), "partial", kept.end)
+    kept.apply(replace(odd, language_probs=(("ar", 0.35), ("fr", 0.31))), DecodeKind.PARTIAL,
+               kept.end)
     _hear(kept, 0.5)
-    kept.apply(replace(odd, language_probs=(("fr", 0.7), ("ar", 0.2))), "partial", kept.end)
+    kept.apply(replace(odd, language_probs=(("fr", 0.7), ("ar", 0.2))), DecodeKind.PARTIAL,
+               kept.end)
     assert not kept.switched and kept.language == "fr"
-    assert not kept.request("partial").detect_too  # its own language leads: partials stop
-    assert kept.request("final").detect_too  # ... each decode that commits everything checks
+    assert not kept.request(DecodeKind.PARTIAL).detect_too  # its own language leads: partials stop
+    # ... each decode that commits everything checks
+    assert kept.request(DecodeKind.FINAL).detect_too
 
 
 def test_a_short_utterance_commits_in_the_language_its_vote_leads_with():
@@ -311,19 +315,19 @@ def test_a_short_utterance_commits_in_the_language_its_vote_leads_with():
     assert not decoder.language_locked
     _hear(decoder, 0.5)
     decoder.ended = True
-    assert decoder.request("final").language is None  # the final detects too
+    assert decoder.request(DecodeKind.FINAL).language is None  # the final detects too
     result = WhisperResult("pt", 0.6, (DecodeResult("transcribe", "olá a todos", -0.1, 0.0),
                                        DecodeResult("translate", "hi all", -0.1, 0.0)),
                            0.0, 0.0, language_probs=(("pt", 0.6), ("es", 0.35)))
-    decoder.apply(result, "final", decoder.end)
+    decoder.apply(result, DecodeKind.FINAL, decoder.end)
     assert decoder.commit_in == "es"
     assert decoder.text("source") == "" and decoder.text("target") == ""
-    again = decoder.request("final")
+    again = decoder.request(DecodeKind.FINAL)
     assert again.language == "es" and not again.detect_too
     redone = WhisperResult("es", 1.0, (DecodeResult("transcribe", "hola a todos", -0.1, 0.0),
                                        DecodeResult("translate", "hello everyone", -0.1, 0.0)),
                            0.0, 0.0)
-    decoder.apply(redone, "final", decoder.end)
+    decoder.apply(redone, DecodeKind.FINAL, decoder.end)
     assert decoder.commit_in is None and decoder.language == "es"
     assert decoder.language_confidence == pytest.approx(decoder.vote.share("es"))
     assert decoder.text("source") == "hola a todos"

@@ -11,7 +11,7 @@ from speechpipe.evaluation.scores import end_offset_split, latency_scores
 from speechpipe.stages.agreement import LocalAgreement
 from speechpipe.stages.asr import AsrOptions, UtteranceDecoder, align_commit_count
 from speechpipe.stages.frames import STREAM_RATE
-from speechpipe.stages.model_api import DecodeResult, WhisperResult
+from speechpipe.stages.model_api import DecodeKind, DecodeResult, WhisperResult
 from speechpipe.stages.phrases import JustInTimeSegmenter, PhraseOptions, make_segmenter
 
 # issue 12's just-in-time cutter, before issue 20's phrases a listener can parse (those are
@@ -130,8 +130,8 @@ def test_align_policy_commits_after_one_decode_what_was_heard_well_before_the_en
     heard = int(3.0 * STREAM_RATE)
     agreement_decoder, align_decoder = _decoder("agreement"), _decoder("align")
     result = _result("we found a very sensitive", (0.6, 1.2, 2.1, 2.4, 3.0))
-    agreement_decoder.apply(result, "partial", heard)
-    align_decoder.apply(result, "partial", heard)
+    agreement_decoder.apply(result, DecodeKind.PARTIAL, heard)
+    align_decoder.apply(result, DecodeKind.PARTIAL, heard)
     assert agreement_decoder.target.committed == []  # LocalAgreement waits for a 2nd decode
     assert align_decoder.target.committed == ["we", "found"]  # ends <= 3.0 - 1.0
     assert align_decoder.target.tentative == ["a", "very", "sensitive"]
@@ -141,16 +141,16 @@ def test_align_policy_commits_after_one_decode_what_was_heard_well_before_the_en
 def test_align_policy_requests_word_times_only_for_translation_partials():
     decoder = _decoder("align")
     decoder.add(__import__("numpy").zeros(STREAM_RATE, "int16"), STREAM_RATE)
-    assert decoder.request("partial").word_times == ("translate",)
-    assert decoder.request("final").word_times == ()
-    assert _decoder("agreement").request("partial").word_times == ()
+    assert decoder.request(DecodeKind.PARTIAL).word_times == ("translate",)
+    assert decoder.request(DecodeKind.FINAL).word_times == ()
+    assert _decoder("agreement").request(DecodeKind.PARTIAL).word_times == ()
     # settling (the default) needs the times of both sides' words
     settling = _decoder("agreement", settle_margin_s=0.4)
     settling.add(__import__("numpy").zeros(STREAM_RATE, "int16"), STREAM_RATE)
     # ... once there is an earlier hypothesis to agree with (the first needs none)
-    assert settling.request("partial").word_times == ()
-    settling.apply(_result("we found", (0.4, 0.8)), "partial", STREAM_RATE)
-    assert settling.request("partial").word_times == ("transcribe", "translate")
+    assert settling.request(DecodeKind.PARTIAL).word_times == ()
+    settling.apply(_result("we found", (0.4, 0.8)), DecodeKind.PARTIAL, STREAM_RATE)
+    assert settling.request(DecodeKind.PARTIAL).word_times == ("transcribe", "translate")
 
 
 @given(st.lists(st.tuples(st.lists(st.sampled_from("a b c d e".split()), max_size=6),
@@ -160,7 +160,8 @@ def test_align_policy_never_commits_a_word_the_decode_did_not_say(script):
     for words, heard_s in script:
         before = list(decoder.target.committed)
         ends = tuple(sorted(heard_s * (i + 1) / (len(words) + 1) for i in range(len(words))))
-        decoder.apply(_result(" ".join(words), ends), "partial", int(heard_s * STREAM_RATE))
+        decoder.apply(_result(" ".join(words), ends), DecodeKind.PARTIAL,
+                      int(heard_s * STREAM_RATE))
         new = decoder.target.committed[len(before):]
         assert decoder.target.committed[: len(before)] == before  # append-only
         assert new == words[: len(new)]  # a prefix of this decode's continuation

@@ -10,7 +10,7 @@ from speechpipe.stages.channels import Channel
 from speechpipe.stages.clock import BasisStreamClock
 from speechpipe.stages.commit import CommitPolicy, settled_count, split_sentence_end
 from speechpipe.stages.frames import STREAM_RATE, SpeechChunk, TextHypothesis
-from speechpipe.stages.model_api import DecodeResult, WhisperResult
+from speechpipe.stages.model_api import DecodeKind, DecodeResult, WhisperResult
 from speechpipe.stages.phrases import (
     CONTINUATION_TAIL_S,
     PhraseOptions,
@@ -125,9 +125,9 @@ def test_the_translation_commits_no_word_past_the_committed_captions():
     decoder = _decoder()
     source = ("le bâtiment est chauffé", (0.5, 1.2, 1.5, 2.4))
     target = ("the building is heated", (0.5, 1.3, 1.6, 2.4))
-    decoder.apply(_result(source, target), "partial", _at(2.6))
+    decoder.apply(_result(source, target), DecodeKind.PARTIAL, _at(2.6))
     # captions settled up to "bâtiment" (ends 1.2 <= 2.8 - 0.4; "est" is next, 1.5 <= 2.4)
-    decoder.apply(_result(source, target), "partial", _at(2.8))
+    decoder.apply(_result(source, target), DecodeKind.PARTIAL, _at(2.8))
     assert decoder.source.committed == ["le", "bâtiment", "est"]
     # "is" ends at 1.6, after the captions' end (1.5): it waits
     assert decoder.target.committed == ["the", "building"]
@@ -140,36 +140,36 @@ def test_an_utterances_opening_caption_words_need_more_settled_audio():
     source = ("le bâtiment est chauffé", (0.5, 1.2, 1.5, 2.4))
     target = ("the building is heated", (0.5, 1.3, 1.6, 2.4))
     decoder = _decoder(opening_settle_s=0.5)
-    decoder.apply(_result(source, target), "partial", _at(2.6))
-    decoder.apply(_result(source, target), "partial", _at(2.8))
+    decoder.apply(_result(source, target), DecodeKind.PARTIAL, _at(2.6))
+    decoder.apply(_result(source, target), DecodeKind.PARTIAL, _at(2.8))
     # frontier 2.8 - 0.4 - 0.5 = 1.9: "est" (1.5) settles, as before; at 2.4 only "le"
     assert decoder.source.committed == ["le", "bâtiment", "est"]
     late = _decoder(opening_settle_s=0.5)
-    late.apply(_result(source, target), "partial", _at(1.9))
-    late.apply(_result(source, target), "partial", _at(2.0))
+    late.apply(_result(source, target), DecodeKind.PARTIAL, _at(1.9))
+    late.apply(_result(source, target), DecodeKind.PARTIAL, _at(2.0))
     assert late.source.committed == ["le"]  # "bâtiment" ends at 1.2 > 2.0 - 0.9
     assert late.target.committed == ["the"]  # nothing past the captions' end (0.5)
     # with a word committed the usual 0.4 s margin applies: "bâtiment" and "est" settle
     late.apply(_result(("bâtiment est chauffé", (1.2, 1.5, 2.4)),
-                       ("building is heated", (1.3, 1.6, 2.4))), "partial", _at(2.6))
+                       ("building is heated", (1.3, 1.6, 2.4))), DecodeKind.PARTIAL, _at(2.6))
     assert late.source.committed == ["le", "bâtiment", "est"]
     plain = _decoder()
-    plain.apply(_result(source, target), "partial", _at(1.9))
-    plain.apply(_result(source, target), "partial", _at(2.0))
+    plain.apply(_result(source, target), DecodeKind.PARTIAL, _at(1.9))
+    plain.apply(_result(source, target), DecodeKind.PARTIAL, _at(2.0))
     assert plain.source.committed == ["le", "bâtiment", "est"]  # without it: 1.5 <= 1.6
 
 
 def test_without_caption_partials_the_translation_settles_on_its_own_audio():
     decoder = _decoder(source_partials=False)
     target = ("the building is heated", (0.5, 1.3, 1.6, 2.4))
-    decoder.apply(_result(None, target), "partial", _at(2.6))
-    decoder.apply(_result(None, target), "partial", _at(2.8))
+    decoder.apply(_result(None, target), DecodeKind.PARTIAL, _at(2.6))
+    decoder.apply(_result(None, target), DecodeKind.PARTIAL, _at(2.8))
     assert decoder.target.committed == ["the", "building", "is"]
 
 
 def _target_partial(decoder: UtteranceDecoder, words: str, ends: tuple[float, ...],
                     heard_s: float, glued: str = "") -> None:
-    decoder.apply(_result(None, (words, ends), glued), "partial", _at(heard_s))
+    decoder.apply(_result(None, (words, ends), glued), DecodeKind.PARTIAL, _at(heard_s))
 
 
 def test_a_sentence_end_at_the_commit_edge_is_held_and_dropped_when_the_sentence_goes_on():
@@ -212,14 +212,15 @@ def test_the_utterance_end_keeps_its_sentence_end():
     _target_partial(decoder, "It is late. We", (0.3, 0.6, 1.4, 2.5), 2.7)
     _target_partial(decoder, "It is late. We", (0.3, 0.6, 1.4, 2.5), 2.9)
     decoder.ended = True
-    decoder.apply(_result(None, ("We go home.", (2.0, 2.5, 3.0)), glued="."), "final",
+    decoder.apply(_result(None, ("We go home.", (2.0, 2.5, 3.0)), glued="."), DecodeKind.FINAL,
                   _at(4.0))
     assert decoder.text("target") == "It is late. We go home."
 
 
 def test_a_pause_holds_its_sentence_end_and_the_end_of_the_utterance_confirms_it():
     decoder = _decoder(target_rests_on_captions=False)
-    decoder.apply(_result(None, ("It is late.", (0.3, 0.6, 1.4))), "pause", _at(2.0))
+    decoder.apply(_result(None, ("It is late.", (0.3, 0.6, 1.4))), DecodeKind.PAUSE,
+                  _at(2.0))
     assert decoder.text("target") == "It is late"
     decoder.last_decode_end, decoder.last_voiced_end = _at(2.0), _at(1.5)
     decoder.commit_last()  # the pause grew into the utterance's end
@@ -280,9 +281,9 @@ def test_the_engine_aligns_only_a_decode_that_could_commit():
     from speechpipe.models.whisper.align import may_commit
 
     decoder = _decoder(target_rests_on_captions=False)
-    assert decoder.request("partial").align_starts == ()  # no earlier hypothesis yet
+    assert decoder.request(DecodeKind.PARTIAL).align_starts == ()  # no earlier hypothesis yet
     _target_partial(decoder, "The building is", (0.5, 1.2, 1.6), 2.0)
-    request = decoder.request("partial")
+    request = decoder.request(DecodeKind.PARTIAL)
     assert dict(request.align_starts)["translate"] == frozenset({"the"})
     agreeing = [DecodeResult("translate", "the building is warm", -0.2, 0.0)]
     other = [DecodeResult("translate", "a building", -0.2, 0.0)]
@@ -297,7 +298,7 @@ def _both_partial(decoder: UtteranceDecoder, source: str, source_ends: tuple[flo
                             glued=source_glued),
                DecodeResult("translate", target, -0.2, 0.01, word_ends=target_ends,
                             glued=target_glued))
-    decoder.apply(WhisperResult("fr", 1.0, decodes, 0.0, 0.0), "partial", _at(heard_s))
+    decoder.apply(WhisperResult("fr", 1.0, decodes, 0.0, 0.0), DecodeKind.PARTIAL, _at(heard_s))
 
 
 def test_a_translation_sentence_end_the_captions_do_not_make_is_dropped():

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from speechpipe.stages.asr import AsrOptions, UtteranceDecoder
 from speechpipe.stages.commit import CommitPolicy
 from speechpipe.stages.frames import STREAM_RATE
-from speechpipe.stages.model_api import DecodeResult, WhisperResult
+from speechpipe.stages.model_api import DecodeKind, DecodeResult, WhisperResult
 from speechpipe.stages.window import quiet_tail
 
 OPTIONS = AsrOptions(max_window_s=6.0, cut_grace_s=2.0, step_s=1.0, early_step_s=1.0)
@@ -44,17 +44,17 @@ def test_a_long_window_moves_to_its_last_pause_and_that_text_becomes_context():
     decoder = _decoder()
     _add(decoder, 3.5)
     decoder.pause_pending, decoder.pause_pts = True, int(3.3 * STREAM_RATE)
-    assert decoder.due() == "pause"
-    basis = decoder.basis("pause")
-    decoder.apply(_result("hola a todos", "hello everyone"), "pause", basis)
+    assert decoder.due() == DecodeKind.PAUSE
+    basis = decoder.basis(DecodeKind.PAUSE)
+    decoder.apply(_result("hola a todos", "hello everyone"), DecodeKind.PAUSE, basis)
     assert decoder.window_start == 0  # not yet: later decodes still hear the start
     _add(decoder, 2.0)
-    decoder.apply(_result("y bienvenidos", "and welcome"), "partial", decoder.end)
-    decoder.apply(_result("y bienvenidos al", "and welcome to"), "partial", decoder.end)
+    decoder.apply(_result("y bienvenidos", "and welcome"), DecodeKind.PARTIAL, decoder.end)
+    decoder.apply(_result("y bienvenidos al", "and welcome to"), DecodeKind.PARTIAL, decoder.end)
     assert decoder.text("source") == "hola a todos y bienvenidos"
     _add(decoder, 1.0)  # 6.5 s: past max_window_s, the window moves to the pause
     assert decoder.window_start == basis == int(3.5 * STREAM_RATE)
-    request = decoder.request("partial")
+    request = decoder.request(DecodeKind.PARTIAL)
     assert len(request.audio) == int(3.0 * STREAM_RATE)  # only the audio after the pause
     by_task = {t.task: t for t in request.tasks}
     # what the pause committed is context; what was committed after it stays forced
@@ -70,10 +70,10 @@ def test_a_short_window_keeps_its_audio_at_a_pause():
     decoder = _decoder()
     _add(decoder, 1.5)
     decoder.pause_pending, decoder.pause_pts = True, int(1.4 * STREAM_RATE)
-    decoder.apply(_result("hola", "hello"), "pause", decoder.basis("pause"))
+    decoder.apply(_result("hola", "hello"), DecodeKind.PAUSE, decoder.basis(DecodeKind.PAUSE))
     _add(decoder, 1.0)
     assert decoder.window_start == 0  # under max_window_s: later decodes still hear it
-    request = decoder.request("partial")
+    request = decoder.request(DecodeKind.PARTIAL)
     assert len(request.audio) == int(2.5 * STREAM_RATE)
     assert {t.task: t.prefix for t in request.tasks} == {"transcribe": "hola",
                                                           "translate": "hello"}
@@ -94,19 +94,20 @@ def test_a_decode_that_ends_at_the_pause_while_speech_goes_on_moves_the_window_t
     decoder = _decoder()
     _add(decoder, 1.5)
     decoder.pause_pending, decoder.pause_pts = True, int(1.4 * STREAM_RATE)
-    basis = decoder.basis("pause")
-    decoder.apply(_result("la pregunta vuelve", "the question returns"), "pause", basis)
+    basis = decoder.basis(DecodeKind.PAUSE)
+    decoder.apply(_result("la pregunta vuelve", "the question returns"), DecodeKind.PAUSE, basis)
     _add(decoder, 1.0)
-    decoder.apply(_glued("", "", "."), "partial", decoder.end)
+    decoder.apply(_glued("", "", "."), DecodeKind.PARTIAL, decoder.end)
     assert decoder.window_start == basis  # well under max_window_s, yet moved
     assert (decoder.source_context, decoder.target_context) == (
         "la pregunta vuelve.", "the question returns.")
-    request = decoder.request("final")
+    request = decoder.request(DecodeKind.FINAL)
     assert {t.task: t.prefix for t in request.tasks} == {"transcribe": "", "translate": ""}
     assert len(request.audio) == decoder.end - basis  # only the speech after the pause
-    decoder.apply(_result("el presupuesto", "the budget"), "partial", decoder.end)
-    decoder.apply(_result("el presupuesto", "the budget"), "partial", decoder.end)
-    decoder.apply(_result("presupuesto de", "budget of"), "final", decoder.end)  # after "el"
+    decoder.apply(_result("el presupuesto", "the budget"), DecodeKind.PARTIAL, decoder.end)
+    decoder.apply(_result("el presupuesto", "the budget"), DecodeKind.PARTIAL, decoder.end)
+    # after "el"
+    decoder.apply(_result("presupuesto de", "budget of"), DecodeKind.FINAL, decoder.end)
     assert decoder.text("source") == "la pregunta vuelve. el presupuesto de"
     assert decoder.text("target") == "the question returns. the budget of"
 
@@ -115,17 +116,17 @@ def test_a_decode_that_says_nothing_after_a_pause_with_no_speech_after_it_moves_
     decoder = _decoder()
     _add(decoder, 1.5)
     decoder.pause_pending, decoder.pause_pts = True, int(1.4 * STREAM_RATE)
-    decoder.apply(_result("hola", "hello"), "pause", decoder.basis("pause"))
+    decoder.apply(_result("hola", "hello"), DecodeKind.PAUSE, decoder.basis(DecodeKind.PAUSE))
     _add(decoder, 1.0, voiced=False)  # silence after the pause: nothing to lose
-    decoder.apply(_glued("", "", "."), "partial", decoder.end)
+    decoder.apply(_glued("", "", "."), DecodeKind.PARTIAL, decoder.end)
     assert decoder.window_start == 0
     # and a decode that goes on after the pause is the window's own: kept
     decoder2 = _decoder()
     _add(decoder2, 1.5)
     decoder2.pause_pending, decoder2.pause_pts = True, int(1.4 * STREAM_RATE)
-    decoder2.apply(_result("hola", "hello"), "pause", decoder2.basis("pause"))
+    decoder2.apply(_result("hola", "hello"), DecodeKind.PAUSE, decoder2.basis(DecodeKind.PAUSE))
     _add(decoder2, 1.0)
-    decoder2.apply(_result("y adiós", "and goodbye"), "partial", decoder2.end)
+    decoder2.apply(_result("y adiós", "and goodbye"), DecodeKind.PARTIAL, decoder2.end)
     assert decoder2.window_start == 0
 
 
@@ -147,10 +148,10 @@ def test_a_window_without_pause_is_cut_by_the_grace_limit_and_never_grows_past_i
 def test_a_cut_waits_for_a_quiet_moment_after_max_window():
     decoder = _decoder()
     _add(decoder, 6.2)
-    assert decoder.due() != "cut"  # loud to the end: wait for a gap
+    assert decoder.due() != DecodeKind.CUT  # loud to the end: wait for a gap
     _add(decoder, 0.15, voiced=False)  # a 150 ms gap between words
-    assert decoder.due() == "cut"
-    assert decoder.basis("cut") == decoder.end  # the cut decode hears everything there is
+    assert decoder.due() == DecodeKind.CUT
+    assert decoder.basis(DecodeKind.CUT) == decoder.end  # the cut decode hears everything there is
 
 
 def test_quiet_tail_sees_a_gap_and_not_a_vowel():
@@ -190,7 +191,7 @@ def _run_script(script: list[tuple[int, bool, int]]) -> UtteranceDecoder:
             continue
         committed = len(decoder.text("source").split())
         continuation = spoken[committed:]
-        if kind == "partial" and noise and continuation:  # a wrong last word
+        if kind == DecodeKind.PARTIAL and noise and continuation:  # a wrong last word
             continuation = [*continuation[:-1], f"x{number}"]
         words = " ".join(continuation)
         changed = decoder.apply(_result(words, words.replace("w", "v")), kind,
@@ -202,7 +203,8 @@ def _run_script(script: list[tuple[int, bool, int]]) -> UtteranceDecoder:
     decoder.ended = True
     committed = len(decoder.text("source").split())
     rest = " ".join(spoken[committed:])
-    decoder.apply(_result(rest, rest.replace("w", "v")), "final", decoder.basis("final"))
+    decoder.apply(_result(rest, rest.replace("w", "v")), DecodeKind.FINAL,
+                  decoder.basis(DecodeKind.FINAL))
     assert decoder.text("source").split() == spoken
     assert decoder.text("target").split() == [w.replace("w", "v") for w in spoken]
     return decoder
@@ -228,11 +230,11 @@ def test_a_hypothesis_shows_only_the_first_tentative_words_when_asked():
     for limit in (0, 2):
         decoder = _decoder(replace(OPTIONS, shown_tentative_words=limit, language_lock_s=0.0))
         _add(decoder, 2.0)
-        decoder.apply(_result("uno dos tres cuatro", "one two three four"), "partial",
+        decoder.apply(_result("uno dos tres cuatro", "one two three four"), DecodeKind.PARTIAL,
                       decoder.end)
         _add(decoder, 1.0)
         changed = decoder.apply(_result("uno dos tres cinco seis", "one two three five six"),
-                                "partial", decoder.end)
+                                DecodeKind.PARTIAL, decoder.end)
         shown[limit] = {side: (committed, tentative) for side, committed, tentative in changed}
     assert shown[0]["target"] == ("one two three", "five six")
     assert shown[2]["target"] == ("one two three", "five six")
@@ -240,5 +242,5 @@ def test_a_hypothesis_shows_only_the_first_tentative_words_when_asked():
     decoder = _decoder(replace(OPTIONS, shown_tentative_words=1, language_lock_s=0.0))
     _add(decoder, 2.0)
     (_, committed, tentative), *_ = decoder.apply(
-        _result("uno dos tres", "one two three"), "partial", decoder.end)
+        _result("uno dos tres", "one two three"), DecodeKind.PARTIAL, decoder.end)
     assert (committed, tentative) == ("", "uno")
