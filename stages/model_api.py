@@ -70,7 +70,8 @@ class WhisperRequest:
     no_speech_threshold: float = 0.6
     logprob_threshold: float = -1.0
     partial: bool = False  # a tentative update: a shared worker may supersede it, never a final
-    recover_coverage: bool = False  # translate audio the translation left out (engine docs)
+    # translate audio the translation left out (the decode program: stages.decode_program)
+    recover_coverage: bool = False
     coverage_min_ratio: float = MIN_RATIO  # target/source words below this: left out
     coverage_min_words: int = MIN_SOURCE_WORDS  # shorter captions are never judged
     max_recoveries: int = 2  # extra translate decodes per request at most

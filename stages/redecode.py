@@ -1,5 +1,5 @@
-"""What the Whisper engine decodes a second time, and how it merges in: pure policies that
-``models.whisper.engine`` runs with its own decodes (given as callables).
+"""What is decoded a second time, and how it merges in: pure policies that the decode program
+(``stages.decode_program``) runs with the engine's passes (given as callables).
 
 The translation in English (issue 45, ``keep_to_english``): Whisper's ``translate`` task
 sometimes transcribes instead; such a translate decode is decoded again with English as the
@@ -51,7 +51,7 @@ def keep_to_english(request: WhisperRequest, language: str, decodes: list[Decode
     """A translate decode whose text reads as the source language (Whisper transcribed
     instead of translating) is decoded again with ``<|en|>`` as the language token; if
     that is not English either, it is marked ``wrong_language`` (never spoken).
-    ``decode`` runs a request and returns its first decode (the engine's)."""
+    ``decode`` runs a request and returns its first decode (an engine pass of its own)."""
     index = next((i for i, d in enumerate(decodes) if d.task == "translate"), None)
     if index is None:
         return decodes
@@ -99,8 +99,8 @@ def recover_coverage(
     ``request.max_recoveries`` extra decodes, each on the audio after the last cut.
     ``source_time(audio_from, text, offset)``: seconds into ``request.audio[audio_from:]``
     where the word of ``text`` at character ``offset`` starts, None when the alignment
-    cannot place it; ``decode`` runs a request and returns its first decode (the
-    engine's)."""
+    cannot place it; ``decode`` runs a request and returns its first decode (an engine pass
+    of its own)."""
     by_task = {d.task: i for i, d in enumerate(decodes)}
     if "transcribe" not in by_task or "translate" not in by_task:
         return decodes

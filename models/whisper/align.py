@@ -1,8 +1,8 @@
 """Word times for Whisper decodes, from cross-attention of the alignment heads on the
 encoder output already computed (CTranslate2's ``align`` and faster-whisper's
 ``find_alignment``, both with DTW): ``word_ends`` for the decodes a request asks them of
-(``WhisperRequest.word_times``), and ``source_time`` for coverage recovery
-(``stages.redecode``).
+(``WhisperRequest.word_times``), and ``source_time`` for the decode program's coverage
+recovery (``stages.decode_program``, through ``WhisperEngine.source_time``).
 """
 
 from __future__ import annotations
