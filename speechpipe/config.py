@@ -9,6 +9,12 @@ only in the dataclasses. A shorthand flag (``--capacity 3``) is an ``Alias`` of 
 (``admission.capacity``): it defaults to ``None`` and, when given, writes that leaf, exactly
 as ``--set`` would (``apply_aliases``).
 
+The engines' groups are not written here: each TTS engine and text-MT backend names its own
+options type in its registry row (``voices.engines.ENGINES``, ``models.mt.backends.MT_BACKENDS``)
+and ``PipelineOptions`` gets one group per row (``engine_groups``), named as the row says
+(``piper``, ``espeak``, ``apertium``); an option's bound may sit on its field
+(``metadata["range"]``, ``metadata["text"]``), which is where an engine's options keep theirs.
+
 Every module this one imports holds options (and pure cores) only: reading the tree loads
 no server, no websockets library and no model.
 """
@@ -24,9 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from speechpipe.cluster.options import ClusterSettings
-from speechpipe.config_ranges import MAX_ITEMS, RANGES, TEXTS, Range, Text
+from speechpipe.config_ranges import MAX_ITEMS, Range, Text
+from speechpipe.config_ranges import RANGES as _TABLE_RANGES
+from speechpipe.config_ranges import TEXTS as _TABLE_TEXTS
 from speechpipe.errors import InputError, echoed
-from speechpipe.models.mt.apertium_options import ApertiumOptions
+from speechpipe.models.mt.backends import MT_BACKENDS, MtBackend
 from speechpipe.models.workers.batch_options import BatchOptions
 from speechpipe.server.options import LoadOptions
 from speechpipe.stages.asr_options import AsrOptions
@@ -36,20 +44,20 @@ from speechpipe.stages.phrase_options import PhraseOptions
 from speechpipe.stages.text_mt_options import TextMtOptions
 from speechpipe.stages.vad_options import VadOptions
 from speechpipe.transport.limits import ServerLimits
-from speechpipe.voices.espeak_options import EspeakOptions
-from speechpipe.voices.piper_options import PiperOptions
+from speechpipe.voices.engines import ENGINES, TtsEngine
 
 __all__ = [
     "Config", "PipelineOptions", "ServerOptions", "GROUPS", "apply_overrides", "with_overrides",
     "config_dict", "Alias", "add_aliases", "apply_aliases", "MODEL_ALIASES",
     "groups_of", "Range", "RANGES", "check_leaf", "leaf_range", "check_config", "check_group",
-    "GROUP_RULES", "Text", "TEXTS", "text_rule", "MAX_ITEMS",
+    "GROUP_RULES", "Text", "TEXTS", "text_rule", "MAX_ITEMS", "engine_groups",
 ]
 
 
 @dataclass(frozen=True, slots=True)
 class PipelineOptions:
-    """What the models are loaded with and every session is built with."""
+    """What the models are loaded with and every session is built with; each registered
+    engine's options group is added below (``engine_groups``)."""
 
     asr_model: str = "whisper-base"  # a bundled name, or a CTranslate2 Whisper folder
     asr_threads: int = 1  # CTranslate2 threads per ASR worker (docs/design.md)
@@ -91,19 +99,39 @@ class PipelineOptions:
     batching: BatchOptions = field(default_factory=BatchOptions)  # the shared ASR worker
     faithful: FaithfulnessOptions = field(default_factory=FaithfulnessOptions)  # guards
     text_mt: TextMtOptions = field(default_factory=TextMtOptions)  # --mt ct2:MODEL sessions
-    # the Apertium rule-based MT backend (models/mt/apertium.py): its hold and deadline
-    apertium: ApertiumOptions = field(default_factory=ApertiumOptions)
-    # the Piper engine's voices (voices/engines.py: an engine's options are the group of its
-    # name); speaking rate 0.9: a little faster than the voices' own (< 1 is faster)
-    piper: PiperOptions = field(default_factory=lambda: PiperOptions(length_scale=0.9))
-    # espeak-ng's voices (voices/engines.py names the group): words per minute at speed 1
-    espeak: EspeakOptions = field(default_factory=EspeakOptions)
     # numpy BLAS threads for the whole process, set by the CLI and server entry points before
     # they load the models (``apply_process_limits``); None leaves the process as it is.
     # ``Pipeline.load`` itself never changes process-wide settings.
     blas_threads: int | None = 1
 
 
+def engine_groups() -> dict[str, Callable[[], Any]]:
+    """Each registered engine's options group: its name in the tree -> the factory of its
+    defaults, the text-MT backends' first, then the TTS engines' (``MT_BACKENDS``,
+    ``ENGINES``: a row that names options has a group)."""
+    groups: dict[str, Callable[[], Any]] = {}
+    rows: list[MtBackend | TtsEngine] = [*MT_BACKENDS.values(), *ENGINES.values()]
+    for entry in rows:
+        if entry.options:
+            if entry.group in groups or entry.group in PipelineOptions.__dataclass_fields__:
+                raise TypeError(f"two option groups are called {entry.group!r}")
+            groups[entry.group] = entry.default_options
+    return groups
+
+
+def _with_engine_groups(base: type) -> type:
+    """``base`` with a field per engine group (``engine_groups``), under the same name."""
+    fields = [(group, type(factory()), field(default_factory=factory))
+              for group, factory in engine_groups().items()]
+    made = dataclasses.make_dataclass(base.__name__, fields, bases=(base,), frozen=True,
+                                      slots=True)
+    made.__module__, made.__qualname__, made.__doc__ = __name__, base.__qualname__, base.__doc__
+    return made
+
+
+# typed as the fields written above (an engine's options are read through its registry row:
+# ``TtsEngine.options_in``, ``MtBackend.options_in``)
+PipelineOptions = _with_engine_groups(PipelineOptions)  # type: ignore[misc,assignment]
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +245,23 @@ def settable_fields(section: Any) -> dict[str, Parser]:
 GROUPS: dict[str, tuple[str, ...]] = {}
 _derive_groups(Config(), (), GROUPS)
 SERVER_GROUPS = frozenset(g for g, path in GROUPS.items() if path[0] == "server")
+
+
+def _field_bounds(kind: str, make: Callable[..., Any]) -> dict[str, Any]:
+    """``GROUP.FIELD`` -> the bound a field declares on itself (``metadata[kind]``: an
+    engine's options keep theirs there)."""
+    config = Config()
+    return {f"{group}.{f.name}": make(f.metadata)
+            for group, path in GROUPS.items() for f in dataclasses.fields(_get(config, path))
+            if kind in f.metadata}
+
+
+# every numeric leaf's range and string leaf's rule: the tables' (``config_ranges``) and the
+# fields' own
+RANGES: dict[str, Range] = {**_TABLE_RANGES, **_field_bounds(
+    "range", lambda meta: Range(meta["range"][0], meta["range"][1],
+                                open_low=meta.get("open_low", False)))}
+TEXTS: dict[str, Text] = {**_TABLE_TEXTS, **_field_bounds("text", lambda m: Text(*m["text"]))}
 
 
 def groups_of(tree: str) -> str:

@@ -1,8 +1,9 @@
 """What each option may be: the range of every numeric leaf (``RANGES``) and the rule of
 every string leaf (``TEXTS``), as data, with the value types that check one value (``Range``,
 ``Text``). ``speechpipe.config`` applies them to the tree (``check_leaf``, ``check_config``);
-``tests/unit/config/test_config_bounds.py`` holds every leaf of the tree to one. Pure: no option
-dataclass is imported here."""
+``tests/unit/config/test_config_bounds.py`` holds every leaf of the tree to one. Pure: no
+option dataclass is imported here; an engine's options declare their bounds on their own
+fields (``metadata``), and the tree adds them to these."""
 
 from __future__ import annotations
 
@@ -167,16 +168,7 @@ RANGES: dict[str, Range] = {
     "text_mt.clause_min_words": _pos(1000),
     "text_mt.max_segment_words": _pos(1000),
     "text_mt.open_new_tokens": _r(0, 1024),  # 0: up to the length cap
-    # apertium, piper, espeak
-    "apertium.hold_words": _r(1, 12),
-    "apertium.deadline_s": _r(0.05, 60),
-    "piper.intra_op_threads": _THREADS,
-    "piper.length_scale": _r(0.1, 5.0),  # > 1 slower; 1e308 ended in a traceback
-    "piper.noise_scale": _r(0, 5),
-    "piper.noise_w_scale": _r(0, 5),
-    "piper.volume": _pos(10.0),
-    "piper.seed": _r(0, 2**31 - 1),
-    "espeak.rate_wpm": _r(80, 450),  # espeak-ng's own bounds
+    # the engines' groups (piper, espeak, apertium, ...) declare theirs on their fields
     # limits
     "limits.max_message_bytes": _pos(16 << 20),
     "limits.start_timeout_s": _pos(3600.0),
@@ -289,8 +281,6 @@ TEXTS: dict[str, Text] = {
     "asr.detect_among": Text(8, r"[a-z]{2,3}", "a Whisper language code such as es"),
     "phrases.cut": _CHOICE,
     "phrases.no_end_words": Text(1024, what="space-separated words"),
-    "apertium.warm": Text(16, r"[a-z]{2,3}-[a-z]{2,3}", "a pair such as en-es"),
-    "espeak.variant": Text(16, r"[A-Za-z0-9]+", "a variant name such as m3 or klatt"),
     "limits.token": Text(1024),
     "limits.allowed_origins": Text(2048, what="an origin such as https://example.com"),
     "limits.allowed_hosts": Text(255, what="a host name"),

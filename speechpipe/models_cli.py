@@ -276,12 +276,10 @@ def cmd_models_list(args: argparse.Namespace) -> int:
         }
         for v in list_voices(getattr(args, "voices_dir", None) or ())
     ]
-    from speechpipe.models.mt.apertium import LICENCE as APERTIUM_LICENCE
-    from speechpipe.models.mt.apertium import installed_pairs
+    from speechpipe.models.mt.backends import MT_BACKENDS
 
-    apertium = [{"name": p.name, "source_lang": p.source, "target_lang": p.target,
-                 "package": p.package, "mode_file": str(p.path), "licence": APERTIUM_LICENCE}
-                for _, p in sorted(installed_pairs().items())]
+    # each text-MT backend beside CTranslate2: its rows (--json) and its lines
+    backends = {name: backend.load().listing() for name, backend in MT_BACKENDS.items()}
     from speechpipe.models.cache import cache_entries
 
     home = speechpipe_home()
@@ -289,8 +287,9 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     cache = [{"path": str(e.path), "kind": e.kind, "size_bytes": e.size_bytes,
               "removable": e.removable, "note": e.note} for e in entries]
     if getattr(args, "json", False):
-        print(json.dumps({"asr": asr, "mt": mt, "apertium": apertium, "voices": voices,
-                          "cache": cache}, indent=2))
+        listed = {name: rows for name, (rows, _) in backends.items()}
+        print(json.dumps({"asr": asr, "mt": mt, **listed, "voices": voices, "cache": cache},
+                         indent=2))
         return 0
     print("ASR models:")
     for m in asr:
@@ -304,25 +303,22 @@ def cmd_models_list(args: argparse.Namespace) -> int:
         state = "" if m["present"] else "  [folder missing]"
         print(f"  {m['name']:<24} {m['family']:<7} {_langs(m['source_langs'])} -> "
               f"{_langs(m['target_langs'])}  {_human(m['size_bytes'])}  {m['path']}{state}")
-    print("Rule-based MT (Apertium, Debian packages; " + APERTIUM_LICENCE + "):")
-    if not apertium:
-        print("  none - e.g. `apt install apertium apertium-eng-spa apertium-fr-es "
-              "apertium-es-pt` (en<->es, fr<->es, es<->pt)")
-    for a in apertium:
-        print(f"  {a['name']:<24} {a['source_lang']} -> {a['target_lang']:<4} {a['package']}")
+    for _, lines in backends.values():
+        print("\n".join(lines))
     print("Voices:")
-    robotic = [v for v in voices if v["engine"] == "espeak-ng"]
+    # an engine with a catalogue (a voice per language, no file) is one line
+    catalogues = [row for row in ENGINES.values() if row.catalogue]
     for v in voices:
-        if v["engine"] != "espeak-ng":
+        if not any(v["engine"] == row.name for row in catalogues):
             print(f"  {v['name']:<24} {v['locale']:<7} {v['sample_rate']} Hz  "
                   f"{_human(v['size_bytes'])}  {v['source']}  ({v['engine']}; {v['licence']})")
-    if robotic:  # one line: a voice per language, all the same engine
-        print(f"  espeak-ng-LANG           robotic voice (espeak-ng formant synthesis), "
-              f"{len(robotic)} languages: {' '.join(v['lang'] for v in robotic)}  "
-              f"({robotic[0]['licence']})")
-    else:
-        print("  no espeak-ng voices (robotic voices for 100+ languages): "
-              "pip install 'speechpipe[languages]'")
+    for row in catalogues:  # one line each: a voice per language, all the same engine
+        spoken = [v for v in voices if v["engine"] == row.name]
+        if spoken:
+            print(f"  {row.name + '-LANG':<24} {row.description}, {len(spoken)} languages: "
+                  f"{' '.join(v['lang'] for v in spoken)}  ({spoken[0]['licence']})")
+        elif row.catalogue_install:
+            print(f"  no {row.name} voices ({row.catalogue_offer}): {row.catalogue_install}")
     print(f"Cache ({home}): {_human(sum(e.size_bytes for e in entries))}")
     for e in entries:
         mark = "  [removable: speechpipe models clean]" if e.removable else ""

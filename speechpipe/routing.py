@@ -10,9 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from speechpipe.errors import InputError, LanguageError
-from speechpipe.models.mt.apertium import ApertiumPair, ApertiumTranslator
+from speechpipe.models.mt.backends import (
+    SharedTranslator,
+    backend_of,
+    backend_pairs,
+    backend_usage,
+)
 from speechpipe.models.mt.ct2_folder import WHISPER_LANGUAGES
-from speechpipe.models.mt.ct2_worker import Ct2TranslationWorker
 from speechpipe.models.mt.pivot import ByLanguage, PivotTranslation
 from speechpipe.models.mt.routes import MtRoute, choose_route, pull_hint
 from speechpipe.stages.asr import AsrOptions
@@ -23,13 +27,14 @@ from speechpipe.voices.engines import ENGINES
 from speechpipe.voices.registry import VoiceInfo
 
 __all__ = [
-    "MAX_OUTPUT_RATE", "MIN_OUTPUT_RATE", "ResolvedRequest", "TextTranslator", "apertium_pair",
+    "MAX_OUTPUT_RATE", "MIN_OUTPUT_RATE", "ResolvedRequest", "TextTranslator",
     "check_output_rate", "check_request", "describe_engines", "mt_policy", "mt_route",
     "request_route",
 ]
 
-# what a session's text MT is: one backend's shared worker, or two CT2 models through English
-TextTranslator = Ct2TranslationWorker | ApertiumTranslator | PivotTranslation | ByLanguage
+# what a session's text MT is: one backend's shared worker (CTranslate2's or another's:
+# ``models.mt.backends``), two CT2 models through English, or one per detected language
+TextTranslator = SharedTranslator | PivotTranslation | ByLanguage
 
 MIN_OUTPUT_RATE = 8_000
 MAX_OUTPUT_RATE = 48_000
@@ -65,11 +70,12 @@ def check_request(request: SessionRequest) -> tuple[str, str]:
             )
     elif request.mt == "auto":
         mt_route(source, target)  # one clear line naming `models pull` when no route exists
-    elif request.mt.startswith("apertium:"):
-        apertium_pair(request.mt)
+    elif (backend := backend_of(request.mt)) is not None:
+        backend.load().check(request.mt)
     elif not request.mt.startswith("ct2:"):
+        usage = ["auto", "whisper", "ct2:MODEL", *backend_usage()]
         raise InputError(f"unknown MT backend {request.mt!r} "
-                         "(use auto, whisper, ct2:MODEL or apertium:PAIR)")
+                         f"(use {', '.join(usage[:-1])} or {usage[-1]})")
     check_output_rate(request.output_sample_rate)
     return source, target
 
@@ -77,41 +83,27 @@ def check_request(request: SessionRequest) -> tuple[str, str]:
 def mt_route(source: str, target: str) -> MtRoute:
     """``--mt auto``'s route for a normalized pair, from the installed models
     (``speechpipe.models.mt.routes``)."""
-    from speechpipe.models.mt.apertium import installed_pairs
     from speechpipe.models.mt.registry import registered_mt_models
 
-    apertium = {pair: found.name for pair, found in installed_pairs().items()}
-    return choose_route(source, target, registered_mt_models(), apertium)
-
-
-def apertium_pair(spec: str) -> ApertiumPair:
-    """The installed Apertium pair ``apertium:MODE`` (``apertium:eng-spa``) names."""
-    from speechpipe.models.mt.apertium import installed_pairs
-
-    mode = spec.removeprefix("apertium:")
-    for pair in installed_pairs().values():
-        if pair.mode == mode:
-            return pair
-    names = ", ".join(sorted(p.mode for p in installed_pairs().values())) or "none"
-    raise LanguageError(f"no Apertium pair {mode[:64]!r} is installed (installed: {names}); "
-                        "Debian's apertium-* packages install them")
+    pairs = {direction: hop for direction, (_, hop) in backend_pairs().items()}
+    return choose_route(source, target, registered_mt_models(), pairs)
 
 
 def request_route(request: SessionRequest, source: str, target: str) -> MtRoute:
-    """The route a checked request runs: ``--mt whisper``, ``--mt ct2:X`` and
-    ``--mt apertium:PAIR`` name theirs."""
+    """The route a checked request runs: ``--mt whisper``, ``--mt ct2:X`` and a backend's
+    ``--mt NAME:PAIR`` name theirs."""
     if request.mt == "whisper":
         return MtRoute("whisper")
     if request.mt.startswith("ct2:"):
         return MtRoute("text", (request.mt.removeprefix("ct2:"),))
-    if request.mt.startswith("apertium:"):
+    if backend_of(request.mt) is not None:
         return MtRoute("text", (request.mt,))
     return mt_route(source, target)
 
 
 def mt_policy(translator: TextTranslator, base: TextMtOptions) -> TextMtOptions:
     """The incremental policy a session's text MT runs under: the backend's own where it
-    has one (Apertium: hold-N, no forced prefix to agree on), else ``text_mt.*``."""
+    has one (a rule-based one: hold-N, no forced prefix to agree on), else ``text_mt.*``."""
     own = getattr(translator, "policy", None)
     return own(base) if callable(own) else base
 
@@ -122,8 +114,9 @@ def describe_engines(resolved: ResolvedRequest) -> dict[str, str]:
     route = resolved.route
 
     def hop(name: str) -> str:
-        if name.startswith("apertium:"):
-            return f"rule-based MT (Apertium {name.removeprefix('apertium:')})"
+        backend = backend_of(name)
+        if backend is not None:
+            return backend.load().describe(name)
         return f"neural MT (CTranslate2 {name.rsplit('/', 1)[-1]})"
 
     if route.kind == "whisper":

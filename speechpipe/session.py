@@ -11,19 +11,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
 
 from speechpipe.config import PipelineOptions
-from speechpipe.errors import LanguageError, SessionError, WorkerError
+from speechpipe.errors import SessionError, WorkerError
 from speechpipe.machine import cpu_info
-from speechpipe.models.mt.apertium import ApertiumPair, ApertiumTranslator
-from speechpipe.models.mt.ct2_translator import Ct2TextTranslator
-from speechpipe.models.mt.ct2_worker import Ct2TranslationWorker
+from speechpipe.models.mt.backends import SharedTranslator
 from speechpipe.models.mt.pivot import ByLanguage, PivotTranslation
+from speechpipe.models.mt.shared import MtWorkers
 from speechpipe.models.whisper.engine import WhisperEngine
 from speechpipe.models.whisper.prefill import rows_step_choice
 from speechpipe.models.whisper.weights import resolve_whisper_model
@@ -35,7 +33,6 @@ from speechpipe.pipeline_build import SessionParts, build_stages
 from speechpipe.routing import (
     ResolvedRequest,
     TextTranslator,
-    apertium_pair,
     check_output_rate,
     check_request,
     describe_engines,
@@ -51,7 +48,6 @@ from speechpipe.stages.language_vote import LanguageVote
 from speechpipe.stages.request import SessionRequest
 from speechpipe.stages.translation_memory import TranslationMemory
 from speechpipe.stages.vad import VadStage
-from speechpipe.voices.engines import TtsEngine
 from speechpipe.voices.registry import VoiceInfo, resolve_voice
 from speechpipe.voices.speaker import PhraseCache, Speaker, VoiceWorkers, phrase_namespace
 from speechpipe.voices.tts_worker import TtsWorker
@@ -100,8 +96,8 @@ class Pipeline:
         self.degrade = DegradeState()  # the server's degrade level (speechpipe.server.degrade)
         self.live_sessions: set[PipelineSession] = set()
         self.voices = VoiceWorkers(self._check_open)  # a worker and phrase cache per voice
-        self._text_mt: dict[str, Ct2TranslationWorker | ApertiumTranslator] = {}
-        self._text_mt_lock = threading.Lock()
+        self.text_mt = MtWorkers(self._check_open)  # a worker per route hop
+        self._text_mt, self._text_mt_lock = self.text_mt.workers, self.text_mt.lock
         self.mt_memory = TranslationMemory(options.translation_memory_items)
         # the commit guard's speech check (stages.faithfulness), shared by all sessions
         self.speech = SileroSpeech() if options.faithful.guard else None
@@ -127,21 +123,7 @@ class Pipeline:
         self.whisper.warm_up()  # and one through the shared worker's thread
         voice = resolve_voice(None, "en", self.options.voice_dirs)
         self.tts_worker(voice).warm_up()
-        self.warm_apertium()
-
-    def warm_apertium(self) -> None:
-        """Start the Apertium pairs named in ``apertium.warm`` (``en-es``) now (blocking); an
-        unknown or uninstalled pair is refused with ``LanguageError``."""
-        from speechpipe.models.mt.apertium import installed_pairs
-
-        installed = installed_pairs()
-        for name in self.options.apertium.warm:
-            source, _, target = name.partition("-")
-            pair = installed.get((source, target))
-            if pair is None:
-                raise LanguageError(f"apertium.warm: no Apertium pair {name[:32]!r} is "
-                                    "installed")
-            self._apertium_worker(pair)
+        self.text_mt.warm(self.options)  # the hops named to start with the server
 
     def stop_workers(self) -> None:
         """Stop accepting work and join every worker thread (ASR, TTS, text MT); calls in
@@ -149,10 +131,7 @@ class Pipeline:
         self._closed = True
         self.whisper.close()
         self.voices.close()
-        with self._text_mt_lock:
-            mt_workers = list(self._text_mt.values())
-        for mt_worker in mt_workers:
-            mt_worker.close()
+        self.text_mt.close()
 
     def release_models(self) -> None:
         """Drop this pipeline's references to the loaded models, after ``stop_workers``.
@@ -164,8 +143,7 @@ class Pipeline:
         if self.urgent_engine is not None:
             self.urgent_engine.release()
         self.voices.clear()
-        with self._text_mt_lock:
-            self._text_mt.clear()
+        self.text_mt.clear()
 
     def close(self) -> None:
         """Stop and join the workers, then release the models (on the calling thread:
@@ -225,7 +203,7 @@ class Pipeline:
                 text_mt = ByLanguage(pivot_mt, {lang: self.text_mt_worker(hop)
                                                 for lang, hop in route.direct})
         elif route.kind == "text+text":
-            first, second = (self._ct2_worker(hop) for hop in route.hops)
+            first, second = (self.text_mt.ct2(hop, self.options) for hop in route.hops)
             first.check_languages(source, "en")
             second.check_languages("en", target)
             text_mt = PivotTranslation(first, second)
@@ -244,53 +222,20 @@ class Pipeline:
     def worker_health(self) -> list[WorkerHealth]:
         """Every shared worker's breaker, deadline and counters (``models.workers.guard``):
         ``/readyz`` and the metrics read it."""
-        with self._text_mt_lock:
-            mt = list(self._text_mt.values())
+        mt = self.text_mt.loaded()
         return [self.whisper.guard.health(), *(w.guard.health() for w in self.voices.loaded()),
                 *(w.guard.health() for w in mt)]
 
-    def text_mt_worker(self, spec: str) -> Ct2TranslationWorker | ApertiumTranslator:
-        """The shared worker for a route's hop: an Apertium pair (``apertium:MODE``) or a
-        CTranslate2 MT model (loaded or started once; blocking)."""
-        if spec.startswith("apertium:"):
-            return self._apertium_worker(apertium_pair(spec))
-        return self._ct2_worker(spec)
-
-    def _apertium_worker(self, pair: ApertiumPair) -> ApertiumTranslator:
-        with self._text_mt_lock:
-            worker = self._text_mt.get(pair.name)
-            if worker is None:
-                self._check_open()
-                worker = ApertiumTranslator(pair, self.options.apertium)
-                worker.warm_up()  # started on first use: the first session waits ~0.1 s once
-                self._text_mt[pair.name] = worker
-        assert isinstance(worker, ApertiumTranslator)
-        return worker
-
-    def _ct2_worker(self, spec: str) -> Ct2TranslationWorker:
-        """The shared worker for a CTranslate2 MT model (loaded once; blocking)."""
-        from speechpipe.models.mt.registry import resolve_mt_model
-
-        path = resolve_mt_model(spec.removeprefix("ct2:"))
-        with self._text_mt_lock:
-            worker = self._text_mt.get(str(path))
-            if worker is None:
-                self._check_open()
-                translator = Ct2TextTranslator(path, model_id=str(path),
-                                               intra_threads=self.options.mt_threads,
-                                               prefill=self.options.mt_prefill)
-                worker = Ct2TranslationWorker(translator)
-                self._text_mt[str(path)] = worker
-            assert isinstance(worker, Ct2TranslationWorker)
-            return worker
+    def text_mt_worker(self, hop: str) -> SharedTranslator:
+        """The shared worker for a route's hop (``models.mt.shared``: a backend's, such as an
+        Apertium pair ``apertium:MODE``, or a CTranslate2 model; started once; blocking)."""
+        return self.text_mt.worker(hop, self.options)
 
     def tts_worker(self, voice: VoiceInfo) -> TtsWorker:
         """The shared TTS worker for ``voice`` (loaded on first use; blocking)."""
-        return self.voices.worker(voice, self._engine_options, self.options.phrase_cache_items)
-
-    def _engine_options(self, entry: TtsEngine) -> Any:
-        # an engine's options are the pipeline group its registry entry names
-        return getattr(self.options, entry.options_group or entry.name, None)
+        # an engine's options: the group its registry entry names (voices.engines)
+        return self.voices.worker(voice, lambda entry: entry.options_in(self.options),
+                                  self.options.phrase_cache_items)
 
     def phrase_cache(self, voice: VoiceInfo) -> PhraseCache:
         """The shared cache of synthesized phrases for ``voice``, keyed by (namespace, text,

@@ -1,16 +1,21 @@
 """The TTS engine seam: what a voice's engine must give, and the one table of engines.
 
 A voice names its engine (``VoiceInfo.engine``); ``ENGINES`` maps each engine to its loader,
-the suffix of its voice files and the loggers that may carry text. Adding an engine is one
-module (a loader returning a ``Synthesizer``) and one ``register_engine`` call — pipecat's
-``TTSService.run_tts`` with ``services/piper/tts.py`` is the model. The loader is named as
-``"module:function"`` and imported on a voice's first load, so an engine's libraries load
-only when one of its voices speaks (and this table imports no engine). An engine may also
-name a catalogue: voices it speaks with no file (espeak-ng's languages), offered after every
-file voice and built-in voice of the same language.
+the suffix of its voice files, the loggers that may carry text and its options. Adding an
+engine is one module (a loader returning a ``Synthesizer``) and one row here (or one
+``register_engine`` call) — pipecat's ``TTSService.run_tts`` with ``services/piper/tts.py``
+is the model. The loader is named as ``"module:function"`` and imported on a voice's first
+load, so an engine's libraries load only when one of its voices speaks (and this table
+imports no engine, nor numpy: the options tree reads it). An engine may also name a
+catalogue: voices it speaks with no file (espeak-ng's languages), offered after every file
+voice and built-in voice of the same language.
 
-An engine's options are the pipeline group named after it (``--set piper.length_scale=0.9``):
-the loader gets that group, or None when the tree has none for it.
+An engine's options are its own dataclass, named by its row (``options``, a
+``"module:factory"`` of its defaults, in a leaf module): the options tree
+(``speechpipe.config``) gives each row of this table a group of that type, named
+``options_group`` (default: the engine's name), so ``--set espeak.rate_wpm=200`` reaches
+it; its loader gets that group. An engine registered later (``register_engine``) has no
+group in the tree: its loader gets its defaults.
 """
 
 from __future__ import annotations
@@ -18,12 +23,13 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-import numpy as np
-from numpy.typing import NDArray
+from typing import TYPE_CHECKING, Any, Protocol
 
 from speechpipe.errors import VoiceError
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 __all__ = ["Synthesizer", "TtsEngine", "ENGINES", "register_engine", "unregister_engine",
            "engine", "load_synthesizer", "text_loggers", "voice_suffixes"]
@@ -59,31 +65,64 @@ class TtsEngine:
     when it is not installed); they are the registry's last choice for a language."""
     description: str = ""  # what a listener hears, e.g. "Piper neural voice"
     licence: str = ""  # the engine's licence (SPDX), for ``describe_voice``
+    options: str = ""
+    """``"module:factory"`` of its options' defaults (a frozen dataclass in a leaf module:
+    the options tree imports it); empty: it takes none."""
     options_group: str = ""  # its options' group in the pipeline's tree (default: ``name``)
+    catalogue_offer: str = ""  # what its catalogue gives, e.g. "robotic voices for 100+ ..."
+    catalogue_install: str = ""  # the command that installs its catalogue
+
+    @property
+    def group(self) -> str:
+        """The name of its options' group in the tree (``--set GROUP.FIELD``)."""
+        return self.options_group or self.name
+
+    def default_options(self) -> Any:
+        """Its options' defaults; None when it takes none."""
+        return _made(self.options) if self.options else None
+
+    def options_in(self, tree: Any) -> Any:
+        """Its options in the pipeline's options ``tree`` (its group), else its defaults."""
+        found = getattr(tree, self.group, None) if self.options else None
+        return found if found is not None else self.default_options()
 
     def load(self, voice: Any, options: Any) -> Synthesizer:
         """Import the loader and load ``voice`` with ``options``."""
-        module, _, function = self.loader.partition(":")
-        loader: Loader = getattr(importlib.import_module(module), function)
+        loader: Loader = _named(self.loader)
         return loader(voice, options)
 
     def catalogue_voices(self) -> list[Any]:
         """The voices it speaks without files (``VoiceInfo``s); [] without a catalogue."""
         if not self.catalogue:
             return []
-        module, _, function = self.catalogue.partition(":")
-        voices: list[Any] = getattr(importlib.import_module(module), function)()
+        voices: list[Any] = _named(self.catalogue)()
         return voices
+
+
+def _named(name: str) -> Any:
+    """The object ``"module:attribute"`` names (the module imported now)."""
+    module, _, attribute = name.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def _made(name: str) -> Any:
+    """What the factory ``"module:factory"`` makes."""
+    return _named(name)()
 
 
 ENGINES: dict[str, TtsEngine] = {
     "piper": TtsEngine("piper", "speechpipe.voices.piper_engine:load_piper", ".onnx",
                        text_loggers=("piper",), description="Piper neural voice",
-                       licence="the voice's own; piper-tts GPL-3.0-or-later"),
+                       licence="the voice's own; piper-tts GPL-3.0-or-later",
+                       options="speechpipe.voices.piper_options:pipeline_defaults"),
     "espeak-ng": TtsEngine("espeak-ng", "speechpipe.voices.espeak_engine:load_espeak", ".espeak",
                            catalogue="speechpipe.voices.espeak_engine:espeak_voices",
                            description="robotic voice (espeak-ng formant synthesis)",
-                           licence="GPL-3.0-or-later", options_group="espeak"),
+                           licence="GPL-3.0-or-later",
+                           options="speechpipe.voices.espeak_options:EspeakOptions",
+                           options_group="espeak",
+                           catalogue_offer="robotic voices for 100+ languages",
+                           catalogue_install="pip install 'speechpipe[languages]'"),
 }
 
 

@@ -243,8 +243,10 @@ def resolve_voice(
         ))
     available = _available(voices, with_locale=True)
     hint = f"; broken: {', '.join(sorted(broken))}" if broken else ""
-    more = "" if any(map(is_catalogue_voice, voices)) else (
-        f"`{LANGUAGES_INSTALL}` (espeak-ng voices for 100+ languages) or ")
+    offered = {v.engine for v in voices if is_catalogue_voice(v)}
+    more = "".join(f"`{e.catalogue_install}` ({e.catalogue_offer}) or "
+                   for e in ENGINES.values()
+                   if e.catalogue and e.catalogue_install and e.name not in offered)
     raise UnknownVoiceError(  # no paths: a live client's request ends here too
         f"no voice speaks {target_lang!r}; available: {available}{hint} - install one with "
         f"{more}`speechpipe models add NAME.onnx`"

@@ -51,7 +51,8 @@ from speechpipe.stages.model_api import TextMtRequest, TextMtResult
 from speechpipe.stages.text_mt_options import TextMtOptions
 
 __all__ = [
-    "ApertiumDied", "ApertiumOptions", "ApertiumPair", "ApertiumProcess", "ApertiumTranslator",
+    "ApertiumDied", "ApertiumHooks", "ApertiumOptions", "ApertiumPair", "ApertiumProcess",
+    "ApertiumTranslator", "HOOKS",
     "BACKEND", "DEBIAN_PAIRS", "LICENCE", "continuation_after", "install_hint",
     "installed_pairs", "modes_dir",
 ]
@@ -418,3 +419,71 @@ class ApertiumTranslator:
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
+
+
+class ApertiumHooks:
+    """What the backend answers for in ``models.mt.backends`` (its row there: ``HOOKS``)."""
+
+    def pairs(self) -> dict[tuple[str, str], str]:
+        """The installed directions -> their hops (``apertium:eng-spa``)."""
+        return {direction: pair.name for direction, pair in installed_pairs().items()}
+
+    def pair(self, hop: str) -> ApertiumPair:
+        """The installed pair ``apertium:MODE`` (``apertium:eng-spa``) names."""
+        mode = hop.removeprefix(f"{BACKEND}:")
+        for pair in installed_pairs().values():
+            if pair.mode == mode:
+                return pair
+        names = ", ".join(sorted(p.mode for p in installed_pairs().values())) or "none"
+        raise LanguageError(f"no Apertium pair {mode[:64]!r} is installed (installed: "
+                            f"{names}); Debian's apertium-* packages install them")
+
+    def check(self, hop: str) -> None:
+        """``LanguageError`` unless the pair is installed."""
+        self.pair(hop)
+
+    def worker(self, hop: str, options: ApertiumOptions | None) -> ApertiumTranslator:
+        """The pair's chain, started (the first session waits ~0.1 s once; blocking)."""
+        translator = ApertiumTranslator(self.pair(hop), options)
+        translator.warm_up()
+        return translator
+
+    def warm(self, options: ApertiumOptions) -> list[str]:
+        """The hops of ``apertium.warm`` (``en-es``); an unknown or uninstalled pair is
+        refused with ``LanguageError``."""
+        installed = installed_pairs()
+        hops = []
+        for name in options.warm:
+            source, _, target = name.partition("-")
+            pair = installed.get((source, target))
+            if pair is None:
+                raise LanguageError(f"apertium.warm: no Apertium pair {name[:32]!r} is "
+                                    "installed")
+            hops.append(pair.name)
+        return hops
+
+    def describe(self, hop: str) -> str:
+        """``rule-based MT (Apertium eng-spa)``."""
+        return f"rule-based MT (Apertium {hop.removeprefix(f'{BACKEND}:')})"
+
+    def install_hint(self, source: str, target: str) -> str | None:
+        """The Debian package's ``apt install`` line, when Debian has the pair."""
+        line = install_hint(source, target)
+        return f"install rule-based MT with `{line}`" if line else None
+
+    def listing(self) -> tuple[list[dict[str, object]], list[str]]:
+        """``models list``: the installed pairs (rows for ``--json``, and the lines)."""
+        rows: list[dict[str, object]] = [
+            {"name": p.name, "source_lang": p.source, "target_lang": p.target,
+             "package": p.package, "mode_file": str(p.path), "licence": LICENCE}
+            for _, p in sorted(installed_pairs().items())]
+        lines = [f"Rule-based MT (Apertium, Debian packages; {LICENCE}):"]
+        if not rows:
+            lines.append("  none - e.g. `apt install apertium apertium-eng-spa apertium-fr-es "
+                         "apertium-es-pt` (en<->es, fr<->es, es<->pt)")
+        lines += [f"  {r['name']:<24} {r['source_lang']} -> {r['target_lang']:<4} {r['package']}"
+                  for r in rows]
+        return rows, lines
+
+
+HOOKS = ApertiumHooks()

@@ -17,8 +17,9 @@ The choice reads only ``$SPEECHPIPE_HOME/registry.json`` (no model loads), in th
 6. else ``LanguageError`` naming the exact command that makes it work (an ``apt install`` of
    the Apertium pair Debian has, else ``speechpipe models pull``).
 
-Apertium pairs come in as ``apertium``: (source, target) -> hop name, so the choice stays a
-pure function of what is installed.
+The pairs of the backends beside CTranslate2 (``models.mt.backends``: Apertium's) come in as
+``rule_based``: (source, target) -> hop name, so the choice stays a pure function of what is
+installed.
 
 With ``source="auto"`` step 1 only takes models that translate from many languages (NLLB,
 M2M-100, multi-source Marian): the detected language is known per utterance only.
@@ -116,11 +117,12 @@ def _pick(entries: Mapping[str, Mapping[str, Any]], source: str, target: str) ->
 
 def choose_route(
     source: str, target: str, entries: Mapping[str, Mapping[str, Any]],
-    apertium: Mapping[tuple[str, str], str] | None = None,
+    rule_based: Mapping[tuple[str, str], str] | None = None,
 ) -> MtRoute:
     """The route for ``source`` (a Whisper code or ``auto``) to ``target`` (see module);
-    ``apertium``: the installed Apertium pairs, (source, target) -> hop name."""
-    apertium = apertium or {}
+    ``rule_based``: the other backends' installed pairs (Apertium's), (source, target) ->
+    hop name."""
+    rule_based = rule_based or {}
     if target == "en" and source in ("auto", "en"):
         return MtRoute("whisper")
     direct = _pick(entries, source, target)
@@ -128,21 +130,21 @@ def choose_route(
         return MtRoute("text", (direct,))
     if target == "en":
         return MtRoute("whisper")
-    if (source, target) in apertium:
-        return MtRoute("text", (apertium[(source, target)],))
+    if (source, target) in rule_based:
+        return MtRoute("text", (rule_based[(source, target)],))
     second = _pick(entries, "en", target)
     if second is not None and source not in ("auto", "en"):
         first = _pick(entries, source, "en")
         if first is not None:
             return MtRoute("text+text", (first, second))
-    if second is None and ("en", target) in apertium:
-        second = apertium[("en", target)]
+    if second is None and ("en", target) in rule_based:
+        second = rule_based[("en", target)]
     if second is not None:
         own: tuple[tuple[str, str], ...] = ()
         if source == "auto":  # per utterance: the detected language's own pair first
             pairs = {"en": second}
-            if second.startswith("apertium:"):  # one backend, one policy, per session
-                pairs |= {src: hop for (src, tgt), hop in apertium.items()
+            if second == rule_based.get(("en", target)):  # one backend, one policy
+                pairs |= {src: hop for (src, tgt), hop in rule_based.items()
                           if tgt == target and src != "en"}
             own = tuple(sorted(pairs.items()))
         return MtRoute("whisper+text", (second,), own)
@@ -151,16 +153,18 @@ def choose_route(
 
 
 def install_hint(source: str, target: str) -> str:
-    """The command that makes ``source`` reach ``target``: the Debian package of a direct
-    Apertium pair, else of an English one (Whisper's English as the pivot), else a pull."""
-    from speechpipe.models.mt.apertium import install_hint as apt_hint
+    """The command that makes ``source`` reach ``target``: a backend's install line for a
+    direct pair (Apertium's Debian package), else for an English one (Whisper's English as
+    the pivot), else a pull."""
+    from speechpipe.models.mt.backends import MT_BACKENDS
 
     for pair in ((source, target), ("en", target)):
-        line = apt_hint(*pair) if pair[0] != "auto" else None
-        if line:
-            via = "" if pair == (source, target) else f" (any spoken language reaches {target} " \
-                "through Whisper's English)"
-            return (f"install rule-based MT with `{line}`{via}, or {pull_hint(target)}")
+        for backend in MT_BACKENDS.values():
+            line = backend.load().install_hint(*pair) if pair[0] != "auto" else None
+            if line:
+                via = "" if pair == (source, target) else (
+                    f" (any spoken language reaches {target} through Whisper's English)")
+                return f"{line}{via}, or {pull_hint(target)}"
     return pull_hint(target)
 
 

@@ -141,13 +141,13 @@ class ServerApp:
                 pivot = "*" in sources or "en" in sources  # Whisper's English, then the pair
                 targets[target] = {"sources": ["*"] if pivot else sources,
                                    "route": "pivot" if pivot else "text"}
-            from speechpipe.models.mt.apertium import installed_pairs as apertium_pairs
+            from speechpipe.models.mt.backends import backend_pairs
 
-            rule_based = apertium_pairs()
+            rule_based = backend_pairs()  # the other backends' (Apertium's): (backend, hop)
             for (source, target) in sorted(rule_based):
                 if target == "en" or target in targets and targets[target]["sources"] == ["*"]:
                     continue
-                if ("en", target) in rule_based:  # Whisper's English, then Apertium
+                if ("en", target) in rule_based:  # Whisper's English, then the backend's pair
                     targets[target] = {"sources": ["*"], "route": "pivot"}
                 else:
                     entry = targets.setdefault(target, {"sources": [], "route": "text"})
@@ -155,8 +155,9 @@ class ServerApp:
             pairs = [{"name": name, "family": e.get("family"),
                       "source_langs": e.get("source_langs"), "target_langs": e.get("target_langs")}
                      for name, e in sorted(entries.items())]
-            pairs += [{"name": p.name, "family": "apertium", "source_langs": [p.source],
-                       "target_langs": [p.target]} for _, p in sorted(rule_based.items())]
+            pairs += [{"name": hop, "family": family, "source_langs": [source],
+                       "target_langs": [target]}
+                      for (source, target), (family, hop) in sorted(rule_based.items())]
             self._models = (now, {"targets": targets, "pairs": pairs})
         return self._models[1]
 

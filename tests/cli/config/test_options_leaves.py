@@ -7,6 +7,9 @@ import that drags in a stage, a server, numpy or a model engine fails here, nami
 is to move the option dataclass (or constant) into a leaf module of its own and re-export it
 from the old place (as ``stages/vad_options.py`` and ``stages/vad.py`` do), or to import the
 heavy module inside the function that needs it.
+
+An engine's options module is allowed through its registry row (``voices.engines.ENGINES``,
+``models.mt.backends.MT_BACKENDS``): a new engine adds no line here.
 """
 
 from __future__ import annotations
@@ -27,8 +30,7 @@ OPTION_MODULES = frozenset({
     "speechpipe.models",
     "speechpipe.models.mt",
     "speechpipe.models.workers",
-    "speechpipe.models.mt.apertium_options",
-    "speechpipe.voices.espeak_options",
+    "speechpipe.models.mt.backends",  # the table of text-MT backends: their options groups
     "speechpipe.models.workers.batch_options",
     "speechpipe.server",
     "speechpipe.server.options",
@@ -44,8 +46,17 @@ OPTION_MODULES = frozenset({
     "speechpipe.transport.identity",  # the TokenVerifier seam that ServerLimits.auth names
     "speechpipe.transport.limits",
     "speechpipe.voices",  # its public names are lazy (PEP 562)
-    "speechpipe.voices.piper_options",
+    "speechpipe.voices.engines",  # the table of TTS engines: their options groups
 })
+
+
+def engine_option_modules() -> frozenset[str]:
+    """The leaf modules the engines' rows name for their options."""
+    from speechpipe.models.mt.backends import MT_BACKENDS
+    from speechpipe.voices.engines import ENGINES
+
+    return frozenset(entry.options.partition(":")[0]
+                     for entry in (*ENGINES.values(), *MT_BACKENDS.values()) if entry.options)
 
 # third-party libraries and heavy modules of the package, named for a clearer failure (the
 # allow-list above catches every speechpipe module already)
@@ -76,7 +87,7 @@ def test_the_options_tree_loads_only_option_modules() -> None:
         "one (move the option into a leaf module, or import lazily; see this module's docstring)"
     )
     others = sorted(m for m in loaded if m.split(".")[0] == "speechpipe"
-                    and m not in OPTION_MODULES)
+                    and m not in OPTION_MODULES | engine_option_modules())
     assert not others, (
         f"import speechpipe.config loads {', '.join(others)}, not an option module: move the "
         "option it is imported for into a leaf module, or, for a new stdlib-only option "
