@@ -206,10 +206,7 @@ class WhisperEngine:
         plan, native = self._plan(requests, [language for language, _ in languages])
         generated, counts = self.generate(plan, encoded, native)
         t3 = time.perf_counter()
-        texts = [DecodedText(item.row, item.task, self.tokenizer.decode(kept.ids),
-                             kept.avg_logprob, kept.no_speech_prob, kept.hit_cap)
-                 for item, kept in zip(plan.items, generated, strict=True)]
-        decodes = guarded_decodes(requests, texts)  # the loop and no-speech guards
+        decodes = self._guarded(requests, plan, generated)
         aligned = align_words(ct2_whisper(self.model), self.tokenizer, requests, encoded,
                               languages, plan.items, generated, decodes)
         t4 = time.perf_counter()
@@ -222,10 +219,24 @@ class WhisperEngine:
         timings = {"asr.encode": t1 - t0, "asr.langid": t2 - t1, "asr.decode": t3 - t2,
                    **({"asr.align": t4 - t3} if aligned else {})}
         return [WhisperPass(WhisperResult(
-            language=languages[row][0], language_prob=languages[row][1],
-            language_probs=detected[row], decodes=tuple(decodes[row]), encode_s=t1 - t0,
-            decode_s=t3 - t2, timings=dict(timings), batch_requests=len(requests)),
-            encoded[row]) for row in range(len(requests))]
+                    language=languages[row][0],
+                    language_prob=languages[row][1],
+                    language_probs=detected[row],
+                    decodes=tuple(decodes[row]),
+                    encode_s=t1 - t0,
+                    decode_s=t3 - t2,
+                    timings=dict(timings),
+                    batch_requests=len(requests)),
+                encoded[row]) for row in range(len(requests))]
+
+    def _guarded(self, requests: Sequence[WhisperRequest], plan: BatchPlan,
+                 generated: list[Kept]) -> list[list[DecodeResult]]:
+        """Each request's decodes, in its task order, through the loop and no-speech guards
+        (``stages.loop_guard.guarded_decodes``) of the text each item kept."""
+        texts = [DecodedText(item.row, item.task, self.tokenizer.decode(kept.ids),
+                             kept.avg_logprob, kept.no_speech_prob, kept.hit_cap)
+                 for item, kept in zip(plan.items, generated, strict=True)]
+        return guarded_decodes(requests, texts)
 
     def _plan(self, requests: Sequence[WhisperRequest], languages: list[str],
               ) -> tuple[BatchPlan, NativePrefill | None]:
