@@ -71,6 +71,10 @@ class TtsEngine:
     options_group: str = ""  # its options' group in the pipeline's tree (default: ``name``)
     catalogue_offer: str = ""  # what its catalogue gives, e.g. "robotic voices for 100+ ..."
     catalogue_install: str = ""  # the command that installs its catalogue
+    config_check: str = ""
+    """``"module:function"`` called as function(config, name, path) on a voice file's config
+    when it is read, before anything loads it: ``VoiceError`` for what the engine lacks,
+    ``UnsafeVoiceError`` for what it must never be given; empty: the sample rate only."""
 
     @property
     def group(self) -> str:
@@ -85,6 +89,11 @@ class TtsEngine:
         """Its options in the pipeline's options ``tree`` (its group), else its defaults."""
         found = getattr(tree, self.group, None) if self.options else None
         return found if found is not None else self.default_options()
+
+    def check_config(self, config: dict[str, object], name: str, path: Any) -> None:
+        """Check a voice file's config with its ``config_check``."""
+        if self.config_check:
+            _named(self.config_check)(config, name, path)
 
     def load(self, voice: Any, options: Any) -> Synthesizer:
         """Import the loader and load ``voice`` with ``options``."""
@@ -114,7 +123,8 @@ ENGINES: dict[str, TtsEngine] = {
     "piper": TtsEngine("piper", "speechpipe.voices.piper_engine:load_piper", ".onnx",
                        text_loggers=("piper",), description="Piper neural voice",
                        licence="the voice's own; piper-tts GPL-3.0-or-later",
-                       options="speechpipe.voices.piper_options:pipeline_defaults"),
+                       options="speechpipe.voices.piper_options:pipeline_defaults",
+                       config_check="speechpipe.voices.voice_config_checks:check_piper_voice"),
     "espeak-ng": TtsEngine("espeak-ng", "speechpipe.voices.espeak_engine:load_espeak", ".espeak",
                            catalogue="speechpipe.voices.espeak_engine:espeak_voices",
                            description="robotic voice (espeak-ng formant synthesis)",

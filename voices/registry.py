@@ -22,7 +22,7 @@ from pathlib import Path
 from speechpipe.errors import UnknownVoiceError, UnsafeVoiceError, VoiceError
 from speechpipe.models.home import speechpipe_home
 from speechpipe.voices.engines import ENGINES, voice_suffixes
-from speechpipe.voices.voice_config_checks import check_piper_config, check_sample_rate
+from speechpipe.voices.voice_config_checks import check_sample_rate
 
 __all__ = [
     "BUILTIN_VOICE",
@@ -91,12 +91,12 @@ def load_voice_info(config_path: Path, *, name: str | None = None, source: str =
     """Read a voice's ``.onnx.json``; ``VoiceError`` says what is wrong with a broken one
     (with the file's path: for the operator and ``models add``, never for a client).
 
-    The config is checked for what Piper needs before anything loads it: at most
-    ``MAX_CONFIG_BYTES``, a JSON object with ``audio.sample_rate``, ``num_symbols``,
-    ``num_speakers``, a ``phoneme_id_map`` of phonemes to id lists, and a language (another
-    engine's config: the sample rate and the language); names and numbers the engine would
-    be given (``espeak.voice``, the sample rate, the scales) are held to what real voices
-    hold, else ``UnsafeVoiceError`` (bad input, exit code 2)."""
+    The config is checked before anything loads it: at most ``MAX_CONFIG_BYTES``, a JSON
+    object with ``audio.sample_rate`` and a language, then what its engine's row checks
+    (``TtsEngine.config_check``; Piper's: ``num_symbols``, ``num_speakers``, a
+    ``phoneme_id_map`` of phonemes to id lists); names and numbers the engine would be given
+    (``espeak.voice``, the sample rate, the scales) are held to what real voices hold, else
+    ``UnsafeVoiceError`` (bad input, exit code 2)."""
     config_path = Path(config_path)
     model_path = config_path.with_name(config_path.name.removesuffix(".json"))
     suffix = ENGINES[engine].model_suffix if engine in ENGINES else ""
@@ -134,21 +134,9 @@ def _checked_config(config_path: Path, name: str, engine: str) -> tuple[dict[str
     if sample_rate is None:
         raise VoiceError(f"voice {name!r}: {config_path} has no valid audio.sample_rate")
     sample_rate = check_sample_rate(sample_rate, name, config_path)
-    piper = engine == "piper"
-    for key in ("num_symbols", "num_speakers") if piper else ():
-        if not _positive_int(config.get(key)):
-            raise VoiceError(f"voice {name!r}: {config_path} has no valid {key}")
-    ids = config.get("phoneme_id_map")
-    if piper and (not isinstance(ids, dict) or not ids or not all(
-        isinstance(phoneme, str) and isinstance(values, list)
-        and all(_positive_int(v) or v == 0 for v in values)
-        for phoneme, values in ids.items()
-    )):
-        raise VoiceError(
-            f"voice {name!r}: {config_path} has no valid phoneme_id_map (phoneme -> id list)"
-        )
-    if piper:
-        check_piper_config(config, name, config_path)  # espeak.voice, ranges: hostile values
+    row = ENGINES.get(engine)
+    if row is not None:  # what the engine needs and must never be given (Piper's: its row)
+        row.check_config(config, name, config_path)
     return config, sample_rate
 
 
@@ -177,10 +165,6 @@ def _read_config(config_path: Path, name: str) -> dict[str, object]:
     if not isinstance(config, dict):
         raise VoiceError(f"voice {name!r}: {config_path} is not a JSON object")
     return config
-
-
-def _positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def is_catalogue_voice(voice: VoiceInfo) -> bool:

@@ -18,12 +18,13 @@ import math
 import re
 from pathlib import Path
 
-from speechpipe.errors import UnsafeVoiceError
+from speechpipe.errors import UnsafeVoiceError, VoiceError
 
 __all__ = [
     "SAMPLE_RATES",
     "check_sample_rate",
     "check_piper_config",
+    "check_piper_voice",
     "espeak_voice_known",
     "piper_espeak_data",
 ]
@@ -123,6 +124,30 @@ def espeak_voice_known(voice: str, data: Path | None) -> bool:
     base, _, variant = voice.partition("+")
     names, variants = _espeak_names(data)
     return base in names and (not variant or variant in variants)
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def check_piper_voice(config: dict[str, object], name: str, where: Path) -> None:
+    """A Piper voice file's config, before anything loads it (the Piper row's
+    ``config_check``, ``voices.engines``): ``VoiceError`` when it lacks what Piper needs
+    (``num_symbols``, ``num_speakers``, a ``phoneme_id_map`` of phonemes to id lists), then
+    ``check_piper_config``."""
+    for key in ("num_symbols", "num_speakers"):
+        if not _positive_int(config.get(key)):
+            raise VoiceError(f"voice {name!r}: {where} has no valid {key}")
+    ids = config.get("phoneme_id_map")
+    if not isinstance(ids, dict) or not ids or not all(
+        isinstance(phoneme, str) and isinstance(values, list)
+        and all(_positive_int(v) or v == 0 for v in values)
+        for phoneme, values in ids.items()
+    ):
+        raise VoiceError(
+            f"voice {name!r}: {where} has no valid phoneme_id_map (phoneme -> id list)"
+        )
+    check_piper_config(config, name, where)  # espeak.voice, ranges: hostile values
 
 
 def check_piper_config(config: dict[str, object], name: str, where: Path) -> None:
