@@ -66,17 +66,17 @@ async def test_long_speech_decodes_bounded_windows(pipeline):
     bound = asr.max_window_s + asr.cut_grace_s + 1.0  # + a step of audio arriving meanwhile
     seen: list[float] = []
     engine = pipeline.engine
-    original = engine.run_batch
+    original = engine.run_bucket  # every engine pass, the decode program's too
 
     def spy(requests):
         seen.extend(len(r.audio) / STREAM_RATE for r in requests)
         return original(requests)
 
-    engine.run_batch = spy  # type: ignore[method-assign]
+    engine.run_bucket = spy  # type: ignore[method-assign]
     try:
         request = SessionRequest(source_lang="de", pace="fast", priority="replay")
         async with pipeline.session(request) as session:
             await replay(session, audio, pace="fast")
     finally:
-        del engine.run_batch
+        del engine.run_bucket
     assert seen and max(seen) <= bound, max(seen)
