@@ -13,13 +13,17 @@ folder of its own for the whole run (the bundled Whisper model is assembled ther
 inherited by the subprocesses the tests start, and removed at the end; nothing is written to
 the user's cache (it held ~700 MB after a test run before).
 
-Tiers: a test that loads a real model or the shared pipeline is marked ``slow``, one that
-drives Chromium ``browser``, one that runs Ray ``cluster``. Everything else is the fast tier,
-what plain ``pytest`` runs (pyproject.toml's addopts; ``scripts/test-all`` runs every tier,
-each in its own pytest run), and the guard below holds it to that: in an unmarked test,
-loading Whisper, CTranslate2's Whisper, a Piper voice or the pipeline, asking for the
-``pipeline``/``live_server`` fixtures, starting ``speechpipe serve`` on the real models in a
-subprocess, or ``ray.init`` fails the test ("mark it slow").
+Tiers are folders (docs/layout.md, "Tests"): ``tests/unit`` (no model, no subprocess, no
+socket: ``tests/unit/conftest.py``'s guard), ``tests/cli`` (subprocesses and loopback
+servers), ``tests/slow`` (real models and audio), ``tests/browser`` (headless Chromium),
+``tests/cluster`` (real Ray). A test gets the ``slow``, ``browser`` or ``cluster`` mark from
+its folder, never from its file. Plain ``pytest`` runs unit and cli (pyproject.toml's
+testpaths) on every core (``-n auto``: the workers below); ``scripts/test-all`` runs every
+tier, each in its own pytest run. The guard below holds the fast tiers to having no real
+model: in a test of tests/unit or tests/cli, loading Whisper, CTranslate2's Whisper, a Piper
+voice or the pipeline, asking for the ``pipeline``/``live_server`` fixtures, starting
+``speechpipe serve`` on the real models in a subprocess, or ``ray.init`` fails the test
+("move it to tests/slow").
 """
 
 from __future__ import annotations
@@ -63,9 +67,66 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["PYTHONPYCACHEPREFIX"] = str(_PYCACHE)
 
 
-# --- the fast tier's guard ---------------------------------------------------------------
+# --- the tiers: folders, their marks, the workers -----------------------------------------
 
+TIER_FOLDERS = ("unit", "cli", "slow", "browser", "cluster")
+FAST_TIERS = ("unit", "cli")  # what plain pytest runs (pyproject.toml's testpaths)
 TIER_MARKS = ("slow", "browser", "cluster")  # tests allowed real models, Chromium, Ray
+TESTS = Path(__file__).resolve().parent
+
+
+def tier_of(path: Path | str) -> str | None:
+    """The tier folder a path is in (``tests/<tier>/...``); None outside them."""
+    try:
+        folder = Path(path).resolve().relative_to(TESTS).parts[0]
+    except (ValueError, IndexError):
+        return None
+    return folder if folder in TIER_FOLDERS else None
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by mark
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test of tests/slow, tests/browser and tests/cluster gets its folder's mark."""
+    for item in items:
+        tier = tier_of(item.path)
+        if tier in TIER_MARKS:
+            item.add_marker(tier)
+
+
+def fast_tiers_only(config: pytest.Config) -> bool:
+    """Whether a run selects only tests of tests/unit and tests/cli (plain pytest does)."""
+    for arg in config.args:
+        path = Path(config.invocation_params.dir, arg.split("::", 1)[0]).resolve()
+        if tier_of(path) not in FAST_TIERS:  # another tier, or tests/ itself or above
+            return False
+    return True
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` (pyproject.toml's addopts): unit and cli on every core (at most 8); a run
+    that selects slow, browser or cluster tests stays in one process (one loaded pipeline, one
+    Chromium, one Ray head; their timings assume the machine to themselves).
+    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still decides when set."""
+    import os
+
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    if not fast_tiers_only(config):
+        return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return min(cores or 1, 8) if (cores or 1) > 1 else 0
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if config.args_source == pytest.Config.ArgsSource.TESTPATHS:
+        return ("tiers: unit and cli (plain pytest); scripts/test-all runs every tier, "
+                "pytest tests/slow (browser, cluster) one")
+    return None
+
+
+# --- the fast tiers' guard against real models -------------------------------------------
+
 REAL_FIXTURES = ("pipeline", "live_server")  # the shared real pipeline and the server on it
 _GUARD_KEY = pytest.StashKey[MonkeyPatch]()
 _SERVERS_KEY = pytest.StashKey[list[Any]]()
@@ -79,60 +140,27 @@ def starts_a_server(argv: Any) -> bool:
     return "speechpipe" in names and "serve" in names
 
 
-FAST_TIER = "not slow and not browser and not cluster"  # pyproject.toml's addopts
-
-
-def pytest_report_header(config: pytest.Config) -> str | None:
-    if config.getoption("markexpr", "") == FAST_TIER:
-        return ("tier: fast only (plain pytest); scripts/test-all runs every tier, "
-                "-m slow/browser/cluster one, -m '' everything selected")
-    return None
-
-
-# The tiers are folders: tests/unit and tests/cli are the fast tiers (what plain pytest runs),
-# and a test under tests/slow, tests/browser or tests/cluster gets that tier's mark from its
-# folder (test files never mark their own tier: tests/unit/house/test_test_layout.py).
-TIER_FOLDERS = ("unit", "cli", "slow", "browser", "cluster")
-TESTS = Path(__file__).resolve().parent
-
-
-def tier_of(path: Path) -> str | None:
-    """The tier folder a test file sits in (``tests/<tier>/...``), None outside them."""
-    try:
-        folder = Path(path).resolve().relative_to(TESTS).parts[0]
-    except (ValueError, IndexError):
-        return None
-    return folder if folder in TIER_FOLDERS else None
-
-
-@pytest.hookimpl(tryfirst=True)  # before -m selects by mark
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        tier = tier_of(item.path)
-        if tier in TIER_MARKS:
-            item.add_marker(tier)
-
-
-def _unmarked(item: pytest.Item) -> bool:
+def _fast_tier(item: pytest.Item) -> bool:
     return not any(item.get_closest_marker(mark) for mark in TIER_MARKS)
 
 
 def _refuse(what: str) -> Any:
     def refused(*args: Any, **kwargs: Any) -> Any:
-        pytest.fail(f"unmarked test {what}: mark it slow (or cluster for Ray)", pytrace=False)
+        pytest.fail(f"a fast-tier test {what}: move it to tests/slow (tests/cluster for Ray)",
+                    pytrace=False)
 
     return refused
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Before an unmarked test's fixtures are set up: refuse real models and Ray."""
-    if not _unmarked(item):
+    """Before a fast-tier test's fixtures are set up: refuse real models and Ray."""
+    if not _fast_tier(item):
         return
     real = [name for name in REAL_FIXTURES if name in getattr(item, "fixturenames", ())]
     if real:
-        pytest.fail(f"unmarked test uses the real pipeline ({', '.join(real)}): mark it slow",
-                    pytrace=False)
+        pytest.fail(f"a fast-tier test uses the real pipeline ({', '.join(real)}): move it to "
+                    "tests/slow", pytrace=False)
     import ctranslate2
 
     from speechpipe import session
@@ -168,14 +196,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
-    """After an unmarked test: a ``speechpipe serve`` it started that did not exit at once
+    """After a fast-tier test: a ``speechpipe serve`` it started that did not exit at once
     with a usage error (1 or 2) was a live server on the real models."""
     result = yield
     served = [proc.args for proc in item.stash.get(_SERVERS_KEY, [])
               if proc.poll() not in (1, 2)]
     if served:
-        pytest.fail(f"unmarked test starts a live speechpipe server ({served[0]}): mark it slow",
-                    pytrace=False)
+        pytest.fail(f"a fast-tier test starts a live speechpipe server ({served[0]}): move it "
+                    "to tests/slow", pytrace=False)
     return result
 
 

@@ -23,7 +23,7 @@ from speechpipe.transport.websocket_server import SpeechServer
 from tests.fakes import TickFactory
 from tests.helpers import chromium_args, pcm, read_until_closed
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 SECONDS = 26.0  # longer than one 20 s window
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "wav"

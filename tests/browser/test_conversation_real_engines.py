@@ -39,8 +39,6 @@ from tests.helpers import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser]  # the checks are plain; the fixture async
-
 RATE = 16_000
 CYCLE_S = 32.0  # one loop of each fake microphone
 # where the English speech starts in its cycle: after the Spanish side joined (~2.5 s after

@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers import chromium_args
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 @pytest.mark.parametrize("transport", ["websocket", "webrtc"])

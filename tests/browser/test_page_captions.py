@@ -24,7 +24,7 @@ from speechpipe.transport.limits import ServerLimits
 from speechpipe.transport.room import new_room_id
 from tests.helpers import SECRET, chromium_args, stream_websocket, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 AUTH = TokenAuthority(SECRET)
 

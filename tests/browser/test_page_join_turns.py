@@ -41,7 +41,7 @@ from speechpipe.bench.server_process import (
 from tests.helpers import chromium_args, recv_json
 from tests.scripted_serve import SCRIPTED_SPEECHPIPE
 
-pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 LISTENERS = 10
 JOIN_BURST = 2  # listener joins at once from one address

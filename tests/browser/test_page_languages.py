@@ -15,7 +15,7 @@ import pytest
 
 from tests.helpers import chromium_args, open_page, open_room
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 def _install(home: Path, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from tests.helpers import chromium_args, open_page, open_room
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 async def test_a_talk_reaches_two_listener_pages(live_server: Any, fake_mic_wav: Path) -> None:

@@ -11,8 +11,6 @@ import pytest
 
 from tests.helpers import ROOT, run_scenario
 
-pytestmark = pytest.mark.cluster  # real Ray (its own step of .ci/run)
-
 A, B = "ws://127.0.0.1:8811/ws", "ws://127.0.0.1:8812/ws"
 
 
@@ -32,7 +30,6 @@ def ledger(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return _run(tmp_path_factory, "ledger")
 
 
-@pytest.mark.slow
 def test_rogue_registrations_are_refused_without_the_cluster_secret(admission):
     assert admission["rogue_register_answers"] == ["unauthorized", "unauthorized"]
     assert admission["rogue_node_rc"] not in (0, None)
@@ -43,7 +40,6 @@ def test_rogue_registrations_are_refused_without_the_cluster_secret(admission):
     assert admission["ledger_signed"] is True
 
 
-@pytest.mark.slow
 def test_waiters_that_vanish_at_their_turn_leak_no_slot(admission):
     assert admission["vanish_setup"] == ["started", "started", B]
     for one in admission["vanish_rounds"]:
@@ -54,7 +50,6 @@ def test_waiters_that_vanish_at_their_turn_leak_no_slot(admission):
     assert admission["fair_after_vanish"] == "started"
 
 
-@pytest.mark.slow
 def test_a_ticket_starts_one_session_once(admission):
     # an active session's id as start.ticket, on a node with room: no session starts on it
     # (one may start as an ordinary new arrival, with its own id)
@@ -70,7 +65,6 @@ def test_a_ticket_starts_one_session_once(admission):
     assert after == {"ledger_active": 2, "a": 1, "b": 1}, after
 
 
-@pytest.mark.slow
 def test_resuming_ones_own_live_session_neither_jumps_the_line_nor_passes_the_limits(admission):
     assert admission["filler"] == "started" and admission["waiter_position"] == 1
     outcomes = admission["resume_outcomes"]
@@ -84,7 +78,6 @@ def test_resuming_ones_own_live_session_neither_jumps_the_line_nor_passes_the_li
     assert admission["pending_resumes"] == 1
 
 
-@pytest.mark.slow
 def test_a_lost_sessions_resume_priority_is_its_holders_only(admission):
     seen = {k: admission.get(k) for k in ("line_cleared", "filler2", "first_position",
                                           "thief_position", "owner_position",
@@ -104,7 +97,6 @@ def test_a_lost_sessions_resume_priority_is_its_holders_only(admission):
     assert acct["admitted"] == acct["ended"] + acct["lost"] + acct["active"]
 
 
-@pytest.mark.slow
 def test_waiters_keep_their_place_across_a_ledger_restart(ledger):
     assert ledger["holders"] == ["started", "started", B]
     assert ledger["aged"] is True  # the holders aged until both waiters fit the wait limit
@@ -115,7 +107,6 @@ def test_waiters_keep_their_place_across_a_ledger_restart(ledger):
     assert ledger["w1_after_h1"] == "started"
 
 
-@pytest.mark.slow
 def test_nodes_recreate_a_ledger_gone_for_good(ledger):
     assert ledger["recreated"] == {"nodes": 2, "active": 2, "signed": True}
     metrics = ledger["b_metrics_after"]
@@ -124,7 +115,6 @@ def test_nodes_recreate_a_ledger_gone_for_good(ledger):
     assert float(metrics["speechpipe_cluster_capacity"]) == 2
 
 
-@pytest.mark.slow
 def test_cluster_drain_needs_the_cluster_secret(ledger):
     (rc_without, err_without, draining), (rc_with, _) = ledger["drains"]
     assert rc_without != 0 and draining == [False, False]

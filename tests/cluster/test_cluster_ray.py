@@ -16,7 +16,6 @@ import pytest
 from tests.helpers import run_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.cluster  # real Ray (its own step of .ci/run)
 
 A, B = "ws://127.0.0.1:8801/ws", "ws://127.0.0.1:8802/ws"
 
@@ -26,7 +25,6 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return run_scenario(tmp_path_factory)
 
 
-@pytest.mark.slow
 def test_sessions_spread_over_both_nodes_through_redirects(scenario: dict[str, Any]) -> None:
     spread = scenario["spread"]
     assert [s["outcome"] for s in spread] == ["started"] * 4
@@ -43,7 +41,6 @@ def test_sessions_spread_over_both_nodes_through_redirects(scenario: dict[str, A
     assert float(metrics['speechpipe_cluster_ledger_count{kind="admitted"}']) == 5
 
 
-@pytest.mark.slow
 def test_a_room_lives_on_one_node_and_a_listener_elsewhere_is_redirected(
     scenario: dict[str, Any],
 ) -> None:
@@ -58,7 +55,6 @@ def test_a_room_lives_on_one_node_and_a_listener_elsewhere_is_redirected(
     assert scenario["room_gone"], "the room ended with its members"
 
 
-@pytest.mark.slow
 def test_fifth_to_seventh_wait_in_one_line_and_the_eighth_is_refused(scenario):
     assert (scenario["c5_position"], scenario["c6_position"]) == (1, 2)  # on b, then on a
     assert scenario["c6b_position"] == 3  # --max-queue 3: the line is full now
@@ -67,7 +63,6 @@ def test_fifth_to_seventh_wait_in_one_line_and_the_eighth_is_refused(scenario):
     assert scenario["c7_retry_after_s"] >= 5
 
 
-@pytest.mark.slow
 def test_a_session_ending_on_a_admits_the_waiter_from_b_by_redirect(scenario):
     assert scenario["c1_close"] == 1000
     assert scenario["c5_first"] == "closed 4020"
@@ -78,7 +73,6 @@ def test_a_session_ending_on_a_admits_the_waiter_from_b_by_redirect(scenario):
     assert scenario["c6_position_after"] == 1
 
 
-@pytest.mark.slow
 def test_killing_the_ledger_drops_no_session_and_double_books_no_slot(scenario):
     after = scenario["after_ledger_restart"]
     assert after["active"] == 4 and after["capacity"] == 4
@@ -88,7 +82,6 @@ def test_killing_the_ledger_drops_no_session_and_double_books_no_slot(scenario):
     assert scenario["c8_first_after_restart"] == "queued"  # full: not admitted twice
 
 
-@pytest.mark.slow
 def test_a_killed_node_s_clients_resume_on_the_other_node_ahead_of_the_line(scenario):
     assert sorted(scenario["on_b"]) == ["c3", "c4"]
     assert scenario["line_before_resumes"] == 1  # c6 alone: room for the two resumes
@@ -103,7 +96,6 @@ def test_a_killed_node_s_clients_resume_on_the_other_node_ahead_of_the_line(scen
     assert acct["admitted"] == acct["ended"] + acct["lost"] + acct["active"]
 
 
-@pytest.mark.slow
 def test_drain_closes_the_rest_with_4021_and_a_resume_id_then_the_node_exits(scenario):
     assert scenario["drain_rc"] == 0
     closes = scenario["drained_close"]
@@ -123,7 +115,6 @@ def real_scenario(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return run_scenario(tmp_path_factory, "--real-models")
 
 
-@pytest.mark.slow
 def test_one_real_session_per_node_translates_speech(real_scenario: dict[str, Any]) -> None:
     assert real_scenario["r1_first"] == "started"
     assert real_scenario["r2_first"] == "closed 4020"  # a was full: redirected to b

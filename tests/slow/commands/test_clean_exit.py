@@ -17,7 +17,6 @@ import threading
 import time
 
 import numpy as np
-import pytest
 import soundfile as sf
 
 from tests.helpers import OWN_SAMPLES
@@ -36,7 +35,6 @@ def translate(*args: str, cwd) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.slow
 def test_thirty_consecutive_translations_exit_zero(tmp_path):
     silence = tmp_path / "silence.wav"
     sf.write(silence, np.zeros(16_000 * 5, np.int16), 16_000)
@@ -74,7 +72,6 @@ def _wait_for_line(stream, needle: str, timeout_s: float) -> list[str]:
     return lines
 
 
-@pytest.mark.slow
 def test_ctrl_c_mid_translation_exits_cleanly(tmp_path):
     """SIGINT while the replay runs (models loaded, ASR and TTS busy): exit 130 with one line,
     no abort, no traceback, no output file left behind."""
@@ -112,7 +109,6 @@ def test_ctrl_c_mid_translation_exits_cleanly(tmp_path):
     assert not any(tmp_path.iterdir())  # no output, no temporary file
 
 
-@pytest.mark.slow
 async def test_server_stop_joins_every_worker_thread_and_releases_the_models():
     """``serve``'s shutdown path: after ``stop`` no ASR/TTS worker thread is alive and the
     Whisper model is released (so nothing is left for interpreter shutdown to destroy)."""

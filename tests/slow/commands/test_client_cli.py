@@ -22,7 +22,7 @@ from speechpipe.transport.client import stream_session
 from speechpipe.transport.file_replay import read_audio
 from tests.helpers import OWN_SAMPLES, ROOT, says_gato_in_english
 
-pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 GATO = OWN_SAMPLES / "wav" / "es_gato.wav"  # "El gato duerme en la casa ..." (4.0 s)
 

@@ -21,8 +21,6 @@ from speechpipe.cli import main
 from speechpipe.evaluation.trace import read_trace
 from tests.helpers import OWN_SAMPLES
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Path:

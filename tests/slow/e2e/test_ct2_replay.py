@@ -8,15 +8,12 @@ gets audio."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import soundfile as sf
 
 from speechpipe.bench.tiny_mt import build_tiny_mt
 from speechpipe.cli import main
 from speechpipe.evaluation.trace import read_trace
 from tests.helpers import OWN_SAMPLES
-
-pytestmark = pytest.mark.slow
 
 
 def test_translate_with_a_ct2_model_produces_audio(tmp_path):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import soundfile as sf
 
 from speechpipe.evaluation.scores import normalize_text, speech_span
@@ -11,8 +10,6 @@ from speechpipe.file_translation import translate_audio
 from speechpipe.stages.request import SessionRequest
 from speechpipe.transport.file_replay import read_audio
 from tests.helpers import OWN_SAMPLES, shared_clip, shared_manifest_row
-
-pytestmark = pytest.mark.slow
 
 
 def _words(text: str) -> set[str]:

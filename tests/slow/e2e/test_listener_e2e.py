@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from speechpipe.evaluation.compare import variant_pipelines
 from speechpipe.evaluation.evaluate import listener_figures, transcribe_speech
@@ -12,8 +11,6 @@ from speechpipe.file_translation import translate_audio
 from speechpipe.stages.request import SessionRequest
 from speechpipe.transport.file_replay import read_audio
 from tests.helpers import shared_clip, shared_manifest_row
-
-pytestmark = pytest.mark.slow
 
 # the phrase policy before issue 12, as a user selects it now (``--set``)
 OLD_POLICY = "phrases.cut=count"

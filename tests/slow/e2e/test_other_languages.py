@@ -27,7 +27,6 @@ def _espeak_voices() -> bool:
 
 
 pytestmark = [
-    pytest.mark.slow,
     pytest.mark.skipif(("en", "es") not in installed_pairs() or ("fr", "es") not in
                        installed_pairs(), reason="apt install apertium apertium-eng-spa "
                        "apertium-fr-es"),

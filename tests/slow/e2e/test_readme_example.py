@@ -8,8 +8,6 @@ import pytest
 
 from tests.helpers import ROOT
 
-pytestmark = pytest.mark.slow
-
 
 def library_example() -> str:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -23,12 +23,9 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
-import pytest
 import soundfile as sf
 
 from tests.helpers import ROOT, says_gato_in_english
-
-pytestmark = pytest.mark.slow
 
 SAMPLE = "wav/es_gato.wav"  # package data of speechpipe.samples (pyproject.toml)
 

@@ -22,7 +22,7 @@ from speechpipe.transport.file_replay import read_audio
 from speechpipe.transport.limits import RoomOptions, ServerLimits
 from tests.helpers import tiny_buffer_socket, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 # a listener socket's send buffer in the stalled-listener test: a quarter of a speech chunk
 # (~40 KB at 48 kHz), so the stalled socket is full after the first chunk whatever the

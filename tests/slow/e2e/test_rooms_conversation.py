@@ -25,7 +25,7 @@ from speechpipe.transport.file_replay import read_audio
 from speechpipe.transport.limits import RoomOptions, ServerLimits
 from tests.helpers import english_only, manifest_clip, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 ENGLISH_CLIP = "en_enh_890_epst"
 FRAME = 320  # 20 ms at 16 kHz

@@ -13,7 +13,7 @@ import pytest
 from speechpipe.transport.codes import CloseCode
 from speechpipe.transport.file_replay import read_audio
 
-pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 def ws_url(app: Any) -> str:

@@ -10,8 +10,6 @@ import pytest
 from speechpipe.models.whisper.engine import DecodeTask, WhisperRequest
 from speechpipe.transport.file_replay import read_audio
 
-pytestmark = pytest.mark.slow  # the real engine (the shared pipeline)
-
 
 def test_a_kept_language_decodes_in_it_and_still_detects(pipeline):
     audio = read_audio("samples/wav/es_gato.wav").astype(np.float32) / 32768.0

@@ -10,8 +10,6 @@ utterance so far, so long utterances cost more per second the longer they ran.
 
 from __future__ import annotations
 
-import pytest
-
 from speechpipe.stages.frames import STREAM_RATE, TextHypothesis
 from speechpipe.stages.request import SessionRequest
 from speechpipe.transport.file_replay import read_audio, replay
@@ -40,7 +38,6 @@ async def _halves(pipeline, audio):
     return first, second
 
 
-@pytest.mark.slow
 async def test_cost_per_second_of_the_second_half_is_not_higher(pipeline):
     audio = read_audio(shared_clip("de_silero_60s"))
     seconds = len(audio) / STREAM_RATE / 2
@@ -58,7 +55,6 @@ async def test_cost_per_second_of_the_second_half_is_not_higher(pipeline):
         assert s <= 1.15 * f, f"{name}: first half {f:.2f}, second half {s:.2f}"
 
 
-@pytest.mark.slow
 async def test_long_speech_decodes_bounded_windows(pipeline):
     """No decode of the long recording hears more than the window bound."""
     audio = read_audio(shared_clip("de_silero_60s"))

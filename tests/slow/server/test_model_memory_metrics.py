@@ -22,7 +22,6 @@ def _value(body: str, name: str, labels: str = "") -> float:
     return float(match.group(1))
 
 
-@pytest.mark.slow
 @live
 async def test_metrics_show_the_shared_model_and_the_restricted_decoders(
         live_server: Any, pipeline: Any) -> None:

@@ -75,7 +75,6 @@ def _serve(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], int, Pa
     raise AssertionError("the server did not become ready:\n" + log.read_text()[-2000:])
 
 
-@pytest.mark.slow
 def test_sigterm_with_a_hanging_collector_and_a_stuck_client_exits_within_the_grace(
     tmp_path: Path, collector: HangingCollector
 ) -> None:

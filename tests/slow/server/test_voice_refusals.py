@@ -19,7 +19,6 @@ from tests.helpers import errors, read_until_closed
 live = pytest.mark.asyncio(loop_scope="session")
 
 
-@pytest.mark.slow
 @live
 async def test_a_broken_voice_is_refused_without_server_paths(
     live_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

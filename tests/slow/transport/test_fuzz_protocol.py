@@ -48,7 +48,6 @@ from tests.helpers import ROOT
 DOCS = ROOT / "docs" / "protocol.md"
 
 # thousands of generated inputs per property: part of the full run (CI), not the fast tier
-pytestmark = pytest.mark.slow
 
 EXAMPLES = {
     "text": 3000,

@@ -17,9 +17,12 @@ from speechpipe.transport.room_access import EntryRequest, Join, JoinLimiter, Op
 ROOM = Room("room-a", 0.0, opener_key="jti:opener")
 
 
+# the room's invite is random: its id says "invite", the same in every process (each of
+# pytest-xdist's workers must collect the same tests)
 @pytest.mark.parametrize("role,claim_room,claim_role,key,invite,tokens", list(itertools.product(
     list(Role), [None, "room-a", "room-b"], [None, "speaker", "listener", "participant"],
-    [None, "jti:opener", "jti:other"], [None, "wrong", ROOM.invite], [False, True])))
+    [None, "jti:opener", "jti:other"], [None, "wrong", ROOM.invite], [False, True])),
+    ids=lambda value: "invite" if value == ROOM.invite else None)
 def test_every_combination_of_role_claim_and_right(role: Role, claim_room: str | None,
                                                    claim_role: str | None, key: str | None,
                                                    invite: str | None, tokens: bool) -> None:

@@ -8,14 +8,11 @@ never speaks it."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from speechpipe.models.whisper.engine import DecodeTask, WhisperRequest
 from speechpipe.stages.decode_program import DecodeProgram
 from speechpipe.stages.target_language import in_language
 from speechpipe.transport.file_replay import read_audio
-
-pytestmark = pytest.mark.slow  # the real engine (the shared pipeline)
 
 
 def _request(check: bool) -> WhisperRequest:

@@ -20,8 +20,6 @@ from speechpipe.transport.file_replay import read_audio
 from tests.helpers import shared_clip
 from tests.synth_music import MUSIC_KINDS, synthesize
 
-pytestmark = pytest.mark.slow
-
 
 def spoken(run) -> tuple[str, int]:
     """The committed English and the number of speech chunks produced."""
