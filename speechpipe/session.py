@@ -28,7 +28,7 @@ from speechpipe.models.whisper.weights import resolve_whisper_model
 from speechpipe.models.workers.asr_lanes import lane_engine, urgent_lane_workers
 from speechpipe.models.workers.batching import PRIORITY_LIVE, PRIORITY_REPLAY, AsrBatcher
 from speechpipe.models.workers.guard import WorkerHealth
-from speechpipe.pipeline_build import CountedDetections as _CountedDetections  # noqa: F401
+from speechpipe.pipeline_build import CountedDetections as _CountedDetections  # noqa: F401 old name
 from speechpipe.pipeline_build import SessionParts, build_stages
 from speechpipe.routing import (
     ResolvedRequest,
@@ -97,6 +97,7 @@ class Pipeline:
         self.live_sessions: set[PipelineSession] = set()
         self.voices = VoiceWorkers(self._check_open)  # a worker and phrase cache per voice
         self.text_mt = MtWorkers(self._check_open)  # a worker per route hop
+        # its table and lock under their old names (decoder_path and the fault drills read them)
         self._text_mt, self._text_mt_lock = self.text_mt.workers, self.text_mt.lock
         self.mt_memory = TranslationMemory(options.translation_memory_items)
         # the commit guard's speech check (stages.faithfulness), shared by all sessions
