@@ -44,7 +44,12 @@ def _heard(path: Path) -> tuple[str, str]:
     audio, rate = sf.read(path, dtype="float32")
     audio = soxr.resample(audio, rate, 16_000)
     model = WhisperModel(str(resolve_whisper_model("whisper-base")), compute_type="int8")
-    segments, info = model.transcribe(audio, beam_size=5, condition_on_previous_text=False)
+    # The same hearing every run: temperature 0 alone (transcribe's default falls back to
+    # sampling when a decode looks poor, which the robotic voice triggers: the same speech was
+    # heard differently run to run), and no repeated trigram (the greedy decode of this voice
+    # otherwise loops on its first word, "mis mis mis ...")
+    segments, info = model.transcribe(audio, beam_size=5, condition_on_previous_text=False,
+                                      temperature=0.0, no_repeat_ngram_size=3)
     return info.language, " ".join(s.text for s in segments)
 
 
