@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -62,9 +63,14 @@ def registry(tmp_path: Path) -> dict:
     return json.loads(path.read_text())["mt"] if path.exists() else {}
 
 
+# huggingface_hub's progress bars ("Fetching 8 files:  88%|████▊ | 7/8 [00:00<00:00, 65.39it/s]"),
+# which the error line can follow on the same line when the bar is not closed yet
+PROGRESS_BAR = re.compile(r"[^\r\n|]*\|[^\r\n|]*\|[^\r\n\]]*\]")
+
+
 def one_line(result) -> str:
-    lines = [line for line in result.stderr.strip().splitlines() if "it/s]" not in line
-             and "B/s]" not in line and line.strip()]
+    lines = [line for line in re.split(r"[\r\n]", PROGRESS_BAR.sub("", result.stderr))
+             if line.strip()]
     assert result.returncode != 0
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     return lines[0]
