@@ -41,7 +41,7 @@ from tests.helpers import SPANISH_CLIP, manifest_clip, stream_websocket
 from tests.netguard import *  # noqa: F403  (socket guard: hooks, local_traffic_only, local_ice)
 
 _TEST_HOME: Path | None = None
-_PYCACHE: Path | None = None  # the subprocesses' bytecode cache, when the tree gets none
+_PYCACHE: Path | None = None  # the run's own bytecode cache, removed at the end
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -58,13 +58,35 @@ def pytest_configure(config: pytest.Config) -> None:
     # tested on every CPU; the packed default has its own test in fresh processes
     # (tests/slow/models/test_prefill.py). Inherited by the subprocesses the tests start.
     os.environ.setdefault("CT2_PACKED_GEMM", "0")
-    # The subprocesses the tests start (the CLI, a hundred times and more) import the same
-    # modules: where the environment says not to write bytecode (PYTHONDONTWRITEBYTECODE), each
-    # compiled the project's ~100 modules again (~0.1 s a start). They share one bytecode cache
-    # in a temporary folder of the run instead, so nothing is still written into the tree.
+    # The subprocesses the tests start (the CLI, a hundred times and more) and pytest-xdist's
+    # workers import the same modules: where the environment says not to write bytecode
+    # (PYTHONDONTWRITEBYTECODE), each compiled the project's ~100 modules again (~0.1 s a
+    # start) and each worker rewrote the asserts of every test module again (~8 s of CPU).
+    # They share one bytecode cache outside the tree instead: the user's own folder in the
+    # temporary directory, kept from run to run (Python checks each file against its source),
+    # or one of this run's where that folder cannot be trusted.
     if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
-        _PYCACHE = Path(tempfile.mkdtemp(prefix="speechpipe-test-pycache-"))
-        os.environ["PYTHONPYCACHEPREFIX"] = str(_PYCACHE)
+        os.environ["PYTHONPYCACHEPREFIX"] = str(_bytecode_cache())
+
+
+def _bytecode_cache() -> Path:
+    """``$TMPDIR/speechpipe-test-pycache-UID`` when it is this user's alone; else a new folder,
+    removed at the end of the run."""
+    import os
+    import stat
+    import tempfile
+
+    global _PYCACHE
+    shared = Path(tempfile.gettempdir()) / f"speechpipe-test-pycache-{os.getuid()}"
+    try:
+        shared.mkdir(mode=0o700, exist_ok=True)
+        info = shared.lstat()
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077:
+            return shared
+    except OSError:
+        pass
+    _PYCACHE = Path(tempfile.mkdtemp(prefix="speechpipe-test-pycache-"))
+    return _PYCACHE
 
 
 # --- the tiers: folders, their marks, the workers -----------------------------------------
@@ -86,11 +108,16 @@ def tier_of(path: Path | str) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by mark
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each test of tests/slow, tests/browser and tests/cluster gets its folder's mark."""
+    """Each test of tests/slow, tests/browser and tests/cluster gets its folder's mark. In
+    pytest-xdist's workers the tests marked ``long`` come first: the others, short, then fill
+    the workers to the end (run in file order, the 17 s test of the fast tiers came last and
+    one worker waited for it alone)."""
     for item in items:
         tier = tier_of(item.path)
         if tier in TIER_MARKS:
             item.add_marker(tier)
+    if hasattr(config, "workerinput"):  # every worker sorts alike: they must agree
+        items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
 def fast_tiers_only(config: pytest.Config) -> bool:

@@ -49,6 +49,7 @@ async def _listener(url: str, room: str, rng: random.Random, seated: list[float]
         await asyncio.sleep(retry_delay(float(first["retry_after_s"]), rng.random))
 
 
+@pytest.mark.long  # the audience arrives and is seated by turns, at real time: ~15 s
 @pytest.mark.asyncio(loop_scope="session")
 async def test_two_hundred_listeners_behind_one_address_are_seated_over_sockets() -> None:
     """The server's default limits, 200 listeners from 127.0.0.1 within 2 s; each stays.

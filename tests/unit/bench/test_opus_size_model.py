@@ -44,6 +44,7 @@ def copy_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_opus_size_pair(tmp_path_factory.mktemp("copy") / "en-es", weights="copy")
 
 
+@pytest.mark.long  # builds and runs a model of OPUS-MT base's size: ~10 s
 def test_the_copy_model_is_opus_base_sized_and_copies_its_source_then_stops(
         copy_model: Path) -> None:
     from speechpipe.models.mt.ct2_translator import Ct2TextTranslator
@@ -71,6 +72,7 @@ def test_the_copy_model_is_opus_base_sized_and_copies_its_source_then_stops(
     assert config["decoder_start_token"] == "</s>"
 
 
+@pytest.mark.long  # builds and runs a model of OPUS-MT base's size: ~10 s
 def test_the_random_model_writes_pieces_and_runs_to_its_length_cap(tmp_path: Path) -> None:
     from speechpipe.models.mt.ct2_translator import Ct2TextTranslator
     from speechpipe.stages.model_api import TextMtRequest
