@@ -232,6 +232,51 @@ def rss_bytes(pid: int | str = "self") -> int:
     raise AssertionError("no VmRSS in /proc status")
 
 
+async def healthz_ms(port: int) -> float:
+    """One ``GET /healthz`` on a fresh connection to 127.0.0.1:``port``, in milliseconds."""
+    t0 = time.perf_counter()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+    await writer.drain()
+    await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    return (time.perf_counter() - t0) * 1000
+
+
+async def sample_during(
+    task: asyncio.Future[Any], port: int, at_least_s: float = 1.0
+) -> tuple[int, list[float]]:
+    """Peak RSS of this process and /healthz latencies while ``task`` runs (and for at least
+    ``at_least_s``)."""
+    peak, latencies = rss_bytes(), []
+    t0 = time.monotonic()
+    while not task.done() or time.monotonic() - t0 < at_least_s:
+        peak = max(peak, rss_bytes())
+        latencies.append(await healthz_ms(port))
+        await asyncio.sleep(0.05)
+    return peak, latencies
+
+
+async def read_events(ws: ClientConnection, sink: list[dict[str, Any]]) -> None:
+    """Append each JSON event ``ws`` receives to ``sink`` until it closes."""
+    try:
+        async for message in ws:
+            if isinstance(message, str):
+                sink.append(json.loads(message))
+    except ConnectionClosed:
+        pass
+
+
+async def wait_for_event(sink: list[dict[str, Any]], kind: str, within: float = 10.0) -> dict:
+    """The first event of type ``kind`` in ``sink`` (filled by ``read_events``)."""
+    async with asyncio.timeout(within):
+        while True:
+            for event in sink:
+                if event["type"] == kind:
+                    return event
+            await asyncio.sleep(0.02)
+
+
 def raw_upgrade(port: int, *, path: str = "/ws", extra: str = "") -> socket.socket:
     """A TCP connection that has completed the WebSocket handshake (the 101 is read, nothing
     after it)."""

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from typing import Any
 
 import pytest
-import yaml
 
 from tests.helpers import ROOT
 
@@ -18,12 +16,6 @@ RULE_TESTS = OPS / "alerts_test.yml"
 PROMTOOL = shutil.which("promtool")
 
 
-def alerts() -> list[dict[str, Any]]:
-    groups = yaml.safe_load(ALERTS.read_text())["groups"]
-    return [rule for group in groups for rule in group["rules"] if "alert" in rule]
-
-
-# -- alert rules -------------------------------------------------------------------------------
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian: apt-get install "
                                              "prometheus)")
 def test_alert_rules_pass_promtool_and_their_unit_tests() -> None:

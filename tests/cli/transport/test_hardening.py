@@ -22,6 +22,7 @@ from tests.fakes import Observed, TickFactory
 from tests.helpers import (
     SECRET,
     errors,
+    healthz_ms,
     http_request,
     pcm,
     ping_flood,
@@ -29,36 +30,13 @@ from tests.helpers import (
     read_until_closed,
     recv_json,
     rss_bytes,
+    sample_during,
     wait_for,
 )
 
 live = pytest.mark.asyncio(loop_scope="session")
 
 MB = 1 << 20
-
-
-async def _healthz_ms(port: int) -> float:
-    t0 = time.perf_counter()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
-    await writer.drain()
-    await asyncio.wait_for(reader.read(), 5)
-    writer.close()
-    return (time.perf_counter() - t0) * 1000
-
-
-async def _sample_during(
-    task: asyncio.Future[Any], port: int, at_least_s: float = 1.0
-) -> tuple[int, list[float]]:
-    """Peak RSS of this process and /healthz latencies while ``task`` runs (and for at least
-    ``at_least_s``)."""
-    peak, latencies = rss_bytes(), []
-    t0 = time.monotonic()
-    while not task.done() or time.monotonic() - t0 < at_least_s:
-        peak = max(peak, rss_bytes())
-        latencies.append(await _healthz_ms(port))
-        await asyncio.sleep(0.05)
-    return peak, latencies
 
 
 async def _tick_session(url: str, seconds: float) -> list[Any]:
@@ -89,13 +67,13 @@ async def test_ping_flood_before_start_is_cut_off_and_memory_stays_bounded() -> 
     limits = ServerLimits(auth=TokenAuthority(SECRET), close_timeout_s=1.0)
     async with SpeechServer(TickFactory(), port=0, limits=limits, observer=observed) as srv:
         url = f"ws://127.0.0.1:{srv.port}/ws"
-        before = sorted([await _healthz_ms(srv.port) for _ in range(5)])
+        before = sorted([await healthz_ms(srv.port) for _ in range(5)])
         base = rss_bytes()
         session = asyncio.create_task(_tick_session(url, 3.0))
         await wait_for(lambda: srv.active_sessions == 1, what="the real session started")
         flood = asyncio.gather(*(asyncio.to_thread(ping_flood, srv.port, 300 * MB, 30.0)
                                  for _ in range(2)))
-        peak, latencies = await _sample_during(flood, srv.port)
+        peak, latencies = await sample_during(flood, srv.port)
         results = await flood
         seen = await session
         await wait_for(lambda: not srv.connections, what="every connection gone")
@@ -124,7 +102,7 @@ async def test_a_client_that_never_reads_is_dropped_at_the_write_buffer_bound() 
     async with SpeechServer(TickFactory(), port=0, limits=limits, observer=observed) as srv:
         base = rss_bytes()
         flood = asyncio.gather(asyncio.to_thread(ping_flood, srv.port, 300 * MB, 30.0))
-        peak, _ = await _sample_during(flood, srv.port)
+        peak, _ = await sample_during(flood, srv.port)
         [(written, seconds)] = await flood
         await wait_for(lambda: not srv.connections, what="the connection gone")
     print(f"\nunread pongs: written {written / MB:.1f} MB, dropped after {seconds:.2f} s; "

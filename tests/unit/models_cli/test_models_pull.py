@@ -3,9 +3,6 @@ part (the pulls themselves, as a user runs them: the cli tier)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,17 +11,6 @@ pytest.importorskip("huggingface_hub")
 pytest.importorskip("ctranslate2")
 
 CT2_REPO = "speechpipe-test/opus-mt-en-es-ct2"
-
-
-def pull(tmp_path: Path, endpoint: str, *args: str, offline: bool = False):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    env.update(SPEECHPIPE_HOME=str(tmp_path / "home"), HF_HOME=str(tmp_path / "hf"),
-               HF_ENDPOINT=endpoint, HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_ETAG_TIMEOUT="5",
-               HF_HUB_DOWNLOAD_TIMEOUT="10")
-    if offline:
-        env["HF_HUB_OFFLINE"] = "1"
-    return subprocess.run([sys.executable, "-m", "speechpipe", "models", *args],
-                          env=env, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("args", [["x" * 100_000], ["--name", "n" * 100_000, CT2_REPO]])

