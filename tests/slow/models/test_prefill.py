@@ -1,6 +1,6 @@
-"""Reading the forced prefix in the prompt pass (``models/whisper/prefill.py``, ``models/native``).
+"""Reading the forced prefix in the prompt pass (``models/whisper/prefill.py``, ``models/native``),
+on the real model (the plan and the fallbacks without it: the unit tier).
 
-- The plan (pure): how many prefix tokens a request's prompt pass reads.
 - The native decoder on the real model: with nothing extra read it returns exactly what
   CTranslate2's ``generate`` returns (ids and scores: the same search, the same ranking);
   reading the prefix in the prompt pass gives the same texts on real clips almost always
@@ -9,7 +9,6 @@
   docs/benchmarks.md).
 - Through the engine: a request's result does not depend on its batch, and the work is
   really saved (fewer decoder steps, the same forced tokens).
-- Without the extension (another CTranslate2 version), the engine decodes with ``generate``.
 
 The extension is optional at install time (it needs a C++ compiler); ``.ci/run`` sets
 ``SPEECHPIPE_REQUIRE_NATIVE=1`` so that CI fails if it was not built.

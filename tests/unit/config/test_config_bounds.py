@@ -2,7 +2,8 @@
 engines"; "noise instead of one line"): each number a declared range with an upper end,
 each string a length cap and no control character (paths and names a pattern), nested TOML
 refused, and a refusal echoes at most ~80 characters of what it was given. All checked by
-``--set``, the shorthand flags and ``--config`` alike, before any model loads, exit 2.
+``--set``, the shorthand flags and ``--config`` alike, before any model loads, exit 2 (the
+command line's refusals, in a subprocess: tests/cli/config).
 """
 
 from __future__ import annotations

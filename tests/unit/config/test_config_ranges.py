@@ -3,6 +3,7 @@ infinities and values outside a leaf's range are refused with one line and exit 
 model loads, instead of a traceback mid-run (``asr.step_s=nan``) or sessions that all fail
 (``limits.outgoing_capacity=0`` -> 1011, ``limits.ping_interval_s=-1`` -> 4008,
 ``limits.max_unread_bytes=-1`` -> ``/readyz`` silent, ``limits.max_message_bytes=0`` -> 1009).
+The command line's refusals, in a subprocess: tests/cli/config.
 """
 
 from __future__ import annotations

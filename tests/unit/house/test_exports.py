@@ -1,4 +1,5 @@
-"""The public API: ``speechpipe`` exports a fixed set of names, lazily."""
+"""The public API: ``speechpipe`` exports a fixed set of names, lazily (what a fresh
+interpreter's ``import speechpipe`` loads: tests/cli/house)."""
 
 from __future__ import annotations
 
