@@ -52,9 +52,9 @@ class FaultInjector:
 
     Why a wrapper and not a broken model: the failure has to happen *inside the shared worker,
     on a real pipeline, mid-utterance, for one session only*, which no real input does on
-    demand. It wraps the engine instance's ``run`` (and ``run_batch``, if the engine has one:
-    a batching worker that puts the poisoned request in a batch sees the whole batch fail,
-    as a real engine error would, and must isolate it). The poisoned request is the
+    demand. It wraps the engine instance's ``run_bucket``, the one pass every decode goes
+    through (a bucket that holds the poisoned request fails whole, as a real engine error
+    would, and the worker must isolate it). The poisoned request is the
     ``nth`` distinct one that ``choose`` accepts; it fails every time it is run, so retrying
     it cannot hide the fault. Everything else runs on the real engine.
     """
@@ -80,15 +80,17 @@ class FaultInjector:
             raise InjectedFault("injected engine fault")
 
     def install(self) -> FaultInjector:
-        for name in ("run", "run_batch"):
+        # every engine pass goes through run_bucket: run and run_batch call it, and the shared
+        # worker reaches it through the decode program (stages/decode_program.py)
+        for name in ("run_bucket",):
             original = getattr(self.engine, name, None)
             if original is None:
                 continue
             self._originals[name] = original
 
-            def wrapped(arg: Any, *args: Any, _original: Any = original, _name: str = name,
+            def wrapped(arg: Any, *args: Any, _original: Any = original,
                         **kwargs: Any) -> Any:
-                self._check([arg] if _name == "run" else list(arg))
+                self._check(list(arg))
                 result = _original(arg, *args, **kwargs)
                 if self.failures:
                     self.ok_after_failure += 1
